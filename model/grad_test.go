@@ -1,0 +1,329 @@
+package model
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// Plain float64 reference layers: obvious loops, no im2col, no BLAS. The
+// optimised float32 layers are compared against them, and finite differences
+// of them are the oracle for every gradient.
+
+func refConv(x, w, b []float64, in Shape, o, k, s, p, n int) []float64 {
+	ho, wo := (in.H+2*p-k)/s+1, (in.W+2*p-k)/s+1
+	y := make([]float64, n*ho*wo*o)
+	for i := 0; i < n; i++ {
+		for oh := 0; oh < ho; oh++ {
+			for ow := 0; ow < wo; ow++ {
+				for oc := 0; oc < o; oc++ {
+					sum := b[oc]
+					for kh := 0; kh < k; kh++ {
+						for kw := 0; kw < k; kw++ {
+							ih, iw := oh*s-p+kh, ow*s-p+kw
+							if ih < 0 || ih >= in.H || iw < 0 || iw >= in.W {
+								continue
+							}
+							for c := 0; c < in.C; c++ {
+								sum += x[((i*in.H+ih)*in.W+iw)*in.C+c] * w[((oc*k+kh)*k+kw)*in.C+c]
+							}
+						}
+					}
+					y[((i*ho+oh)*wo+ow)*o+oc] = sum
+				}
+			}
+		}
+	}
+	return y
+}
+
+func refLinear(x, w, b []float64, in, o, n int) []float64 {
+	y := make([]float64, n*o)
+	for i := 0; i < n; i++ {
+		for j := 0; j < o; j++ {
+			s := b[j]
+			for q := 0; q < in; q++ {
+				s += x[i*in+q] * w[j*in+q]
+			}
+			y[i*o+j] = s
+		}
+	}
+	return y
+}
+
+func refPool(x []float64, in Shape, k, s, n int) []float64 {
+	ho, wo := (in.H-k)/s+1, (in.W-k)/s+1
+	y := make([]float64, n*ho*wo*in.C)
+	for i := 0; i < n; i++ {
+		for oh := 0; oh < ho; oh++ {
+			for ow := 0; ow < wo; ow++ {
+				for c := 0; c < in.C; c++ {
+					m := math.Inf(-1)
+					for kh := 0; kh < k; kh++ {
+						for kw := 0; kw < k; kw++ {
+							m = math.Max(m, x[((i*in.H+oh*s+kh)*in.W+ow*s+kw)*in.C+c])
+						}
+					}
+					y[((i*ho+oh)*wo+ow)*in.C+c] = m
+				}
+			}
+		}
+	}
+	return y
+}
+
+func refReLU(x []float64) []float64 {
+	y := make([]float64, len(x))
+	for i, v := range x {
+		y[i] = math.Max(v, 0)
+	}
+	return y
+}
+
+// refCE is the mean softmax cross-entropy, in float64.
+func refCE(z []float64, labels []int32, k int) float64 {
+	n := len(labels)
+	var loss float64
+	for i := 0; i < n; i++ {
+		row := z[i*k : (i+1)*k]
+		m := row[0]
+		for _, v := range row {
+			m = math.Max(m, v)
+		}
+		var s float64
+		for _, v := range row {
+			s += math.Exp(v - m)
+		}
+		loss += m + math.Log(s) - row[labels[i]]
+	}
+	return loss / float64(n)
+}
+
+func to64(a []float32) []float64 {
+	b := make([]float64, len(a))
+	for i, v := range a {
+		b[i] = float64(v)
+	}
+	return b
+}
+
+func randSlice(rng *rand.Rand, n int) []float32 {
+	a := make([]float32, n)
+	for i := range a {
+		a[i] = float32(rng.NormFloat64())
+	}
+	return a
+}
+
+// dot is the scalar loss the layer tests differentiate: sum(y * r).
+func dot(a, b []float64) float64 {
+	var s float64
+	for i := range a {
+		s += a[i] * b[i]
+	}
+	return s
+}
+
+// numGrad returns d f / d v[i] for every i by central differences.
+func numGrad(v []float64, f func() float64) []float64 {
+	g := make([]float64, len(v))
+	const h = 1e-6
+	for i := range v {
+		old := v[i]
+		v[i] = old + h
+		fp := f()
+		v[i] = old - h
+		fm := f()
+		v[i] = old
+		g[i] = (fp - fm) / (2 * h)
+	}
+	return g
+}
+
+func assertClose(t *testing.T, what string, got []float32, want []float64, tol float64) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: length %d, want %d", what, len(got), len(want))
+	}
+	var scale float64
+	for _, v := range want {
+		scale = math.Max(scale, math.Abs(v))
+	}
+	for i := range want {
+		if d := math.Abs(float64(got[i]) - want[i]); d > tol*math.Max(scale, 1) {
+			t.Fatalf("%s[%d] = %v, want %v (|diff| %.3g, scale %.3g)", what, i, got[i], want[i], d, scale)
+		}
+	}
+}
+
+// checkLayer runs layer l forward and backward on random data and compares
+// y with ref(x, params) and every gradient with finite differences of
+// sum(ref(x, params) * r).
+func checkLayer(t *testing.T, spec Spec, in Shape, n int, ref func(x, p []float64) []float64) {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(1, 2))
+	l, err := spec(in, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := randSlice(rng, l.NumParams())
+	g := make([]float32, len(p))
+	l.bind(p, g, n)
+	x := randSlice(rng, n*in.Size())
+	y := make([]float32, n*l.Out().Size())
+	l.forward(x, y, n)
+
+	x64, p64 := to64(x), to64(p)
+	assertClose(t, "forward", y, ref(x64, p64), 1e-5)
+
+	r := to64(randSlice(rng, len(y)))
+	dy := make([]float32, len(y))
+	for i, v := range r {
+		dy[i] = float32(v)
+	}
+	dx := make([]float32, len(x))
+	l.backward(x, y, dy, dx, n)
+	f := func() float64 { return dot(ref(x64, p64), r) }
+	assertClose(t, "dx", dx, numGrad(x64, f), 1e-4)
+	if len(p) > 0 {
+		assertClose(t, "dparams", g, numGrad(p64, f), 1e-4)
+	}
+	// dx == nil (first layer) must still give the parameter gradients.
+	// backward may consume forward's workspace (conv reuses its col buffer
+	// for dcol), so forward runs again first, as in training.
+	clear(g)
+	l.forward(x, y, n)
+	l.backward(x, y, dy, nil, n)
+	if len(p) > 0 {
+		assertClose(t, "dparams without dx", g, numGrad(p64, f), 1e-4)
+	}
+}
+
+func TestConvGradients(t *testing.T) {
+	for _, c := range []struct {
+		in         Shape
+		o, k, s, p int
+	}{
+		{Shape{6, 5, 1}, 3, 3, 1, 1},
+		{Shape{7, 7, 3}, 4, 3, 2, 0},
+		{Shape{5, 6, 2}, 2, 2, 1, 1},
+		{Shape{4, 4, 3}, 5, 1, 1, 0},
+	} {
+		in, o, k, s, p := c.in, c.o, c.k, c.s, c.p
+		checkLayer(t, Conv(o, k, s, p), in, 2, func(x, prm []float64) []float64 {
+			nw := o * k * k * in.C
+			return refConv(x, prm[:nw], prm[nw:], in, o, k, s, p, 2)
+		})
+	}
+}
+
+func TestLinearGradients(t *testing.T) {
+	in := Shape{2, 3, 2}
+	checkLayer(t, FullyConnected(5), in, 3, func(x, p []float64) []float64 {
+		return refLinear(x, p[:5*12], p[5*12:], 12, 5, 3)
+	})
+}
+
+func TestPoolGradients(t *testing.T) {
+	for _, c := range []struct {
+		in   Shape
+		k, s int
+	}{{Shape{4, 6, 3}, 2, 2}, {Shape{5, 5, 2}, 3, 1}, {Shape{7, 7, 1}, 2, 2}} {
+		checkLayer(t, MaxPool(c.k, c.s), c.in, 2, func(x, p []float64) []float64 {
+			return refPool(x, c.in, c.k, c.s, 2)
+		})
+	}
+}
+
+func TestReLUGradients(t *testing.T) {
+	checkLayer(t, Rectifier(), Shape{3, 3, 2}, 2, func(x, p []float64) []float64 { return refReLU(x) })
+}
+
+// TestLossGradient checks the softmax cross-entropy value and its gradient
+// (what Loss leaves for Backward) against finite differences.
+func TestLossGradient(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	const n, k = 4, 10
+	net, err := NewNet(Shape{1, 1, 6}, n, 1, FullyConnected(k))
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(net.Input(), randSlice(rng, n*6))
+	labels := []int32{3, 0, 9, 3}
+	z := net.Forward(n)
+	for i := range z {
+		z[i] *= 20 // large logits: the loss must stay exact
+	}
+	loss, _ := net.Loss(labels)
+	z64 := to64(z)
+	if want := refCE(z64, labels, k); math.Abs(loss-want) > 1e-5*math.Max(1, want) {
+		t.Fatalf("loss %v, want %v", loss, want)
+	}
+	want := numGrad(z64, func() float64 { return refCE(z64, labels, k) })
+	assertClose(t, "dlogits", net.dacts[len(net.Layers)][:n*k], want, 1e-5)
+}
+
+// TestNetGradient checks the whole CNN-shaped stack end to end: analytic
+// parameter gradients of the loss against finite differences of a float64
+// reference of the same network, on a small input.
+func TestNetGradient(t *testing.T) {
+	in := Shape{8, 8, 2}
+	const n = 2
+	net, err := NewNet(in, n, 5,
+		Conv(3, 3, 1, 1), Rectifier(), MaxPool(2, 2),
+		Conv(4, 3, 1, 1), Rectifier(), MaxPool(2, 2),
+		Flatten(), FullyConnected(6), FullyConnected(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(7, 8))
+	copy(net.Input(), randSlice(rng, n*in.Size()))
+	labels := []int32{2, 0}
+	net.Forward(n)
+	net.Loss(labels)
+	net.Backward(nil)
+
+	x := to64(net.Input()[:n*in.Size()])
+	p := to64(net.Params)
+	ref := func() float64 {
+		o := 0
+		take := func(k int) []float64 { s := p[o : o+k]; o += k; return s }
+		h := refConv(x, take(3*9*2), take(3), in, 3, 3, 1, 1, n)
+		h = refPool(refReLU(h), Shape{8, 8, 3}, 2, 2, n)
+		h = refConv(h, take(4*9*3), take(4), Shape{4, 4, 3}, 4, 3, 1, 1, n)
+		h = refPool(refReLU(h), Shape{4, 4, 4}, 2, 2, n)
+		h = refLinear(h, take(6*16), take(6), 16, 6, n)
+		h = refLinear(h, take(3*6), take(3), 6, 3, n)
+		return refCE(h, labels, 3)
+	}
+	assertClose(t, "net gradient", net.Grads, numGrad(p, ref), 1e-3)
+}
+
+func TestReferenceCNNSize(t *testing.T) {
+	net, err := New("cnn", Shape{}, 10, 4, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := len(net.Params); got != 1630090 {
+		t.Errorf("cnn has %d parameters, want 1,630,090 (shared/SEEDS.md)", got)
+	}
+	var w int
+	for _, g := range net.Groups() {
+		if !g.Bias {
+			w += g.Len
+		}
+	}
+	if w != 1629472 {
+		t.Errorf("cnn has %d weights without biases, want 1,629,472", w)
+	}
+	if got := net.MACs(); got != 5449216 {
+		t.Errorf("cnn forward MACs %d, want 5,449,216 (shared/BASELINES.md)", got)
+	}
+	mlp, _ := New("mlp", Shape{}, 10, 4, 1)
+	if got := len(mlp.Params); got != 784*512+512+512*10+10 {
+		t.Errorf("mlp has %d parameters", got)
+	}
+	if _, err := New("resnet", Shape{}, 10, 4, 1); err == nil {
+		t.Error("unknown model accepted")
+	}
+}

@@ -1,0 +1,76 @@
+package mpi
+
+import (
+	"errors"
+	"os"
+	"strconv"
+)
+
+// Comm is the narrow communicator the trainer needs. Collectives block until
+// every rank has called them.
+type Comm interface {
+	// Rank is this process's rank in the job, in [0, Size).
+	Rank() int
+	// Size is the number of ranks in the job.
+	Size() int
+	// LocalRank is this process's rank among the ranks on its node.
+	LocalRank() int
+	// LocalSize is the number of ranks on this process's node.
+	LocalSize() int
+	// Host is the name of the node this rank runs on.
+	Host() string
+
+	// AllreduceSum replaces buf on every rank with the element-wise sum of
+	// buf over all ranks (in place).
+	AllreduceSum(buf []float32) error
+	// AllreduceSum64 is AllreduceSum for float64 (metrics, counters).
+	AllreduceSum64(buf []float64) error
+	// Bcast copies root's buf into buf on every other rank.
+	Bcast(buf []float32, root int) error
+	// BcastBytes is Bcast for bytes.
+	BcastBytes(buf []byte, root int) error
+	// Allgather places every rank's send (all of one length) into recv, rank
+	// r's at recv[r*len(send):]. len(recv) must be Size()*len(send).
+	Allgather(send, recv []byte) error
+	// Barrier returns once every rank has called it.
+	Barrier() error
+	// Abort ends every rank of the job with the exit code. It does not return.
+	Abort(code int)
+	// Close releases the communicator (MPI_Finalize for World).
+	Close() error
+}
+
+// ErrClosed is returned by calls on a closed communicator.
+var ErrClosed = errors.New("mpi: communicator closed")
+
+// Launched reports whether the environment shows that an MPI-aware launcher
+// (mpirun/mpiexec of Open MPI, MPICH/Hydra or PMIx, or srun with a PMI plugin)
+// started this process. Without one, hpctrain runs as a job of one process and
+// does not initialise MPI at all.
+func Launched() bool {
+	for _, k := range []string{"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE", "MPI_LOCALNRANKS"} {
+		if os.Getenv(k) != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// envInt returns the integer value of the first of keys that is set and
+// parses, and whether one did.
+func envInt(keys ...string) (int, bool) {
+	for _, k := range keys {
+		if v, err := strconv.Atoi(os.Getenv(k)); err == nil && os.Getenv(k) != "" {
+			return v, true
+		}
+	}
+	return 0, false
+}
+
+func hostname() string {
+	h, err := os.Hostname()
+	if err != nil {
+		return "unknown-host"
+	}
+	return h
+}

@@ -1,0 +1,144 @@
+package mpi
+
+import (
+	"fmt"
+	"os"
+	"sync"
+)
+
+// Fake is one rank of an in-process job whose ranks are goroutines. It exists
+// for unit tests of code written against Comm; it sums in rank order, so its
+// results are deterministic.
+type Fake struct {
+	rank   int
+	group  *fakeGroup
+	closed bool
+}
+
+type fakeGroup struct {
+	size, perNode int
+	mu            sync.Mutex
+	cond          *sync.Cond
+	arrived, gen  int
+	slots         []any
+	abort         func(code int)
+}
+
+// NewFake returns the n ranks of an in-process job. perNode ranks share each
+// simulated node (0 means all on one node): rank r has local rank r%perNode.
+func NewFake(n, perNode int) []*Fake {
+	if n < 1 {
+		panic("mpi: fake job needs at least one rank")
+	}
+	if perNode <= 0 || perNode > n {
+		perNode = n
+	}
+	g := &fakeGroup{size: n, perNode: perNode, slots: make([]any, n), abort: os.Exit}
+	g.cond = sync.NewCond(&g.mu)
+	ranks := make([]*Fake, n)
+	for r := range ranks {
+		ranks[r] = &Fake{rank: r, group: g}
+	}
+	return ranks
+}
+
+// barrier blocks until all ranks of the group have arrived.
+func (g *fakeGroup) barrier() {
+	g.mu.Lock()
+	gen := g.gen
+	g.arrived++
+	if g.arrived == g.size {
+		g.arrived = 0
+		g.gen++
+		g.cond.Broadcast()
+	} else {
+		for gen == g.gen {
+			g.cond.Wait()
+		}
+	}
+	g.mu.Unlock()
+}
+
+func (f *Fake) Rank() int      { return f.rank }
+func (f *Fake) Size() int      { return f.group.size }
+func (f *Fake) LocalRank() int { return f.rank % f.group.perNode }
+func (f *Fake) LocalSize() int {
+	node := f.rank / f.group.perNode
+	n := f.group.size - node*f.group.perNode
+	return min(n, f.group.perNode)
+}
+func (f *Fake) Host() string { return fmt.Sprintf("fake%d", f.rank/f.group.perNode) }
+
+// exchange publishes v, waits for every rank, runs read (which may look at
+// every rank's slot), waits again so no slot changes while it is read.
+func (f *Fake) exchange(v any, read func(slots []any)) error {
+	if f.closed {
+		return ErrClosed
+	}
+	g := f.group
+	g.slots[f.rank] = v
+	g.barrier()
+	read(g.slots)
+	g.barrier()
+	return nil
+}
+
+func (f *Fake) AllreduceSum(buf []float32) error {
+	sum := make([]float32, len(buf))
+	var err error
+	err = f.exchange(buf, func(s []any) {
+		for _, v := range s {
+			b := v.([]float32)
+			if len(b) != len(buf) {
+				panic("mpi: allreduce buffers of different lengths")
+			}
+			for i, x := range b {
+				sum[i] += x
+			}
+		}
+	})
+	copy(buf, sum)
+	return err
+}
+
+func (f *Fake) AllreduceSum64(buf []float64) error {
+	sum := make([]float64, len(buf))
+	err := f.exchange(buf, func(s []any) {
+		for _, v := range s {
+			for i, x := range v.([]float64) {
+				sum[i] += x
+			}
+		}
+	})
+	copy(buf, sum)
+	return err
+}
+
+func (f *Fake) Bcast(buf []float32, root int) error {
+	tmp := make([]float32, len(buf))
+	err := f.exchange(buf, func(s []any) { copy(tmp, s[root].([]float32)) })
+	copy(buf, tmp)
+	return err
+}
+
+func (f *Fake) BcastBytes(buf []byte, root int) error {
+	tmp := make([]byte, len(buf))
+	err := f.exchange(buf, func(s []any) { copy(tmp, s[root].([]byte)) })
+	copy(buf, tmp)
+	return err
+}
+
+func (f *Fake) Allgather(send, recv []byte) error {
+	if len(recv) != len(send)*f.group.size {
+		panic("mpi: allgather recv length is not size*len(send)")
+	}
+	return f.exchange(send, func(s []any) {
+		for r, v := range s {
+			copy(recv[r*len(send):], v.([]byte))
+		}
+	})
+}
+
+func (f *Fake) Barrier() error { return f.exchange(nil, func([]any) {}) }
+func (f *Fake) Abort(code int) { f.group.abort(code) }
+func (f *Fake) Close() error   { f.closed = true; return nil }

@@ -1,0 +1,167 @@
+package mpi
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"hpctrain/internal/mpitest"
+)
+
+// reporter is what suite needs of a *testing.T; the MPI child process,
+// which runs outside the testing framework, has its own.
+type reporter interface {
+	Errorf(format string, args ...any)
+	Fatalf(format string, args ...any)
+	Fatal(args ...any)
+	Error(args ...any)
+}
+
+// suite checks the Comm contract. Every implementation runs it; under a
+// multi-rank implementation every rank runs it at once.
+func suite(t reporter, c Comm) {
+	n, r := c.Size(), c.Rank()
+	if r < 0 || r >= n {
+		t.Fatalf("rank %d outside [0,%d)", r, n)
+	}
+	if c.LocalRank() < 0 || c.LocalRank() >= c.LocalSize() || c.LocalSize() > n {
+		t.Errorf("local rank %d of %d in a job of %d", c.LocalRank(), c.LocalSize(), n)
+	}
+	if c.Host() == "" {
+		t.Error("empty host name")
+	}
+
+	// Sum: element i on rank r is r+i; the sum is n*i + n(n-1)/2.
+	buf := make([]float32, 1000)
+	for i := range buf {
+		buf[i] = float32(r + i)
+	}
+	if err := c.AllreduceSum(buf); err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range buf {
+		if want := float32(n*i + n*(n-1)/2); v != want {
+			t.Fatalf("rank %d: allreduce[%d] = %v, want %v", r, i, v, want)
+		}
+	}
+	b64 := []float64{float64(r), 1}
+	if err := c.AllreduceSum64(b64); err != nil {
+		t.Fatal(err)
+	}
+	if b64[0] != float64(n*(n-1)/2) || b64[1] != float64(n) {
+		t.Errorf("rank %d: allreduce64 = %v", r, b64)
+	}
+
+	// Broadcast from the last rank.
+	root := n - 1
+	bb := []float32{float32(r), float32(r * 2)}
+	if err := c.Bcast(bb, root); err != nil {
+		t.Fatal(err)
+	}
+	if bb[0] != float32(root) || bb[1] != float32(2*root) {
+		t.Errorf("rank %d: bcast got %v, want root %d's", r, bb, root)
+	}
+	by := []byte{byte(r), 7}
+	if err := c.BcastBytes(by, 0); err != nil {
+		t.Fatal(err)
+	}
+	if by[0] != 0 || by[1] != 7 {
+		t.Errorf("rank %d: bcast bytes got %v", r, by)
+	}
+
+	// Allgather puts rank k's bytes at k*len.
+	recv := make([]byte, 2*n)
+	if err := c.Allgather([]byte{byte(r), byte(r + 100)}, recv); err != nil {
+		t.Fatal(err)
+	}
+	for k := 0; k < n; k++ {
+		if recv[2*k] != byte(k) || recv[2*k+1] != byte(k+100) {
+			t.Errorf("rank %d: allgather slot %d = %v", r, k, recv[2*k:2*k+2])
+		}
+	}
+	if err := c.Barrier(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestSuiteSingle(t *testing.T) {
+	c := NewSingle()
+	suite(t, c)
+	c.Close()
+	if err := c.AllreduceSum(make([]float32, 1)); err != ErrClosed {
+		t.Errorf("after Close: %v, want ErrClosed", err)
+	}
+}
+
+func TestSuiteFake(t *testing.T) {
+	for _, n := range []int{1, 2, 3, 5} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			var wg sync.WaitGroup
+			for _, c := range NewFake(n, 2) {
+				wg.Add(1)
+				go func() { defer wg.Done(); suite(t, c) }()
+			}
+			wg.Wait()
+		})
+	}
+}
+
+func TestFakeLocalRanks(t *testing.T) {
+	ranks := NewFake(5, 2) // nodes: {0,1} {2,3} {4}
+	want := [][2]int{{0, 2}, {1, 2}, {0, 2}, {1, 2}, {0, 1}}
+	for r, c := range ranks {
+		if got := [2]int{c.LocalRank(), c.LocalSize()}; got != want[r] {
+			t.Errorf("rank %d: local %v, want %v", r, got, want[r])
+		}
+	}
+}
+
+// TestMain makes the test binary double as an MPI program: started by
+// TestSuiteWorld under mpirun with HPCTRAIN_MPI_SUITE=1, each rank runs the
+// suite against a real World and exits.
+func TestMain(m *testing.M) {
+	if os.Getenv("HPCTRAIN_MPI_SUITE") != "" {
+		os.Exit(worldChild())
+	}
+	os.Exit(m.Run())
+}
+
+// TestSuiteWorld runs the suite under the real mpirun with 3 ranks.
+func TestSuiteWorld(t *testing.T) {
+	t.Setenv("HPCTRAIN_MPI_SUITE", "1")
+	out := mpitest.Run(t, 60*time.Second, 3, os.Args[0])
+	if got := strings.Count(out, "world suite: ok"); got != 3 {
+		t.Errorf("%d of 3 ranks passed the suite:\n%s", got, out)
+	}
+}
+
+type childReporter struct{ failed bool }
+
+func (c *childReporter) Errorf(f string, a ...any) { c.failed = true; fmt.Printf(f+"\n", a...) }
+func (c *childReporter) Error(a ...any)            { c.failed = true; fmt.Println(a...) }
+func (c *childReporter) Fatalf(f string, a ...any) { fmt.Printf(f+"\n", a...); os.Exit(1) }
+func (c *childReporter) Fatal(a ...any)            { fmt.Println(a...); os.Exit(1) }
+
+func worldChild() int {
+	w, err := Start()
+	if err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	var rep childReporter
+	if w.Size() != 3 || w.LocalSize() != 3 {
+		rep.Errorf("size %d local size %d, want 3 and 3", w.Size(), w.LocalSize())
+	}
+	suite(&rep, w)
+	if err := w.Close(); err != nil {
+		rep.Error(err)
+	}
+	if rep.failed {
+		return 1
+	}
+	fmt.Println("world suite: ok")
+	return 0
+}

@@ -1,0 +1,271 @@
+package mpi
+
+/*
+#cgo pkg-config: ompi
+#include <mpi.h>
+#include <stdlib.h>
+
+// What gompi v0.3.0 does not offer: in-place sums, the node-local split,
+// allgather of bytes, error strings. All act on MPI_COMM_WORLD.
+
+static int hpc_errors_return(void) {
+	return MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+}
+static int hpc_allreduce_f32(void *buf, int n) {
+	return MPI_Allreduce(MPI_IN_PLACE, buf, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+}
+static int hpc_allreduce_f64(void *buf, int n) {
+	return MPI_Allreduce(MPI_IN_PLACE, buf, n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+}
+static int hpc_bcast(void *buf, int n, MPI_Datatype t, int root) {
+	return MPI_Bcast(buf, n, t, root, MPI_COMM_WORLD);
+}
+static int hpc_bcast_f32(void *buf, int n, int root) { return hpc_bcast(buf, n, MPI_FLOAT, root); }
+static int hpc_bcast_bytes(void *buf, int n, int root) { return hpc_bcast(buf, n, MPI_BYTE, root); }
+static int hpc_allgather(void *send, int n, void *recv) {
+	return MPI_Allgather(send, n, MPI_BYTE, recv, n, MPI_BYTE, MPI_COMM_WORLD);
+}
+static int hpc_local(int *rank, int *size) {
+	MPI_Comm local;
+	int rc = MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local);
+	if (rc != MPI_SUCCESS) return rc;
+	MPI_Comm_rank(local, rank);
+	MPI_Comm_size(local, size);
+	return MPI_Comm_free(&local);
+}
+static void hpc_error_string(int code, char *buf) {
+	int n = 0;
+	MPI_Error_string(code, buf, &n);
+	buf[n] = 0;
+}
+static void hpc_abort(int code) { MPI_Abort(MPI_COMM_WORLD, code); }
+*/
+import "C"
+
+import (
+	"fmt"
+	"math"
+	"runtime"
+	"sync"
+	"unsafe"
+
+	gompi "github.com/sbromberger/gompi"
+)
+
+// World is the communicator of a job started by an MPI launcher: every
+// process of MPI_COMM_WORLD. Create it with Start.
+type World struct {
+	rank, size           int
+	localRank, localSize int
+	localFrom            string // where the local rank came from, for -v
+	host                 string
+
+	wc *gompi.Communicator // MPI_COMM_WORLD, used from the MPI thread only
+
+	mu     sync.Mutex // serialises calls: one request in flight
+	req    request
+	in     chan struct{}
+	out    chan struct{}
+	closed bool
+}
+
+type opKind int
+
+const (
+	opAllreduce32 opKind = iota
+	opAllreduce64
+	opBcast32
+	opBcastBytes
+	opAllgather
+	opBarrier
+	opFinalize
+)
+
+// request is the one call in flight; it is reused so that a call allocates
+// nothing.
+type request struct {
+	op   opKind
+	f32  []float32
+	f64  []float64
+	b, r []byte
+	root int
+	err  error
+}
+
+// Error is an error code returned by the MPI library.
+type Error struct {
+	Op   string // the MPI call, e.g. "MPI_Allreduce"
+	Code int
+	Msg  string // the library's own text for Code
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("%s: %s (MPI error %d)", e.Op, e.Msg, e.Code) }
+
+func mpiErr(op string, rc C.int) error {
+	if rc == C.MPI_SUCCESS {
+		return nil
+	}
+	buf := (*C.char)(C.malloc(C.MPI_MAX_ERROR_STRING + 1))
+	defer C.free(unsafe.Pointer(buf))
+	C.hpc_error_string(rc, buf)
+	return &Error{Op: op, Code: int(rc), Msg: C.GoString(buf)}
+}
+
+// Start initialises MPI on a dedicated OS thread and returns the world
+// communicator. Rank and size come from MPI; the local rank from
+// OMPI_COMM_WORLD_LOCAL_RANK/LOCAL_SIZE (Open MPI), MPI_LOCALRANKID/
+// MPI_LOCALNRANKS (MPICH), else MPI_Comm_split_type(MPI_COMM_TYPE_SHARED).
+func Start() (*World, error) {
+	w := &World{in: make(chan struct{}), out: make(chan struct{}), host: hostname()}
+	started := make(chan error)
+	go w.loop(started)
+	if err := <-started; err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// loop owns the MPI thread: it initialises MPI and then serves requests.
+func (w *World) loop(started chan<- error) {
+	runtime.LockOSThread() // never unlocked: MPI stays on this thread.
+	m, err := gompi.Start()
+	if err != nil {
+		started <- fmt.Errorf("MPI_Init: %w", err)
+		return
+	}
+	if err := mpiErr("MPI_Comm_set_errhandler", C.hpc_errors_return()); err != nil {
+		started <- err
+		return
+	}
+	w.rank, w.size = m.WorldRank(), m.WorldSize()
+	w.wc = m.NewCommunicator(nil)
+	lr, okR := envInt("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID")
+	ls, okS := envInt("OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS")
+	if okR && okS {
+		w.localRank, w.localSize, w.localFrom = lr, ls, "launcher environment"
+	} else {
+		var r, s C.int
+		if err := mpiErr("MPI_Comm_split_type", C.hpc_local(&r, &s)); err != nil {
+			started <- err
+			return
+		}
+		w.localRank, w.localSize, w.localFrom = int(r), int(s), "MPI_Comm_split_type"
+	}
+	started <- nil
+	for range w.in {
+		w.serve(m)
+		w.out <- struct{}{}
+		if w.req.op == opFinalize {
+			return
+		}
+	}
+}
+
+// maxCount is the largest element count one MPI call takes (a C int).
+const maxCount = math.MaxInt32
+
+func (w *World) serve(m *gompi.MPI) {
+	q := &w.req
+	switch q.op {
+	case opAllreduce32:
+		for b := q.f32; len(b) > 0 && q.err == nil; {
+			n := min(len(b), maxCount)
+			q.err = mpiErr("MPI_Allreduce", C.hpc_allreduce_f32(unsafe.Pointer(&b[0]), C.int(n)))
+			b = b[n:]
+		}
+	case opAllreduce64:
+		for b := q.f64; len(b) > 0 && q.err == nil; {
+			n := min(len(b), maxCount)
+			q.err = mpiErr("MPI_Allreduce", C.hpc_allreduce_f64(unsafe.Pointer(&b[0]), C.int(n)))
+			b = b[n:]
+		}
+	case opBcast32:
+		for b := q.f32; len(b) > 0 && q.err == nil; {
+			n := min(len(b), maxCount)
+			q.err = mpiErr("MPI_Bcast", C.hpc_bcast_f32(unsafe.Pointer(&b[0]), C.int(n), C.int(q.root)))
+			b = b[n:]
+		}
+	case opBcastBytes:
+		for b := q.b; len(b) > 0 && q.err == nil; {
+			n := min(len(b), maxCount)
+			q.err = mpiErr("MPI_Bcast", C.hpc_bcast_bytes(unsafe.Pointer(&b[0]), C.int(n), C.int(q.root)))
+			b = b[n:]
+		}
+	case opAllgather:
+		if len(q.b) == 0 {
+			return
+		}
+		if len(q.b) > maxCount {
+			q.err = fmt.Errorf("mpi: allgather of %d bytes per rank is over MPI's count limit", len(q.b))
+			return
+		}
+		q.err = mpiErr("MPI_Allgather", C.hpc_allgather(unsafe.Pointer(&q.b[0]), C.int(len(q.b)), unsafe.Pointer(&q.r[0])))
+	case opBarrier:
+		w.wc.Barrier()
+	case opFinalize:
+		m.Stop()
+	}
+}
+
+// call runs the prepared request on the MPI thread and returns its error.
+func (w *World) call(q request) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return ErrClosed
+	}
+	w.req = q
+	w.in <- struct{}{}
+	<-w.out
+	err := w.req.err
+	w.req = request{}
+	if q.op == opFinalize {
+		w.closed = true
+		close(w.in)
+	}
+	return err
+}
+
+func (w *World) Rank() int      { return w.rank }
+func (w *World) Size() int      { return w.size }
+func (w *World) LocalRank() int { return w.localRank }
+func (w *World) LocalSize() int { return w.localSize }
+func (w *World) Host() string   { return w.host }
+
+// LocalSource says where the local rank was read from (for -v output).
+func (w *World) LocalSource() string { return w.localFrom }
+
+func (w *World) AllreduceSum(buf []float32) error {
+	return w.call(request{op: opAllreduce32, f32: buf})
+}
+func (w *World) AllreduceSum64(buf []float64) error {
+	return w.call(request{op: opAllreduce64, f64: buf})
+}
+func (w *World) Bcast(buf []float32, root int) error {
+	w.checkRoot(root)
+	return w.call(request{op: opBcast32, f32: buf, root: root})
+}
+func (w *World) BcastBytes(buf []byte, root int) error {
+	w.checkRoot(root)
+	return w.call(request{op: opBcastBytes, b: buf, root: root})
+}
+func (w *World) Allgather(send, recv []byte) error {
+	if len(recv) != len(send)*w.size {
+		panic("mpi: allgather recv length is not size*len(send)")
+	}
+	return w.call(request{op: opAllgather, b: send, r: recv})
+}
+func (w *World) Barrier() error { return w.call(request{op: opBarrier}) }
+
+// Abort calls MPI_Abort directly from the calling thread, so that it works
+// even while the MPI thread is stuck in a collective.
+func (w *World) Abort(code int) { C.hpc_abort(C.int(code)) }
+
+// Close finalises MPI. The World cannot be used afterwards.
+func (w *World) Close() error { return w.call(request{op: opFinalize}) }
+
+func (w *World) checkRoot(root int) {
+	if root < 0 || root >= w.size {
+		panic("mpi: bcast root out of range")
+	}
+}
