@@ -1,0 +1,234 @@
+package data
+
+import (
+	"bytes"
+	"compress/gzip"
+	"encoding/binary"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// writeIDX writes an IDX file of bytes with the given magic type/dims.
+func writeIDX(t *testing.T, path string, typ byte, dims []int, elems []byte, gz bool) {
+	t.Helper()
+	var b bytes.Buffer
+	b.Write([]byte{0, 0, typ, byte(len(dims))})
+	for _, d := range dims {
+		binary.Write(&b, binary.BigEndian, uint32(d))
+	}
+	b.Write(elems)
+	data := b.Bytes()
+	if gz {
+		var z bytes.Buffer
+		w := gzip.NewWriter(&z)
+		w.Write(data)
+		w.Close()
+		data = z.Bytes()
+	}
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestIDXRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	pix := make([]byte, 3*2*2)
+	for i := range pix {
+		pix[i] = byte(i * 10)
+	}
+	for _, gz := range []bool{false, true} {
+		suffix := ""
+		if gz {
+			suffix = ".gz"
+		}
+		writeIDX(t, filepath.Join(dir, "train-images-idx3-ubyte"+suffix), 8, []int{3, 2, 2}, pix, gz)
+		writeIDX(t, filepath.Join(dir, "train-labels-idx1-ubyte"+suffix), 8, []int{3}, []byte{1, 9, 0}, gz)
+		d, err := LoadMNIST(dir, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Len() != 3 || d.Shape() != (Shape{2, 2, 1}) {
+			t.Fatalf("got %d samples of %v", d.Len(), d.Shape())
+		}
+		buf := make([]byte, 4)
+		if l := d.Sample(1, buf); l != 9 || !bytes.Equal(buf, pix[4:8]) {
+			t.Errorf("sample 1 = %v label %d", buf, l)
+		}
+		os.Remove(filepath.Join(dir, "train-images-idx3-ubyte"+suffix))
+		os.Remove(filepath.Join(dir, "train-labels-idx1-ubyte"+suffix))
+	}
+}
+
+func TestIDXBadInput(t *testing.T) {
+	dir := t.TempDir()
+	p := func(n string) string { return filepath.Join(dir, n) }
+	writeIDX(t, p("good-img"), 8, []int{2, 2, 2}, make([]byte, 8), false)
+	writeIDX(t, p("good-lab"), 8, []int{2}, []byte{0, 1}, false)
+	writeIDX(t, p("three-lab"), 8, []int{3}, []byte{0, 1, 2}, false)
+	writeIDX(t, p("trunc-img"), 8, []int{2, 2, 2}, make([]byte, 5), true)
+	writeIDX(t, p("float-img"), 0x0d, []int{2, 2, 2}, make([]byte, 32), false)
+	writeIDX(t, p("long-img"), 8, []int{2, 2, 2}, make([]byte, 9), false)
+	writeIDX(t, p("bad-label"), 8, []int{2}, []byte{0, 12}, false)
+	os.WriteFile(p("png"), []byte("\x89PNG\r\n\x1a\nxxxxxxxx"), 0o644)
+	os.WriteFile(p("short"), []byte{0, 0}, 0o644)
+	for _, c := range []struct{ img, lab, want string }{
+		{"png", "good-lab", "bad magic number"},
+		{"short", "good-lab", "too short"},
+		{"trunc-img", "good-lab", "truncated: 5 of 8"},
+		{"float-img", "good-lab", "element type"},
+		{"long-img", "good-lab", "more data than"},
+		{"good-img", "three-lab", "has 2 images but"},
+		{"good-img", "bad-label", "label 12"},
+		{"good-lab", "good-lab", "want 3"},
+		{"missing", "good-lab", "no such file"},
+	} {
+		_, err := LoadIDX(p(c.img), p(c.lab))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("LoadIDX(%s, %s) = %v, want error containing %q", c.img, c.lab, err, c.want)
+		}
+	}
+	if _, err := LoadMNIST(dir, false); err == nil || !strings.Contains(err.Error(), "t10k-images-idx3-ubyte") {
+		t.Errorf("missing files: %v", err)
+	}
+}
+
+func TestSamplerShards(t *testing.T) {
+	const n, batch = 103, 4
+	for _, ranks := range []int{1, 2, 3, 5} {
+		samplers := make([]*Sampler, ranks)
+		for r := range samplers {
+			samplers[r] = NewSampler(n, batch, r, ranks, 42)
+		}
+		steps := samplers[0].Steps()
+		if steps != n/(batch*ranks) {
+			t.Fatalf("%d ranks: %d steps", ranks, steps)
+		}
+		for epoch := 1; epoch <= 2; epoch++ {
+			seen := map[int]int{}
+			for _, s := range samplers {
+				s.SetEpoch(epoch)
+			}
+			for step := 0; step < steps; step++ {
+				for r, s := range samplers {
+					for _, i := range s.Batch(step) {
+						if i < 0 || i >= n {
+							t.Fatalf("index %d out of range", i)
+						}
+						if prev, ok := seen[i]; ok {
+							t.Fatalf("%d ranks: sample %d on rank %d and rank %d", ranks, i, prev, r)
+						}
+						seen[i] = r
+					}
+				}
+			}
+			// Union is the epoch less a dropped tail smaller than a global batch.
+			if dropped := n - len(seen); dropped < 0 || dropped >= batch*ranks {
+				t.Errorf("%d ranks: %d samples dropped", ranks, dropped)
+			}
+		}
+	}
+}
+
+// Every rank draws the same order; the order changes with epoch and seed;
+// R ranks with batch B cover exactly one rank's batch R*B.
+func TestSamplerAgreement(t *testing.T) {
+	a, b := NewSampler(60, 5, 0, 2, 7), NewSampler(60, 5, 1, 2, 7)
+	one := NewSampler(60, 10, 0, 1, 7)
+	a.SetEpoch(3)
+	b.SetEpoch(3)
+	one.SetEpoch(3)
+	for step := 0; step < a.Steps(); step++ {
+		got := append(append([]int{}, a.Batch(step)...), b.Batch(step)...)
+		want := one.Batch(step)
+		for i := range want {
+			if got[i] != want[i] {
+				t.Fatalf("step %d: 2x5 batch %v, 1x10 batch %v", step, got, want)
+			}
+		}
+	}
+	first := append([]int{}, a.Batch(0)...)
+	a.SetEpoch(4)
+	if equalInts(first, a.Batch(0)) {
+		t.Error("epoch 4 has epoch 3's order")
+	}
+	c := NewSampler(60, 5, 0, 2, 8)
+	c.SetEpoch(3)
+	if equalInts(first, c.Batch(0)) {
+		t.Error("seed 8 has seed 7's order")
+	}
+}
+
+func equalInts(a, b []int) bool {
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return len(a) == len(b)
+}
+
+func TestShardCoversAll(t *testing.T) {
+	for _, ranks := range []int{1, 3, 7} {
+		next := 0
+		for r := 0; r < ranks; r++ {
+			lo, hi := Shard(10000, r, ranks)
+			if lo != next || hi < lo {
+				t.Fatalf("rank %d shard [%d,%d) after %d", r, lo, hi, next)
+			}
+			next = hi
+		}
+		if next != 10000 {
+			t.Errorf("%d ranks cover %d", ranks, next)
+		}
+	}
+}
+
+func TestBatcher(t *testing.T) {
+	ds, err := NewImages(Shape{1, 2, 2}, 3, []byte{0, 255, 51, 102, 255, 0, 0, 0}, []uint8{2, 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := NewBatcher(ds, []float32{0.5, 0}, []float32{0.5, 1})
+	x := make([]float32, 8)
+	y := make([]int32, 2)
+	b.Fill([]int{1, 0}, x, y)
+	want := []float32{1, 0, -1, 0, -1, 1, -0.6, 0.4}
+	for i := range want {
+		if d := x[i] - want[i]; d > 1e-6 || d < -1e-6 {
+			t.Fatalf("x = %v, want %v", x, want)
+		}
+	}
+	if y[0] != 1 || y[1] != 2 {
+		t.Errorf("labels %v", y)
+	}
+	if a := testing.AllocsPerRun(10, func() { b.Fill([]int{1, 0}, x, y) }); a != 0 {
+		t.Errorf("Fill allocates %v times", a)
+	}
+}
+
+// TestFashionMNIST reads the real data set installed by the Debian package.
+func TestFashionMNIST(t *testing.T) {
+	dir := "/usr/share/datasets/fashion-mnist"
+	tr, err := LoadMNIST(dir, true)
+	if err != nil {
+		t.Fatalf("%v (make test installs dataset-fashion-mnist)", err)
+	}
+	te, err := LoadMNIST(dir, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr.Len() != 60000 || te.Len() != 10000 || tr.Shape() != (Shape{28, 28, 1}) {
+		t.Errorf("train %d test %d shape %v", tr.Len(), te.Len(), tr.Shape())
+	}
+	var counts [10]int
+	for _, l := range te.labels {
+		counts[l]++
+	}
+	for c, n := range counts {
+		if n != 1000 {
+			t.Errorf("test class %d has %d samples, want 1000", c, n)
+		}
+	}
+}

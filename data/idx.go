@@ -1,0 +1,143 @@
+package data
+
+import (
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+)
+
+// IDX is the file format of MNIST and Fashion-MNIST
+// (http://yann.lecun.com/exdb/mnist/): a magic number whose third byte is
+// the element type (0x08: unsigned byte) and fourth the number of
+// dimensions, the dimensions as big-endian uint32, then the elements.
+
+// IDXError describes a malformed IDX file.
+type IDXError struct {
+	Path string
+	Msg  string
+}
+
+func (e *IDXError) Error() string { return e.Path + ": " + e.Msg }
+
+// ReadIDX reads an IDX file of unsigned bytes, gzip-compressed or raw, and
+// returns its dimensions and elements. It checks the magic number, the
+// element type, and that the file holds exactly the elements the dimensions
+// promise.
+func ReadIDX(path string) (dims []int, elems []byte, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer f.Close()
+	var r io.Reader = bufio.NewReaderSize(f, 1<<20)
+	br := r.(*bufio.Reader)
+	if head, _ := br.Peek(2); bytes.Equal(head, []byte{0x1f, 0x8b}) {
+		zr, err := gzip.NewReader(br)
+		if err != nil {
+			return nil, nil, &IDXError{path, "bad gzip header: " + err.Error()}
+		}
+		defer zr.Close()
+		r = zr
+	}
+	var magic [4]byte
+	if _, err := io.ReadFull(r, magic[:]); err != nil {
+		return nil, nil, &IDXError{path, "too short for an IDX header"}
+	}
+	if magic[0] != 0 || magic[1] != 0 {
+		return nil, nil, &IDXError{path, fmt.Sprintf("bad magic number %#08x (not an IDX file)", binary.BigEndian.Uint32(magic[:]))}
+	}
+	if magic[2] != 0x08 {
+		return nil, nil, &IDXError{path, fmt.Sprintf("element type %#02x, want 0x08 (unsigned byte)", magic[2])}
+	}
+	nd := int(magic[3])
+	if nd < 1 || nd > 4 {
+		return nil, nil, &IDXError{path, fmt.Sprintf("%d dimensions, want 1 to 4", nd)}
+	}
+	raw := make([]byte, 4*nd)
+	if _, err := io.ReadFull(r, raw); err != nil {
+		return nil, nil, &IDXError{path, "truncated header"}
+	}
+	n := 1
+	for i := 0; i < nd; i++ {
+		d := int(binary.BigEndian.Uint32(raw[4*i:]))
+		if d < 1 || d > 1<<28 || n > (1<<34)/d {
+			return nil, nil, &IDXError{path, fmt.Sprintf("dimension %d is %d", i, d)}
+		}
+		dims = append(dims, d)
+		n *= d
+	}
+	elems = make([]byte, n)
+	got, err := io.ReadFull(r, elems)
+	if err != nil {
+		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+			return nil, nil, &IDXError{path, fmt.Sprintf("truncated: %d of %d data bytes (dimensions %v)", got, n, dims)}
+		}
+		return nil, nil, &IDXError{path, err.Error()}
+	}
+	if extra, _ := io.Copy(io.Discard, io.LimitReader(r, 1)); extra > 0 {
+		return nil, nil, &IDXError{path, fmt.Sprintf("more data than dimensions %v promise", dims)}
+	}
+	return dims, elems, nil
+}
+
+// LoadIDX reads an image file (N, H, W) and a label file (N) in IDX format
+// into a data set of 10 classes with one channel.
+func LoadIDX(images, labels string) (*Images, error) {
+	dims, pix, err := ReadIDX(images)
+	if err != nil {
+		return nil, err
+	}
+	if len(dims) != 3 {
+		return nil, &IDXError{images, fmt.Sprintf("dimensions %v, want 3 (images, rows, columns)", dims)}
+	}
+	ldims, lab, err := ReadIDX(labels)
+	if err != nil {
+		return nil, err
+	}
+	if len(ldims) != 1 {
+		return nil, &IDXError{labels, fmt.Sprintf("dimensions %v, want 1 (labels)", ldims)}
+	}
+	if ldims[0] != dims[0] {
+		return nil, fmt.Errorf("%s has %d images but %s has %d labels", images, dims[0], labels, ldims[0])
+	}
+	d, err := NewImages(Shape{dims[1], dims[2], 1}, 10, pix, lab)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", labels, err)
+	}
+	return d, nil
+}
+
+// LoadMNIST loads the training or test split of MNIST or Fashion-MNIST from
+// dir, which holds the four files under their usual names
+// (train-images-idx3-ubyte, t10k-labels-idx1-ubyte, ...), each raw or with
+// a .gz suffix.
+func LoadMNIST(dir string, train bool) (*Images, error) {
+	prefix := "t10k"
+	if train {
+		prefix = "train"
+	}
+	find := func(base string) (string, error) {
+		for _, name := range []string{base + ".gz", base} {
+			p := filepath.Join(dir, name)
+			if _, err := os.Stat(p); err == nil {
+				return p, nil
+			}
+		}
+		return "", fmt.Errorf("data dir %s: no %s or %s.gz (install the Debian package dataset-fashion-mnist, or point -data-dir at the files)", dir, base, base)
+	}
+	img, err := find(prefix + "-images-idx3-ubyte")
+	if err != nil {
+		return nil, err
+	}
+	lab, err := find(prefix + "-labels-idx1-ubyte")
+	if err != nil {
+		return nil, err
+	}
+	return LoadIDX(img, lab)
+}

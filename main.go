@@ -1,0 +1,127 @@
+// Command hpctrain trains neural networks data-parallel across CPU cores and
+// machines. Launched by mpirun (or sbatch, or alone), every rank trains a
+// replica of the model on its shard of each batch, and the gradients are
+// summed with MPI all-reduce.
+//
+//	hpctrain train [flags]     train a model (see hpctrain train -h)
+//
+// Errors are printed as one line on stderr, prefixed with rank and host, and
+// the exit code is non-zero: 2 for bad flags or configuration, 1 for
+// failures while running.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"hpctrain/mpi"
+	"hpctrain/train"
+)
+
+const usage = `hpctrain trains neural networks data-parallel under mpirun, sbatch or alone.
+
+Usage:
+  hpctrain <command> [flags]
+
+Commands:
+  train     train a model on Fashion-MNIST (hpctrain train -h for its flags)
+
+Examples:
+  hpctrain train -model cnn -epochs 1
+  mpirun -np 4 --oversubscribe ./hpctrain train -model cnn -epochs 1
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run dispatches a subcommand and turns its error into one line and an exit
+// code.
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprint(stdout, usage)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	var err error
+	switch cmd, rest := args[0], args[1:]; cmd {
+	case "train":
+		err = trainCmd(rest, stdout, stderr)
+	default:
+		err = usageError{fmt.Errorf("unknown command %q (commands: train)", cmd)}
+	}
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	}
+	fmt.Fprintf(stderr, "hpctrain: %s%v\n", where(), err)
+	var ue usageError
+	if errors.As(err, &ue) {
+		return 2
+	}
+	return 1
+}
+
+// usageError marks errors in what the user asked for (exit code 2).
+type usageError struct{ error }
+
+func (e usageError) Unwrap() error { return e.error }
+
+// who is set once the communicator exists, for error prefixes.
+var who string
+
+// where is the "rank R (host): " prefix of error lines; before MPI starts,
+// the rank comes from the launcher's environment if there is one.
+func where() string {
+	if who != "" {
+		return who
+	}
+	if r := os.Getenv("OMPI_COMM_WORLD_RANK"); r != "" {
+		h, _ := os.Hostname()
+		return fmt.Sprintf("rank %s (%s): ", r, h)
+	}
+	return ""
+}
+
+func trainCmd(args []string, stdout, stderr io.Writer) error {
+	cfg, printCfg, err := train.Parse(args, stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err}
+	}
+	if printCfg {
+		return cfg.WriteTOML(stdout)
+	}
+	comm, err := connect()
+	if err != nil {
+		return err
+	}
+	who = fmt.Sprintf("rank %d (%s): ", comm.Rank(), comm.Host())
+	_, err = train.Run(cfg, comm, stdout)
+	if cerr := comm.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// connect returns the job's communicator: MPI when a launcher started us,
+// else a job of one process (no MPI_Init, so the binary runs anywhere).
+func connect() (mpi.Comm, error) {
+	if !mpi.Launched() {
+		return mpi.NewSingle(), nil
+	}
+	w, err := mpi.Start()
+	if err != nil {
+		return nil, fmt.Errorf("starting MPI: %w", err)
+	}
+	return w, nil
+}

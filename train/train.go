@@ -1,0 +1,242 @@
+package train
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"runtime"
+	"time"
+
+	"hpctrain/data"
+	"hpctrain/model"
+	"hpctrain/mpi"
+	"hpctrain/optim"
+)
+
+// Result is what a run reports at the end (and, per epoch, to -metrics).
+type Result struct {
+	Epoch            int     `json:"epoch"`
+	Step             int     `json:"step"`
+	WorldSize        int     `json:"world_size"`
+	ThreadsPerRank   int     `json:"threads_per_rank"`
+	TrainLoss        float64 `json:"train_loss"`
+	TestLoss         float64 `json:"test_loss"`
+	TestAccuracy     float64 `json:"test_accuracy"`
+	SamplesPerSecond float64 `json:"samples_per_second"`
+	TrainSeconds     float64 `json:"train_seconds"`
+	Final            bool    `json:"final,omitempty"`
+}
+
+// Run trains cfg.Model on rank c's shards and prints progress on rank 0 to
+// out. It returns the final result (the same on every rank).
+func Run(cfg Config, c mpi.Comm, out io.Writer) (Result, error) {
+	log := func(format string, a ...any) {
+		if c.Rank() == 0 {
+			fmt.Fprintf(out, format+"\n", a...)
+		}
+	}
+	threads := cfg.Threads
+	if threads == 0 {
+		threads = max(1, runtime.NumCPU()/c.LocalSize())
+	}
+	runtime.GOMAXPROCS(threads)
+
+	// Start-up: every stage ends in an agreement, so a failure on any rank
+	// stops all ranks here instead of hanging them in the loop.
+	if err := agreeConfig(c, &cfg); err != nil {
+		return Result{}, err
+	}
+	trainSet, testSet, err := loadData(cfg)
+	if err = agree(c, "loading data", err); err != nil {
+		return Result{}, err
+	}
+	net, err := model.New(cfg.Model, model.Shape(trainSet.Shape()), trainSet.Classes(), cfg.Batch, cfg.Seed)
+	if err = agree(c, "building the model", err); err != nil {
+		return Result{}, err
+	}
+	opt, err := optim.New(optimConfig(cfg), groups(net), len(net.Params))
+	if err = agree(c, "creating the optimizer", err); err != nil {
+		return Result{}, err
+	}
+	var metrics *os.File
+	if c.Rank() == 0 && cfg.Metrics != "" {
+		metrics, err = os.Create(cfg.Metrics)
+		if err == nil {
+			defer metrics.Close()
+		}
+	}
+	if err = agree(c, "opening the metrics file", err); err != nil {
+		return Result{}, err
+	}
+	// Every replica starts from rank 0's parameters.
+	if err := c.Bcast(net.Params, 0); err != nil {
+		return Result{}, fmt.Errorf("broadcasting initial parameters: %w", err)
+	}
+
+	sampler := data.NewSampler(trainSet.Len(), cfg.Batch, c.Rank(), c.Size(), cfg.Seed)
+	steps := sampler.Steps()
+	if steps == 0 {
+		return Result{}, fmt.Errorf("%d training samples do not fill one global batch of %d x %d ranks; lower -batch or raise -limit", trainSet.Len(), cfg.Batch, c.Size())
+	}
+	log("hpctrain: model %s, %d parameters, %d ranks x %d threads, batch %d per rank (%d global), %d steps per epoch",
+		cfg.Model, len(net.Params), c.Size(), threads, cfg.Batch, cfg.Batch*c.Size(), steps)
+
+	batcher := data.NewBatcher(trainSet, nil, nil)
+	labels := make([]int32, cfg.Batch)
+	inv := 1 / float32(c.Size())
+	prog := newProgress(out, c.Rank() == 0, cfg.Progress, cfg.Epochs*steps, cfg.Batch*c.Size())
+	var res Result
+	var trainTime time.Duration
+	step := 0
+	for epoch := 1; epoch <= cfg.Epochs; epoch++ {
+		sampler.SetEpoch(epoch)
+		start := time.Now()
+		var lossSum float64
+		for s := 0; s < steps; s++ {
+			batcher.Fill(sampler.Batch(s), net.Input(), labels)
+			net.Forward(cfg.Batch)
+			loss, _ := net.Loss(labels)
+			net.Backward(nil)
+			// Sum the gradients of all replicas, then average: every rank
+			// then holds the gradient of the mean loss over the global batch.
+			if err := c.AllreduceSum(net.Grads); err != nil {
+				return res, fmt.Errorf("epoch %d step %d: all-reduce of gradients: %w", epoch, s, err)
+			}
+			scale(net.Grads, inv)
+			opt.Step(net.Params, net.Grads, cfg.LR)
+			lossSum += loss
+			step++
+			prog.update(epoch, s+1, steps, step, loss)
+		}
+		trainTime += time.Since(start)
+
+		// Epoch summary: the mean training loss over all ranks, then the
+		// test set, sharded and reduced.
+		tl := []float64{lossSum}
+		if err := c.AllreduceSum64(tl); err != nil {
+			return res, err
+		}
+		testLoss, acc, err := evaluate(c, net, testSet)
+		if err != nil {
+			return res, err
+		}
+		res = Result{
+			Epoch: epoch, Step: step, WorldSize: c.Size(), ThreadsPerRank: threads,
+			TrainLoss: tl[0] / float64(steps*c.Size()), TestLoss: testLoss, TestAccuracy: acc,
+			SamplesPerSecond: float64(step*cfg.Batch*c.Size()) / trainTime.Seconds(),
+			TrainSeconds:     trainTime.Seconds(),
+		}
+		log("epoch %d/%d: train loss %.4f, test loss %.4f, test accuracy %.2f%%, %.0f samples/s, %.1f s",
+			epoch, cfg.Epochs, res.TrainLoss, res.TestLoss, 100*res.TestAccuracy, res.SamplesPerSecond, res.TrainSeconds)
+		if err := writeMetrics(metrics, res); err != nil {
+			return res, err
+		}
+	}
+	res.Final = true
+	if err := writeMetrics(metrics, res); err != nil {
+		return res, err
+	}
+	log("final: test accuracy %.2f%% after %d epochs (%d steps, %d ranks), %.0f samples/s",
+		100*res.TestAccuracy, res.Epoch, res.Step, res.WorldSize, res.SamplesPerSecond)
+	return res, nil
+}
+
+func loadData(cfg Config) (train, test data.Dataset, err error) {
+	tr, err := data.LoadMNIST(cfg.DataDir, true)
+	if err != nil {
+		return nil, nil, err
+	}
+	te, err := data.LoadMNIST(cfg.DataDir, false)
+	if err != nil {
+		return nil, nil, err
+	}
+	return data.Limit(tr, cfg.Limit), data.Limit(te, cfg.TestLimit), nil
+}
+
+func optimConfig(cfg Config) optim.Config {
+	return optim.Config{Name: cfg.Optimizer, LR: cfg.LR, Momentum: cfg.Momentum, Nesterov: cfg.Nesterov, WeightDecay: cfg.WeightDecay}
+}
+
+// groups maps the model's parameter tensors to the optimizer's groups.
+func groups(net *model.Net) []optim.Group {
+	var gs []optim.Group
+	for _, g := range net.Groups() {
+		gs = append(gs, optim.Group{Name: g.Name, Off: g.Off, Len: g.Len, NoDecay: g.Bias})
+	}
+	return gs
+}
+
+func scale(a []float32, s float32) {
+	for i := range a {
+		a[i] *= s
+	}
+}
+
+// evaluate computes the mean loss and accuracy over the whole test set:
+// each rank takes a contiguous shard, and the sums are reduced.
+func evaluate(c mpi.Comm, net *model.Net, ds data.Dataset) (loss, acc float64, err error) {
+	lo, hi := data.Shard(ds.Len(), c.Rank(), c.Size())
+	b := data.NewBatcher(ds, nil, nil)
+	labels := make([]int32, net.Batch())
+	sums := make([]float64, 3) // loss*n, correct, n
+	for i := lo; i < hi; i += net.Batch() {
+		n := min(net.Batch(), hi-i)
+		b.FillRange(i, i+n, net.Input(), labels)
+		net.Forward(n)
+		l, correct := net.Loss(labels)
+		sums[0] += l * float64(n)
+		sums[1] += float64(correct)
+		sums[2] += float64(n)
+	}
+	if err := c.AllreduceSum64(sums); err != nil {
+		return 0, 0, fmt.Errorf("reducing test results: %w", err)
+	}
+	if sums[2] == 0 {
+		return math.NaN(), 0, errors.New("empty test set")
+	}
+	return sums[0] / sums[2], sums[1] / sums[2], nil
+}
+
+func writeMetrics(f *os.File, r Result) error {
+	if f == nil {
+		return nil
+	}
+	b, _ := json.Marshal(r)
+	if _, err := f.Write(append(b, '\n')); err != nil {
+		return fmt.Errorf("writing metrics: %w", err)
+	}
+	return nil
+}
+
+// progress prints a line every interval on rank 0: epoch, step, loss,
+// throughput and the estimated time left.
+type progress struct {
+	out           io.Writer
+	on            bool
+	every         time.Duration
+	total, global int
+	start, last   time.Time
+}
+
+func newProgress(out io.Writer, on bool, every time.Duration, totalSteps, globalBatch int) *progress {
+	now := time.Now()
+	return &progress{out: out, on: on && every > 0, every: every, total: totalSteps, global: globalBatch, start: now, last: now}
+}
+
+func (p *progress) update(epoch, s, steps, done int, loss float64) {
+	if !p.on {
+		return
+	}
+	now := time.Now()
+	if now.Sub(p.last) < p.every && done != p.total {
+		return
+	}
+	p.last = now
+	el := now.Sub(p.start)
+	rate := float64(done*p.global) / el.Seconds()
+	eta := time.Duration(float64(el) / float64(done) * float64(p.total-done)).Round(time.Second)
+	fmt.Fprintf(p.out, "epoch %d step %d/%d loss %.4f %.0f samples/s ETA %v\n", epoch, s, steps, loss, rate, eta)
+}
