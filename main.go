@@ -17,6 +17,7 @@ import (
 	"io"
 	"os"
 
+	_ "hpctrain/internal/openblas"
 	"hpctrain/mpi"
 	"hpctrain/train"
 )

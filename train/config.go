@@ -21,6 +21,7 @@ import (
 type Config struct {
 	Model       string  `toml:"model" json:"model"`
 	Epochs      int     `toml:"epochs" json:"epochs"`
+	Steps       int     `toml:"steps" json:"steps"`
 	Batch       int     `toml:"batch" json:"batch"`
 	Optimizer   string  `toml:"optimizer" json:"optimizer"`
 	LR          float64 `toml:"lr" json:"lr"`
@@ -52,6 +53,7 @@ func Defaults() Config {
 func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Model, "model", c.Model, "network: cnn (the book's reference CNN) or mlp (784-512-10)")
 	fs.IntVar(&c.Epochs, "epochs", c.Epochs, "passes over the training set (>= 1)")
+	fs.IntVar(&c.Steps, "steps", c.Steps, "stop after `N` steps in all, wherever that falls in an epoch (0: run every epoch)")
 	fs.IntVar(&c.Batch, "batch", c.Batch, "samples per step `per rank`; the global batch is batch x ranks")
 	fs.StringVar(&c.Optimizer, "optimizer", c.Optimizer, "optimizer: sgd")
 	fs.Float64Var(&c.LR, "lr", c.LR, "learning rate (>= 0)")
@@ -138,6 +140,8 @@ func (c *Config) Validate() error {
 	switch {
 	case c.Epochs < 1:
 		return bad("epochs", c.Epochs, ">= 1")
+	case c.Steps < 0:
+		return bad("steps", c.Steps, ">= 0 (0: no limit)")
 	case c.Batch < 1:
 		return bad("batch", c.Batch, ">= 1")
 	case c.LR < 0 || c.LR != c.LR:

@@ -28,6 +28,9 @@ type Result struct {
 	SamplesPerSecond float64 `json:"samples_per_second"`
 	TrainSeconds     float64 `json:"train_seconds"`
 	Final            bool    `json:"final,omitempty"`
+
+	// Params are the final parameters (the same on every rank).
+	Params []float32 `json:"-"`
 }
 
 // Run trains cfg.Model on rank c's shards and prints progress on rank 0 to
@@ -87,15 +90,20 @@ func Run(cfg Config, c mpi.Comm, out io.Writer) (Result, error) {
 	batcher := data.NewBatcher(trainSet, nil, nil)
 	labels := make([]int32, cfg.Batch)
 	inv := 1 / float32(c.Size())
-	prog := newProgress(out, c.Rank() == 0, cfg.Progress, cfg.Epochs*steps, cfg.Batch*c.Size())
+	total := cfg.Epochs * steps
+	if cfg.Steps > 0 {
+		total = min(total, cfg.Steps)
+	}
+	prog := newProgress(out, c.Rank() == 0, cfg.Progress, total, cfg.Batch*c.Size())
 	var res Result
 	var trainTime time.Duration
 	step := 0
-	for epoch := 1; epoch <= cfg.Epochs; epoch++ {
+	for epoch := 1; epoch <= cfg.Epochs && !(cfg.Steps > 0 && step >= cfg.Steps); epoch++ {
 		sampler.SetEpoch(epoch)
 		start := time.Now()
 		var lossSum float64
-		for s := 0; s < steps; s++ {
+		first := step
+		for s := 0; s < steps && !(cfg.Steps > 0 && step >= cfg.Steps); s++ {
 			batcher.Fill(sampler.Batch(s), net.Input(), labels)
 			net.Forward(cfg.Batch)
 			loss, _ := net.Loss(labels)
@@ -125,7 +133,7 @@ func Run(cfg Config, c mpi.Comm, out io.Writer) (Result, error) {
 		}
 		res = Result{
 			Epoch: epoch, Step: step, WorldSize: c.Size(), ThreadsPerRank: threads,
-			TrainLoss: tl[0] / float64(steps*c.Size()), TestLoss: testLoss, TestAccuracy: acc,
+			TrainLoss: tl[0] / float64((step-first)*c.Size()), TestLoss: testLoss, TestAccuracy: acc,
 			SamplesPerSecond: float64(step*cfg.Batch*c.Size()) / trainTime.Seconds(),
 			TrainSeconds:     trainTime.Seconds(),
 		}
@@ -136,6 +144,7 @@ func Run(cfg Config, c mpi.Comm, out io.Writer) (Result, error) {
 		}
 	}
 	res.Final = true
+	res.Params = net.Params
 	if err := writeMetrics(metrics, res); err != nil {
 		return res, err
 	}

@@ -1,0 +1,33 @@
+# hpctrain: two commands on a fresh machine.
+#   make demo   installs what is missing, builds, trains the CNN with 2 ranks
+#   make test   installs what is missing, builds, runs every test
+export GOTOOLCHAIN := auto
+SHELL := /bin/bash
+
+GO ?= go
+NP ?= 2
+DEMO_ARGS ?= -model cnn -epochs 1 -batch 64 -lr 0.01 -momentum 0.9 -metrics out/demo.jsonl
+
+.PHONY: all setup build demo test vet bench clean
+all: build
+
+setup:
+	scripts/setup.sh
+
+build: setup
+	$(GO) build -o hpctrain .
+
+demo: build
+	@mkdir -p out
+	scripts/mpirun.sh -np $(NP) ./hpctrain train $(DEMO_ARGS)
+
+vet:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
+	$(GO) vet ./...
+
+test: build vet
+	$(GO) test -count=1 -timeout 40m ./...
+	$(GO) test -count=1 -tags purego ./internal/openblas ./model
+
+clean:
+	rm -rf hpctrain out

@@ -1,0 +1,233 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"hpctrain/internal/mpitest"
+)
+
+// bin is the hpctrain binary built once for these tests.
+var bin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "hpctrain-test")
+	if err != nil {
+		panic(err)
+	}
+	bin = filepath.Join(dir, "hpctrain")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building hpctrain: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// result is what one run printed and how it ended.
+type result struct {
+	out  string
+	code int
+}
+
+// hpctrain runs the binary alone (np == 0) or under mpirun with np ranks,
+// failing the test if it does not end within timeout (a hang).
+func hpctrain(t *testing.T, np int, timeout time.Duration, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var cmd *exec.Cmd
+	if np == 0 {
+		cmd = exec.CommandContext(ctx, bin, args...)
+	} else {
+		cmd = mpitest.Command(ctx, np, bin, args...)
+	}
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("hpctrain %v (np %d) did not end within %v (hang):\n%s", args, np, timeout, out)
+	}
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return result{string(out), code}
+}
+
+func TestHelp(t *testing.T) {
+	r := hpctrain(t, 0, 10*time.Second, "-h")
+	if r.code != 0 || !strings.Contains(r.out, "train") {
+		t.Errorf("hpctrain -h: code %d\n%s", r.code, r.out)
+	}
+	r = hpctrain(t, 0, 10*time.Second, "train", "-h")
+	for _, f := range []string{"-config", "-model", "-epochs", "-batch", "-lr", "-momentum", "-optimizer", "-seed", "-data-dir", "-limit", "-threads", "-metrics", "-print-config"} {
+		if !strings.Contains(r.out, "  "+f+" ") && !strings.Contains(r.out, "  "+f+"\n") {
+			t.Errorf("train -h does not explain %s", f)
+		}
+	}
+	if r.code != 0 {
+		t.Errorf("train -h exit code %d", r.code)
+	}
+	r = hpctrain(t, 0, 10*time.Second, "train", "-print-config", "-lr", "0.5")
+	if r.code != 0 || !strings.Contains(r.out, "lr = 0.5") {
+		t.Errorf("-print-config: code %d\n%s", r.code, r.out)
+	}
+}
+
+// TestSingleProcess trains without a launcher: world size 1.
+func TestSingleProcess(t *testing.T) {
+	m := filepath.Join(t.TempDir(), "m.jsonl")
+	r := hpctrain(t, 0, 2*time.Minute, "train", "-model", "mlp", "-epochs", "2", "-limit", "3200", "-test-limit", "1000", "-metrics", m)
+	if r.code != 0 {
+		t.Fatalf("code %d\n%s", r.code, r.out)
+	}
+	recs := readMetrics(t, m)
+	if len(recs) != 3 || recs[2]["final"] != true || recs[2]["world_size"].(float64) != 1 || recs[1]["epoch"].(float64) != 2 {
+		t.Errorf("metrics %v", recs)
+	}
+	for _, k := range []string{"epoch", "step", "world_size", "threads_per_rank", "train_loss", "test_accuracy", "samples_per_second", "train_seconds"} {
+		if _, ok := recs[2][k]; !ok {
+			t.Errorf("metrics lack %s", k)
+		}
+	}
+}
+
+func readMetrics(t *testing.T, path string) []map[string]any {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var recs []map[string]any
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var m map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		recs = append(recs, m)
+	}
+	return recs
+}
+
+// TestBadInput: each kind of bad input gives one clear error line per rank,
+// a non-zero exit, no panic trace and no hang, under mpirun with 2 ranks.
+func TestBadInput(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name string, b []byte) string {
+		p := filepath.Join(dir, name)
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	real := "/usr/share/datasets/fashion-mnist/"
+	copyFile := func(dst, src string) {
+		b, err := os.ReadFile(real + src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		write(dst, b)
+	}
+	// A data dir whose training images are not IDX, and one whose labels are
+	// truncated.
+	for _, f := range []string{"train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"} {
+		copyFile("badmagic/"+f, f)
+	}
+	write("badmagic/train-images-idx3-ubyte", []byte("this is not an IDX file at all"))
+	lab, _ := os.ReadFile(real + "t10k-labels-idx1-ubyte.gz")
+	copyFile("trunc/t10k-images-idx3-ubyte.gz", "t10k-images-idx3-ubyte.gz")
+	copyFile("trunc/train-images-idx3-ubyte.gz", "train-images-idx3-ubyte.gz")
+	copyFile("trunc/train-labels-idx1-ubyte.gz", "train-labels-idx1-ubyte.gz")
+	write("trunc/t10k-labels-idx1-ubyte.gz", lab[:len(lab)/2])
+	bad := write("bad.toml", []byte("model = \"cnn\"\nlr = [oops\n"))
+
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-data-dir", filepath.Join(dir, "nowhere")}, "no train-images-idx3-ubyte"},
+		{[]string{"-data-dir", filepath.Join(dir, "badmagic")}, "bad magic number"},
+		{[]string{"-data-dir", filepath.Join(dir, "trunc")}, "t10k-labels-idx1-ubyte.gz"},
+		{[]string{"-model", "resnet"}, `unknown model "resnet"`},
+		{[]string{"-optimizer", "sgdx"}, `unknown optimizer "sgdx"`},
+		{[]string{"-config", bad}, "line 2"},
+		{[]string{"-batch", "0"}, "batch = 0"},
+		{[]string{"-lr", "-0.1"}, "lr = -0.1"},
+		{[]string{"-epochs", "0"}, "epochs = 0"},
+		{[]string{"-limit", "10", "-batch", "64"}, "do not fill one global batch"},
+	} {
+		t.Run(c.want, func(t *testing.T) {
+			r := hpctrain(t, 2, time.Minute, append([]string{"train", "-limit", "640"}, c.args...)...)
+			if r.code == 0 {
+				t.Fatalf("exit code 0\n%s", r.out)
+			}
+			if strings.Contains(r.out, "goroutine ") || strings.Contains(r.out, "panic:") {
+				t.Fatalf("panic trace:\n%s", r.out)
+			}
+			var lines []string
+			for _, l := range strings.Split(r.out, "\n") {
+				if strings.HasPrefix(l, "hpctrain: rank ") {
+					lines = append(lines, l)
+				}
+			}
+			if len(lines) != 2 {
+				t.Fatalf("%d error lines, want one per rank:\n%s", len(lines), r.out)
+			}
+			if !strings.Contains(lines[0]+lines[1], c.want) {
+				t.Errorf("no rank says %q:\n%s", c.want, r.out)
+			}
+		})
+	}
+}
+
+// TestConfigMismatch starts two ranks with different learning rates (MPMD):
+// both stop with a message naming the odd rank instead of training apart.
+func TestConfigMismatch(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "mpirun", "--oversubscribe", "--bind-to", "none",
+		"-np", "1", bin, "train", "-model", "mlp", "-limit", "640", "-lr", "0.01", ":",
+		"-np", "1", bin, "train", "-model", "mlp", "-limit", "640", "-lr", "0.02")
+	cmd.Env = mpitest.Env()
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil || err == nil {
+		t.Fatalf("err %v ctx %v\n%s", err, ctx.Err(), out)
+	}
+	if n := strings.Count(string(out), "configuration differs from rank 0's"); n != 2 || !strings.Contains(string(out), "rank 1 has") {
+		t.Errorf("want both ranks to name rank 1:\n%s", out)
+	}
+}
+
+// TestAccuracyBar: 2 ranks, per-rank batch 64, SGD lr 0.01 momentum 0.9,
+// one epoch of all 60,000 images reaches >= 80% test accuracy (PyTorch with
+// the same recipe: 82.2%, shared/BASELINES.md).
+func TestAccuracyBar(t *testing.T) {
+	m := filepath.Join(t.TempDir(), "m.jsonl")
+	r := hpctrain(t, 2, 10*time.Minute, "train", "-model", "cnn", "-epochs", "1", "-batch", "64", "-lr", "0.01", "-momentum", "0.9", "-threads", "1", "-metrics", m, "-progress", "20s")
+	if r.code != 0 {
+		t.Fatalf("code %d\n%s", r.code, r.out)
+	}
+	recs := readMetrics(t, m)
+	last := recs[len(recs)-1]
+	acc := last["test_accuracy"].(float64)
+	t.Logf("2 ranks, 1 epoch: test accuracy %.2f%%, %.0f samples/s", 100*acc, last["samples_per_second"].(float64))
+	if acc < 0.80 {
+		t.Errorf("test accuracy %.4f < 0.80\n%s", acc, r.out)
+	}
+	if last["world_size"].(float64) != 2 || last["step"].(float64) != 468 {
+		t.Errorf("final record %v", last)
+	}
+}

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# mpirun with what this kind of machine needs: permission to run as root
+# (only when uid is 0), --oversubscribe (more ranks than cores is fine for
+# tests) and --bind-to none (hpctrain places its own threads).
+#   scripts/mpirun.sh -np 2 ./hpctrain train -epochs 1
+if [ "$(id -u)" -eq 0 ]; then
+	export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+fi
+exec mpirun --oversubscribe --bind-to none "$@"
