@@ -14,13 +14,18 @@ import (
 // The backward pass reuses the col buffer: dW = dy^T col, then
 // dcol = dy W overwrites col, and col2im scatters dcol into dx.
 type Conv2D struct {
-	name      string
-	in, out   Shape
-	k, s, p   int
-	w, b      []float32 // (O, K, K, C), (O)
-	dw, db    []float32
-	col       []float32 // (N*Ho*Wo, K*K*C) workspace
-	kkc, hwo  int
+	name    string
+	in, out Shape
+	k, s, p int
+	kkc     int       // K*K*C: one row of col
+	hwo     int       // Ho*Wo: rows of col per sample
+	w, b    []float32 // (O, K, K, C), (O)
+	dw, db  []float32
+	col     []float32 // (N*Ho*Wo, K*K*C) workspace
+
+	x                      *exec
+	cur, dcur              []float32 // the batch's x or dx, for the tasks
+	im2colTask, col2imTask samples
 }
 
 // Conv returns the Spec of a convolution with o output channels, a k x k
@@ -46,11 +51,13 @@ func (l *Conv2D) Out() Shape     { return l.out }
 func (l *Conv2D) NumParams() int { return l.out.C*l.kkc + l.out.C }
 func (l *Conv2D) MACs() int      { return l.hwo * l.out.C * l.kkc }
 
-func (l *Conv2D) bind(p, g []float32, n int) {
+func (l *Conv2D) bind(p, g []float32, n int, x *exec) {
 	nw := l.out.C * l.kkc
 	l.w, l.b = p[:nw], p[nw:nw+l.out.C]
 	l.dw, l.db = g[:nw], g[nw:nw+l.out.C]
 	l.col = make([]float32, n*l.hwo*l.kkc)
+	l.x = x
+	l.im2colTask, l.col2imTask = l.im2col, l.col2im
 }
 
 func (l *Conv2D) initParams(rng *rand.Rand) {
@@ -61,31 +68,34 @@ func (l *Conv2D) initParams(rng *rand.Rand) {
 // forward: x (N, H, W, C), y (N, Ho, Wo, O).
 func (l *Conv2D) forward(x, y []float32, n int) {
 	m, o := n*l.hwo, l.out.C
-	l.im2col(x, n)
+	l.cur = x
+	l.x.par.Run(n, l.im2colTask)
 	for i := 0; i < m; i++ {
 		copy(y[i*o:(i+1)*o], l.b)
 	}
-	gemm(noT, tr, m, o, l.kkc, 1, l.col, l.kkc, l.w, l.kkc, 1, y, o)
+	l.x.gemm(noT, tr, m, o, l.kkc, 1, l.col, l.kkc, l.w, l.kkc, 1, y, o)
 }
 
 func (l *Conv2D) backward(x, y, dy, dx []float32, n int) {
 	m, o := n*l.hwo, l.out.C
 	// col still holds im2col(x) from forward.
-	gemm(tr, noT, o, l.kkc, m, 1, dy, o, l.col, l.kkc, 0, l.dw, l.kkc)
+	l.x.gemm(tr, noT, o, l.kkc, m, 1, dy, o, l.col, l.kkc, 0, l.dw, l.kkc)
 	colSums(l.db, dy, m, o)
 	if dx == nil {
 		return
 	}
-	gemm(noT, noT, m, l.kkc, o, 1, dy, o, l.w, l.kkc, 0, l.col, l.kkc)
-	l.col2im(dx, n)
+	l.x.gemm(noT, noT, m, l.kkc, o, 1, dy, o, l.w, l.kkc, 0, l.col, l.kkc)
+	l.dcur = dx
+	l.x.par.Run(n, l.col2imTask)
 }
 
-// im2col copies every receptive field of x into a row of col, in (kh, kw, c)
-// order, zeros where the field hangs over the padding.
-func (l *Conv2D) im2col(x []float32, n int) {
-	in, c := l.in, l.in.C
-	for i := 0; i < n; i++ {
-		xs := x[i*in.Size() : (i+1)*in.Size()]
+// im2col copies every receptive field of samples [lo, hi) of l.cur into a
+// row of col, in (kh, kw, c) order, zeros where the field hangs over the
+// padding.
+func (l *Conv2D) im2col(lo, hi int) {
+	in, c, size := l.in, l.in.C, l.in.Size()
+	for i := lo; i < hi; i++ {
+		xs := l.cur[i*size : (i+1)*size]
 		for oh := 0; oh < l.out.H; oh++ {
 			for ow := 0; ow < l.out.W; ow++ {
 				row := l.col[((i*l.out.H+oh)*l.out.W+ow)*l.kkc:][:l.kkc]
@@ -96,8 +106,14 @@ func (l *Conv2D) im2col(x []float32, n int) {
 						clear(seg)
 						continue
 					}
+					iw0 := ow*l.s - l.p
+					if iw0 >= 0 && iw0+l.k <= in.W {
+						// The whole kernel row is inside: one contiguous copy.
+						copy(seg, xs[(ih*in.W+iw0)*c:])
+						continue
+					}
 					for kw := 0; kw < l.k; kw++ {
-						iw := ow*l.s - l.p + kw
+						iw := iw0 + kw
 						dst := seg[kw*c : (kw+1)*c]
 						if iw < 0 || iw >= in.W {
 							clear(dst)
@@ -112,12 +128,12 @@ func (l *Conv2D) im2col(x []float32, n int) {
 }
 
 // col2im is the adjoint of im2col: it adds every row of col back onto the
-// input positions it was copied from.
-func (l *Conv2D) col2im(dx []float32, n int) {
-	in, c := l.in, l.in.C
-	clear(dx[:n*in.Size()])
-	for i := 0; i < n; i++ {
-		xs := dx[i*in.Size() : (i+1)*in.Size()]
+// input positions of samples [lo, hi) of l.dcur it was copied from.
+func (l *Conv2D) col2im(lo, hi int) {
+	in, c, size := l.in, l.in.C, l.in.Size()
+	clear(l.dcur[lo*size : hi*size])
+	for i := lo; i < hi; i++ {
+		xs := l.dcur[i*size : (i+1)*size]
 		for oh := 0; oh < l.out.H; oh++ {
 			for ow := 0; ow < l.out.W; ow++ {
 				row := l.col[((i*l.out.H+oh)*l.out.W+ow)*l.kkc:][:l.kkc]
@@ -126,8 +142,17 @@ func (l *Conv2D) col2im(dx []float32, n int) {
 					if ih < 0 || ih >= in.H {
 						continue
 					}
+					iw0 := ow*l.s - l.p
+					if iw0 >= 0 && iw0+l.k <= in.W {
+						src := row[kh*l.k*c : (kh+1)*l.k*c]
+						dst := xs[(ih*in.W+iw0)*c:][:len(src)]
+						for j, v := range src {
+							dst[j] += v
+						}
+						continue
+					}
 					for kw := 0; kw < l.k; kw++ {
-						iw := ow*l.s - l.p + kw
+						iw := iw0 + kw
 						if iw < 0 || iw >= in.W {
 							continue
 						}

@@ -168,7 +168,7 @@ func checkLayer(t *testing.T, spec Spec, in Shape, n int, ref func(x, p []float6
 	}
 	p := randSlice(rng, l.NumParams())
 	g := make([]float32, len(p))
-	l.bind(p, g, n)
+	l.bind(p, g, n, &exec{par: Serial{}})
 	x := randSlice(rng, n*in.Size())
 	y := make([]float32, n*l.Out().Size())
 	l.forward(x, y, n)

@@ -28,8 +28,9 @@ type Layer interface {
 	MACs() int
 
 	// bind gives the layer its views into the flat parameter and gradient
-	// buffers and sizes its workspace for batches of up to n samples.
-	bind(params, grads []float32, n int)
+	// buffers, sizes its workspace for batches of up to n samples, and hands
+	// it the exec its work runs on.
+	bind(params, grads []float32, n int, x *exec)
 	// initParams fills the layer's parameters (He initialisation).
 	initParams(rng *rand.Rand)
 	// forward computes y from x for n samples.

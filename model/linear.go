@@ -7,10 +7,11 @@ import (
 
 // Linear is a fully connected layer: y = x W^T + b.
 type Linear struct {
-	name  string
-	in, o int
-	w, b  []float32 // (O, I), (O)
+	name   string
+	in, o  int
+	w, b   []float32 // (O, I), (O)
 	dw, db []float32
+	x      *exec
 }
 
 // FullyConnected returns the Spec of a linear layer with o outputs. Its input
@@ -29,7 +30,8 @@ func (l *Linear) Out() Shape     { return Shape{1, 1, l.o} }
 func (l *Linear) NumParams() int { return l.o*l.in + l.o }
 func (l *Linear) MACs() int      { return l.o * l.in }
 
-func (l *Linear) bind(p, g []float32, n int) {
+func (l *Linear) bind(p, g []float32, n int, x *exec) {
+	l.x = x
 	nw := l.o * l.in
 	l.w, l.b = p[:nw], p[nw:nw+l.o]
 	l.dw, l.db = g[:nw], g[nw:nw+l.o]
@@ -45,15 +47,15 @@ func (l *Linear) forward(x, y []float32, n int) {
 	for i := 0; i < n; i++ {
 		copy(y[i*l.o:(i+1)*l.o], l.b)
 	}
-	gemm(noT, tr, n, l.o, l.in, 1, x, l.in, l.w, l.in, 1, y, l.o)
+	l.x.gemm(noT, tr, n, l.o, l.in, 1, x, l.in, l.w, l.in, 1, y, l.o)
 }
 
 // backward: dW = dy^T x, db = column sums of dy, dx = dy W.
 func (l *Linear) backward(x, y, dy, dx []float32, n int) {
-	gemm(tr, noT, l.o, l.in, n, 1, dy, l.o, x, l.in, 0, l.dw, l.in)
+	l.x.gemm(tr, noT, l.o, l.in, n, 1, dy, l.o, x, l.in, 0, l.dw, l.in)
 	colSums(l.db, dy, n, l.o)
 	if dx != nil {
-		gemm(noT, noT, n, l.in, l.o, 1, dy, l.o, l.w, l.in, 0, dx, l.in)
+		l.x.gemm(noT, noT, n, l.in, l.o, 1, dy, l.o, l.w, l.in, 0, dx, l.in)
 	}
 }
 

@@ -25,7 +25,7 @@ func (l *Flat) Name() string                           { return l.name }
 func (l *Flat) Out() Shape                             { return l.out }
 func (l *Flat) NumParams() int                         { return 0 }
 func (l *Flat) MACs() int                              { return 0 }
-func (l *Flat) bind(p, g []float32, n int)             {}
+func (l *Flat) bind(p, g []float32, n int, x *exec)    {}
 func (l *Flat) initParams(rng *rand.Rand)              {}
 func (l *Flat) forward(x, y []float32, n int)          {}
 func (l *Flat) backward(x, y, dy, dx []float32, n int) {}
@@ -45,6 +45,7 @@ type Net struct {
 	dacts [][]float32 // gradients of acts; dacts[0] is unused
 	probs []float32   // (N, Classes) softmax of the last forward
 	n     int         // batch of the last forward
+	x     exec        // workers and reusable tasks shared by the layers
 }
 
 // GradHook is told during Backward that the gradients from off to the end
@@ -61,7 +62,7 @@ func NewNet(in Shape, batch int, seed uint64, specs ...Spec) (*Net, error) {
 	if batch < 1 {
 		return nil, fmt.Errorf("model: batch %d < 1", batch)
 	}
-	n := &Net{In: in, batch: batch}
+	n := &Net{In: in, batch: batch, x: exec{par: Serial{}}}
 	shape := in
 	counts := map[string]int{}
 	total := 0
@@ -93,7 +94,7 @@ func NewNet(in Shape, batch int, seed uint64, specs ...Spec) (*Net, error) {
 	for i, l := range n.Layers {
 		p := n.Params[n.offsets[i] : n.offsets[i]+l.NumParams()]
 		g := n.Grads[n.offsets[i] : n.offsets[i]+l.NumParams()]
-		l.bind(p, g, batch)
+		l.bind(p, g, batch, &n.x)
 		if _, ok := l.(*Flat); ok {
 			n.acts = append(n.acts, n.acts[i])
 			n.dacts = append(n.dacts, n.dacts[i])
@@ -131,6 +132,10 @@ func (n *Net) Init(seed uint64) {
 		l.initParams(rng)
 	}
 }
+
+// SetParallel makes the network run its work on p's workers (Serial{}
+// until called). The results do not depend on the number of workers.
+func (n *Net) SetParallel(p Parallel) { n.x.par = p }
 
 // Batch is the largest batch the network was built for.
 func (n *Net) Batch() int { return n.batch }

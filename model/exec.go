@@ -1,0 +1,64 @@
+package model
+
+import "gonum.org/v1/gonum/blas"
+
+// exec is what every layer of a Net shares to run its work: the Parallel of
+// the rank's workers and reusable task values, so that a step allocates
+// nothing. Layers run one after another, so one of each task suffices.
+type exec struct {
+	par Parallel
+	gt  gemmTask
+}
+
+// gemmTask computes C = alpha*op(A)*op(B) + beta*C split over workers,
+// each worker calling the single-threaded BLAS on a block of C: rows of C
+// when M is the longer side, else columns. No worker shares output, so the
+// result does not depend on the number of workers.
+type gemmTask struct {
+	tA, tB      blas.Transpose
+	m, n, k     int
+	alpha, beta float32
+	a, b, c     []float32
+	lda, ldb    int
+	ldc         int
+	byRows      bool
+}
+
+// gemm runs C = alpha*op(A)*op(B) + beta*C (row major) on the workers.
+func (x *exec) gemm(tA, tB blas.Transpose, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	g := &x.gt
+	*g = gemmTask{tA: tA, tB: tB, m: m, n: n, k: k, alpha: alpha, beta: beta, a: a, b: b, c: c, lda: lda, ldb: ldb, ldc: ldc, byRows: m >= n}
+	if x.par.Workers() == 1 {
+		gemm(tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		return
+	}
+	if g.byRows {
+		x.par.Run(m, g)
+	} else {
+		x.par.Run(n, g)
+	}
+	*g = gemmTask{} // drop references to the buffers
+}
+
+// Run computes rows (or columns) [lo, hi) of C.
+func (g *gemmTask) Run(w, lo, hi int) {
+	if g.byRows {
+		a := g.a[lo*g.lda:] // A is (M, K): its rows lo.. start at lo*lda
+		if g.tA != blas.NoTrans {
+			a = g.a[lo:] // A is stored (K, M): columns lo..
+		}
+		gemm(g.tA, g.tB, hi-lo, g.n, g.k, g.alpha, a, g.lda, g.b, g.ldb, g.beta, g.c[lo*g.ldc:], g.ldc)
+		return
+	}
+	b := g.b[lo:] // B is (K, N): columns lo..
+	if g.tB != blas.NoTrans {
+		b = g.b[lo*g.ldb:] // B is stored (N, K): rows lo..
+	}
+	gemm(g.tA, g.tB, g.m, hi-lo, g.k, g.alpha, g.a, g.lda, b, g.ldb, g.beta, g.c[lo:], g.ldc)
+}
+
+// samples is a Task over the samples of a batch, calling fn(lo, hi); layers
+// keep one per kernel, made once from a method value.
+type samples func(lo, hi int)
+
+func (f samples) Run(w, lo, hi int) { f(lo, hi) }
