@@ -1,10 +1,33 @@
 // Package optim updates a network's flat parameter buffer from its flat
 // gradient buffer: the optimizers taught in the course (SGD with momentum and
-// Nesterov, and the adaptive family) and learning-rate schedules.
+// Nesterov, and the adaptive family), the large-batch layer-wise methods
+// (LARS, LAMB) and learning-rate schedules.
 //
 // Every optimizer works on the whole flat buffers at once, with Groups
 // describing the tensors inside them for methods that treat tensors
 // differently (no weight decay on biases, layer-wise trust ratios).
 //
-// Non-goals: computing gradients, communication, knowing any layer type.
+// New(c, groups, n) builds the optimizer c.Name (Names lists them); each
+// type's doc comment gives its update formula and source. Zero or nil
+// Config fields select PyTorch's defaults (see Config and WithDefaults).
+// Step(params, grads, lr) takes the current learning rate, which the
+// training loop gets from a Schedule (NewSchedule, ScaleLR).
+//
+// # Invariants
+//   - Step allocates its state on the first call and nothing afterwards
+//     (tests pin this with testing.AllocsPerRun for every optimizer, serial
+//     and with a Parallel).
+//   - State() is nil before the first Step; afterwards State()[0] is the
+//     step counter and the rest the per-parameter buffers, live. Restore
+//     loads a checkpoint, before or after the first Step.
+//   - Weight decay never touches NoDecay groups.
+//   - Arithmetic is float64 per element, storage float32.
+//
+// The tests compare three steps of every optimizer with a float64
+// re-statement of its formula (ref_test.go) and with torch.optim's values
+// in testdata/golden_*.json (written by testdata/gen_golden.py; torch is
+// not needed to run the tests).
+//
+// Non-goals: computing gradients, communication, knowing any layer type,
+// gradient clipping or loss scaling.
 package optim

@@ -9,7 +9,9 @@ import (
 type Group struct {
 	Name     string
 	Off, Len int
-	// NoDecay excludes the tensor from weight decay (biases).
+	// NoDecay excludes the tensor from weight decay (biases). LARS and LAMB
+	// also leave NoDecay tensors out of the layer-wise trust ratio (ratio 1),
+	// as the reference implementations do for biases and norms.
 	NoDecay bool
 }
 
@@ -22,47 +24,185 @@ type Optimizer interface {
 	Step(params, grads []float32, lr float64)
 	// State returns the optimizer's state buffers, in a fixed order, for
 	// checkpoints: the slices are the live state, so copying into them
-	// restores it. Before the first Step they may be nil.
+	// restores it. They are allocated lazily: before the first Step (or
+	// Restore) State returns nil. State()[0] is always the step counter, two
+	// float32 holding t mod 2^24 and t / 2^24 (both exact in float32).
 	State() [][]float32
+	// Restore allocates the state if needed and copies state into it, so a
+	// checkpoint can be loaded before the first Step. It fails, changing
+	// nothing, unless state has the number and lengths of buffers State
+	// returns after a Step.
+	Restore(state [][]float32) error
+	// SetParallel makes Step split its loops over p's workers; nil (the
+	// default) runs them on the calling goroutine.
+	SetParallel(p Parallel)
 }
 
 // Config holds every optimizer's hyperparameters; each optimizer reads the
-// fields it uses. Zero values select PyTorch's defaults where noted.
+// fields it uses.
+//
+// Unset values: a nil pointer field means "PyTorch's default for this
+// optimizer" (write new(0.0) for an explicit zero, which a plain float64
+// could not express). The plain float64 fields whose zero is already the
+// default (momentum, dampening, lr_decay, initial_accumulator_value) take
+// the value as given. Two plain fields predate the pointers and keep their
+// meaning: LR == 0 selects the optimizer's default lr (a zero lr is never
+// wanted), and WeightDecay == 0 selects the default, which is 0 except for
+// AdamW's 1e-2 (AdamW without decay is Adam: use "adam").
+// WithDefaults returns the config with every default filled in.
 type Config struct {
-	Name        string  `toml:"optimizer"`
+	Name string `toml:"optimizer"`
+	// LR is the base learning rate, the schedule's starting value; Step
+	// takes the current one.
 	LR          float64 `toml:"lr"`
 	Momentum    float64 `toml:"momentum"`
 	Dampening   float64 `toml:"dampening"`
 	Nesterov    bool    `toml:"nesterov"`
 	WeightDecay float64 `toml:"weight_decay"`
+
+	Beta1    *float64 `toml:"beta1"` // Adam family, LAMB: first-moment decay
+	Beta2    *float64 `toml:"beta2"` // second-moment (AdaMax: infinity-norm) decay
+	Eps      *float64 `toml:"eps"`   // denominator guard, default per optimizer
+	AMSGrad  bool     `toml:"amsgrad"`
+	Rho      *float64 `toml:"rho"`   // Adadelta's decay
+	Alpha    *float64 `toml:"alpha"` // RMSprop's decay
+	Centered bool     `toml:"centered"`
+	// Adagrad: lr / (1 + (t-1)*LRDecay), and the accumulator's start value.
+	LRDecay                 float64 `toml:"lr_decay"`
+	InitialAccumulatorValue float64 `toml:"initial_accumulator_value"`
+	// Nadam's psi in mu_t = beta1*(1 - 0.5*0.96^(t*psi)).
+	MomentumDecay *float64 `toml:"momentum_decay"`
+	// LARS's eta in the trust ratio eta*||w|| / (||g|| + wd*||w|| + eps).
+	TrustCoefficient *float64 `toml:"trust_coefficient"`
 }
 
-// constructors are the known optimizers by name.
-var constructors = map[string]func(c Config, groups []Group, n int) (Optimizer, error){
-	"sgd": newSGD,
+// defaults are one optimizer's PyTorch defaults; a zero field means the
+// optimizer does not read that hyperparameter.
+type defaults struct {
+	lr, wd, beta1, beta2, eps, rho, alpha, momentumDecay, trust float64
+}
+
+type entry struct {
+	def defaults
+	new func(c Config, b base) (Optimizer, error)
+}
+
+// registry holds the known optimizers by name, with their defaults.
+// LARS and LAMB are not in torch.optim: their defaults follow timm's Lars
+// (lr 1, eps 1e-8, trust_coefficient 1e-3) and the LAMB paper (eps 1e-6).
+var registry = map[string]entry{
+	"sgd":      {defaults{lr: 1e-3}, newSGD},
+	"adagrad":  {defaults{lr: 1e-2, eps: 1e-10}, newAdagrad},
+	"adadelta": {defaults{lr: 1, rho: 0.9, eps: 1e-6}, newAdadelta},
+	"rmsprop":  {defaults{lr: 1e-2, alpha: 0.99, eps: 1e-8}, newRMSprop},
+	"adam":     {defaults{lr: 1e-3, beta1: 0.9, beta2: 0.999, eps: 1e-8}, newAdam},
+	"adamw":    {defaults{lr: 1e-3, wd: 1e-2, beta1: 0.9, beta2: 0.999, eps: 1e-8}, newAdamW},
+	"adamax":   {defaults{lr: 2e-3, beta1: 0.9, beta2: 0.999, eps: 1e-8}, newAdamax},
+	"nadam":    {defaults{lr: 2e-3, beta1: 0.9, beta2: 0.999, eps: 1e-8, momentumDecay: 4e-3}, newNadam},
+	"lars":     {defaults{lr: 1, eps: 1e-8, trust: 1e-3}, newLARS},
+	"lamb":     {defaults{lr: 1e-3, beta1: 0.9, beta2: 0.999, eps: 1e-6}, newLAMB},
 }
 
 // Names lists the optimizers New knows, sorted.
 func Names() []string {
 	var s []string
-	for k := range constructors {
+	for k := range registry {
 		s = append(s, k)
 	}
 	sort.Strings(s)
 	return s
 }
 
-// New returns the optimizer c.Name for n parameters laid out as groups.
+// WithDefaults returns c with the defaults of optimizer c.Name filled in:
+// LR and WeightDecay when zero, and every nil pointer field the optimizer
+// reads. Fields the optimizer does not read stay nil. An unknown name
+// returns c unchanged (New reports it).
+func (c Config) WithDefaults() Config {
+	e, ok := registry[c.Name]
+	if !ok {
+		return c
+	}
+	d := e.def
+	if c.LR == 0 {
+		c.LR = d.lr
+	}
+	if c.WeightDecay == 0 {
+		c.WeightDecay = d.wd
+	}
+	fill := func(p **float64, v float64) {
+		if *p == nil && v != 0 {
+			*p = new(v)
+		}
+	}
+	fill(&c.Beta1, d.beta1)
+	fill(&c.Beta2, d.beta2)
+	fill(&c.Eps, d.eps)
+	fill(&c.Rho, d.rho)
+	fill(&c.Alpha, d.alpha)
+	fill(&c.MomentumDecay, d.momentumDecay)
+	fill(&c.TrustCoefficient, d.trust)
+	return c
+}
+
+// New returns the optimizer c.Name for n parameters laid out as groups,
+// after filling in defaults (see Config). The groups must tile [0, n)
+// without gaps or overlaps, in any order; no groups means one group over
+// everything. Bad hyperparameters are errors naming the key and its range.
 func New(c Config, groups []Group, n int) (Optimizer, error) {
-	f, ok := constructors[c.Name]
+	e, ok := registry[c.Name]
 	if !ok {
 		return nil, fmt.Errorf("unknown optimizer %q (known: %v)", c.Name, Names())
 	}
-	if c.LR < 0 {
-		return nil, fmt.Errorf("lr %v: must be >= 0", c.LR)
+	c = c.WithDefaults()
+	if err := c.validate(); err != nil {
+		return nil, fmt.Errorf("optimizer %s: %w", c.Name, err)
 	}
-	if c.WeightDecay < 0 {
-		return nil, fmt.Errorf("weight_decay %v: must be >= 0", c.WeightDecay)
+	b, err := newBase(groups, n)
+	if err != nil {
+		return nil, fmt.Errorf("optimizer %s: %w", c.Name, err)
 	}
-	return f(c, groups, n)
+	return e.new(c, b)
+}
+
+// validate checks ranges; comparisons are written so that NaN fails.
+func (c Config) validate() error {
+	type check struct {
+		key    string
+		v      *float64
+		ok     func(float64) bool
+		accept string
+	}
+	nonNeg := func(x float64) bool { return x >= 0 }
+	unit := func(x float64) bool { return x >= 0 && x <= 1 }
+	beta := func(x float64) bool { return x >= 0 && x < 1 }
+	pos := func(x float64) bool { return x > 0 }
+	checks := []check{
+		{"lr", &c.LR, nonNeg, "must be >= 0"},
+		{"weight_decay", &c.WeightDecay, nonNeg, "must be >= 0"},
+		{"momentum", &c.Momentum, nonNeg, "must be >= 0"},
+		{"dampening", &c.Dampening, unit, "must be in [0, 1]"},
+		{"lr_decay", &c.LRDecay, nonNeg, "must be >= 0"},
+		{"initial_accumulator_value", &c.InitialAccumulatorValue, nonNeg, "must be >= 0"},
+		{"beta1", c.Beta1, beta, "must be in [0, 1)"},
+		{"beta2", c.Beta2, beta, "must be in [0, 1)"},
+		{"eps", c.Eps, pos, "must be > 0"},
+		{"rho", c.Rho, unit, "must be in [0, 1]"},
+		{"alpha", c.Alpha, unit, "must be in [0, 1]"},
+		{"momentum_decay", c.MomentumDecay, nonNeg, "must be >= 0"},
+		{"trust_coefficient", c.TrustCoefficient, pos, "must be > 0"},
+	}
+	for _, k := range checks {
+		if k.v != nil && !k.ok(*k.v) {
+			return fmt.Errorf("%s %v: %s", k.key, *k.v, k.accept)
+		}
+	}
+	return nil
+}
+
+// checkNesterov is the SGD and LARS constraint on nesterov.
+func (c Config) checkNesterov() error {
+	if c.Nesterov && (c.Momentum <= 0 || c.Dampening != 0) {
+		return fmt.Errorf("optimizer %s: nesterov: needs momentum > 0 and dampening 0 (have momentum %v, dampening %v)", c.Name, c.Momentum, c.Dampening)
+	}
+	return nil
 }

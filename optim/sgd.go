@@ -1,9 +1,10 @@
 package optim
 
-import "fmt"
-
 // SGD is stochastic gradient descent with momentum, dampening, Nesterov
-// momentum and L2 weight decay, in PyTorch's formulation (torch.optim.SGD):
+// momentum and L2 weight decay, in PyTorch's formulation (torch.optim.SGD,
+// https://pytorch.org/docs/stable/generated/torch.optim.SGD.html; Nesterov
+// as in Sutskever et al. 2013, "On the importance of initialization and
+// momentum in deep learning"):
 //
 //	g = grad + wd*theta            (not for NoDecay groups)
 //	v = m*v + (1-dampening)*g      (v = g on the first step)
@@ -11,68 +12,84 @@ import "fmt"
 //	theta -= lr*g
 //
 // The course's form v = m*v + lr*g; theta -= v is the same update when lr is
-// constant (v scaled by lr).
+// constant (v scaled by lr). State: [step, v (only with momentum > 0)].
 type SGD struct {
-	c      Config
-	decay  []bool // per parameter group: apply weight decay
-	groups []Group
-	v      []float32 // momentum buffer, allocated on the first step
-	first  bool
+	base
+	c Config
+	v int // index of v in state, 0 without momentum
+	// this step's scalars, read by kernel
+	first bool
 }
 
-func newSGD(c Config, groups []Group, n int) (Optimizer, error) {
-	if c.Momentum < 0 {
-		return nil, fmt.Errorf("momentum %v: must be >= 0", c.Momentum)
+func newSGD(c Config, b base) (Optimizer, error) {
+	if err := c.checkNesterov(); err != nil {
+		return nil, err
 	}
-	if c.Nesterov && (c.Momentum <= 0 || c.Dampening != 0) {
-		return nil, fmt.Errorf("nesterov needs momentum > 0 and dampening 0")
+	o := &SGD{base: b, c: c}
+	if c.Momentum != 0 {
+		o.v = o.addState(0)
 	}
-	if len(groups) == 0 {
-		groups = []Group{{Name: "all", Len: n}}
-	}
-	return &SGD{c: c, groups: groups, first: true}, nil
+	o.task = taskFunc(o.kernel)
+	return o, nil
 }
 
 func (o *SGD) Name() string { return "sgd" }
 
-func (o *SGD) State() [][]float32 { return [][]float32{o.v} }
-
 func (o *SGD) Step(params, grads []float32, lr float64) {
-	if len(params) != len(grads) {
-		panic("optim: params and grads of different lengths")
+	o.first = o.begin(params, grads, lr) == 1
+	o.run()
+	o.end()
+}
+
+func (o *SGD) kernel(_, lo, hi int) {
+	for gi := o.groupAt(lo); lo < hi; gi++ {
+		g := &o.groups[gi]
+		end := min(hi, g.Off+g.Len)
+		o.update(lo, end, g.NoDecay)
+		lo = end
 	}
-	m, damp := float32(o.c.Momentum), float32(1-o.c.Dampening)
-	if m != 0 && o.v == nil {
-		o.v = make([]float32, len(params))
+}
+
+func (o *SGD) update(lo, hi int, noDecay bool) {
+	wd := o.c.WeightDecay
+	if noDecay {
+		wd = 0
 	}
-	first := o.first
-	o.first = false
-	for _, g := range o.groups {
-		wd := float32(o.c.WeightDecay)
-		if g.NoDecay {
-			wd = 0
-		}
-		p, gr := params[g.Off:g.Off+g.Len], grads[g.Off:g.Off+g.Len]
-		if m == 0 {
-			for i := range p {
-				p[i] -= float32(lr) * (gr[i] + wd*p[i])
-			}
-			continue
-		}
-		v := o.v[g.Off : g.Off+g.Len]
+	sgdUpdate(o.p[lo:hi], o.g[lo:hi], o.velocity(lo, hi), o.lr, wd, 1, o.c, o.first)
+}
+
+func (o *SGD) velocity(lo, hi int) []float32 {
+	if o.v == 0 {
+		return nil
+	}
+	return o.state[o.v][lo:hi]
+}
+
+// sgdUpdate is the SGD update on one range, with the gradient (after weight
+// decay) scaled by ratio: shared by SGD (ratio 1) and LARS.
+func sgdUpdate(p, gr, v []float32, lr, wd, ratio float64, c Config, first bool) {
+	m, damp := c.Momentum, 1-c.Dampening
+	if v == nil {
 		for i := range p {
-			d := gr[i] + wd*p[i]
-			if first {
-				v[i] = d
-			} else {
-				v[i] = m*v[i] + damp*d
-			}
-			if o.c.Nesterov {
-				d += m * v[i]
-			} else {
-				d = v[i]
-			}
-			p[i] -= float32(lr) * d
+			d := (float64(gr[i]) + wd*float64(p[i])) * ratio
+			p[i] = float32(float64(p[i]) - lr*d)
 		}
+		return
+	}
+	v = v[:len(p)]
+	gr = gr[:len(p)]
+	for i := range p {
+		d := (float64(gr[i]) + wd*float64(p[i])) * ratio
+		vi := d
+		if !first {
+			vi = m*float64(v[i]) + damp*d
+		}
+		v[i] = float32(vi)
+		if c.Nesterov {
+			d += m * vi
+		} else {
+			d = vi
+		}
+		p[i] = float32(float64(p[i]) - lr*d)
 	}
 }

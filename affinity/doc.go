@@ -1,0 +1,56 @@
+// Package affinity binds each MPI rank's compute threads to its own
+// physical cores, chosen by local rank from the machine's topology and the
+// process's allowed CPU mask.
+//
+// The steps, in the order hpctrain runs them:
+//
+//	t, _ := affinity.ReadTopology("/")        // sysfs, no hwloc
+//	mask, _ := affinity.Allowed()             // what mpirun/srun/cgroup allow
+//	p, _ := t.Plan(mask, affinity.Request{...})
+//	affinity.CheckDisjoint(comm, p.CPUs)      // collective: same verdict on all ranks
+//	affinity.Apply(p)                         // confine the process, GOMAXPROCS, OMP env
+//	w, _ := affinity.NewWorkers(p.WorkerCPUs) // one pinned thread per core
+//	layer.Forward(w, ...)                     // w satisfies model.Parallel
+//
+// # Pinned versus confined
+//
+// Only the Workers' threads are pinned, each to exactly one CPU: worker i
+// runs on p.WorkerCPUs[i] and nowhere else. Every other thread of the
+// process (the main goroutine's, Go's sysmon, GC workers and idle Ms,
+// threads of C libraries such as MPI progress threads or OpenMP teams) is
+// only confined: Apply gives each the whole rank mask p.CPUs, and threads
+// created later inherit it, so they may run on any of the rank's CPUs but
+// never on another rank's. OpenMP and OpenBLAS teams started after Apply
+// are told their thread count and per-thread CPUs through OMP_NUM_THREADS,
+// OPENBLAS_NUM_THREADS, GOMP_CPU_AFFINITY and KMP_AFFINITY.
+//
+// # Invariants
+//
+//   - A CPUSet is sorted and free of duplicates; its text form is the
+//     kernel's cpulist syntax ("0-3,8").
+//   - Plan never returns a CPU outside the mask it is given, and the plans
+//     of the ranks of one node are pairwise disjoint under policy cores,
+//     provided every local rank passes the same Request but for LocalRank.
+//     When the request does not fit, Plan shrinks it (Plan.Warning says
+//     how) rather than overlap ranks, and fails only with more ranks than
+//     logical CPUs.
+//   - Under policy cores a worker gets one logical CPU per physical core,
+//     the lowest-numbered sibling in the mask; SMT siblings are used only
+//     with Request.UseSMT or as the documented last-resort fallback.
+//   - Workers.Run allocates nothing and returns only when every chunk is
+//     done. A worker's thread never returns to the Go runtime's pool: it
+//     exits with the worker, so no other goroutine inherits its one-CPU
+//     mask.
+//   - CheckDisjoint and Report are collective and give every rank the same
+//     result.
+//
+// Misuse (a negative CPU number, Run on closed Workers, Apply of an empty
+// plan) panics with a message starting "affinity: "; system, configuration
+// and cross-rank failures are returned as errors saying what was being
+// done.
+//
+// Non-goals: memory binding (mbind/numactl --membind; first touch by a
+// pinned worker places its pages locally anyway), GPU topology (the caller
+// passes a GPU's NUMA node as Request.PreferNUMA), cache-level grouping
+// (L3/CCX) and hot-plugged CPUs after start. Linux only.
+package affinity

@@ -1,0 +1,431 @@
+package affinity
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+)
+
+// Policy says how a rank's threads are bound.
+type Policy int
+
+const (
+	// Cores gives each local rank its own compact set of physical cores
+	// and pins worker i to the i-th of them.
+	Cores Policy = iota
+	// NUMA binds each local rank to a whole NUMA node; workers float
+	// inside it.
+	NUMA
+	// None binds nothing; Plan only fixes the thread count.
+	None
+)
+
+var policyNames = [...]string{Cores: "cores", NUMA: "numa", None: "none"}
+
+// String returns "cores", "numa" or "none".
+func (p Policy) String() string {
+	if p < 0 || int(p) >= len(policyNames) {
+		return fmt.Sprintf("Policy(%d)", int(p))
+	}
+	return policyNames[p]
+}
+
+// ParsePolicy reads a policy name: cores, numa or none.
+func ParsePolicy(s string) (Policy, error) {
+	for p, name := range policyNames {
+		if strings.EqualFold(strings.TrimSpace(s), name) {
+			return Policy(p), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown binding policy %q: accepted values are cores, numa, none", s)
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (p Policy) MarshalText() ([]byte, error) { return []byte(p.String()), nil }
+
+// UnmarshalText implements encoding.TextUnmarshaler with ParsePolicy.
+func (p *Policy) UnmarshalText(b []byte) error {
+	q, err := ParsePolicy(string(b))
+	if err != nil {
+		return err
+	}
+	*p = q
+	return nil
+}
+
+// Request is what one rank asks of Plan. Every local rank must pass the
+// same Request apart from LocalRank (and CPUList, which is per rank): the
+// ranks' plans are disjoint because each rank computes the same layout of
+// all local ranks and takes its own part.
+type Request struct {
+	LocalRank int `json:"local_rank"` // this rank's index on the node, [0, LocalSize)
+	LocalSize int `json:"local_size"` // ranks on this node
+	// Threads is the compute threads per rank; 0 means the physical cores
+	// in the mask divided by LocalSize (logical CPUs with UseSMT), at
+	// least 1.
+	Threads int    `json:"threads"`
+	Policy  Policy `json:"policy"`
+	// UseSMT lets a rank's workers use every SMT sibling of its cores
+	// instead of one logical CPU per physical core.
+	UseSMT bool `json:"use_smt"`
+	// CPUList, when not empty, is this rank's CPUs, replacing the layout.
+	// It must lie inside the mask.
+	CPUList CPUSet `json:"cpu_list"`
+	// PreferNUMA, when >= 0, is the NUMA node laid out first: rank 0 (and
+	// every rank, if they all fit) lands there. -1 means no preference.
+	PreferNUMA int `json:"prefer_numa"`
+}
+
+// Plan is one rank's binding, the result of Topology.Plan.
+type Plan struct {
+	Policy    Policy `json:"policy"`
+	LocalRank int    `json:"local_rank"`
+	LocalSize int    `json:"local_size"`
+	// CPUs is the mask Apply gives every thread of the process; empty for
+	// policy none.
+	CPUs CPUSet `json:"cpus"`
+	// WorkerCPUs[i] is the one CPU worker i is pinned to (see NewWorkers);
+	// nil when workers are not pinned one by one (policies numa and none).
+	WorkerCPUs []int `json:"worker_cpus"`
+	// Nodes are the NUMA nodes CPUs touches, ascending.
+	Nodes []int `json:"numa_nodes"`
+	// Threads is the number of compute threads: GOMAXPROCS, OMP_NUM_THREADS
+	// and the Workers count. It may be below Request.Threads (see Warning).
+	Threads int `json:"threads"`
+	// Warning, when not empty, says why the plan is not what was asked.
+	Warning string `json:"warning,omitempty"`
+}
+
+// String describes p in the style of Open MPI's --report-bindings:
+// "cores 0-1 numa 0 threads 2".
+func (p Plan) String() string {
+	if p.Policy == None || p.CPUs.IsEmpty() {
+		return fmt.Sprintf("not bound threads %d", p.Threads)
+	}
+	nodes := make([]string, len(p.Nodes))
+	for i, n := range p.Nodes {
+		nodes[i] = fmt.Sprint(n)
+	}
+	return fmt.Sprintf("cores %s numa %s threads %d", p.CPUs, strings.Join(nodes, ","), p.Threads)
+}
+
+// Plan lays out r.LocalSize ranks on the CPUs of mask and returns rank
+// r.LocalRank's part. An empty mask means every online CPU; offline CPUs
+// in mask are ignored.
+//
+// Policy cores: the physical cores with a CPU in mask are taken one
+// logical CPU each (the lowest-numbered sibling in mask), or every sibling
+// in mask with UseSMT (siblings of a core next to each other), node by
+// node. Ranks are spread over NUMA nodes in contiguous blocks, as evenly
+// as the nodes hold them (ranks 0,1 on node 0 and 2,3 on node 1 for four
+// ranks on two nodes); within a node each rank takes the next Threads
+// CPUs, so its cores are compact. A rank that fits in no node's remainder
+// takes the CPUs left over, across nodes, in order.
+//
+// When LocalSize*Threads exceeds the CPUs available the plan stays
+// disjoint and says so in Warning: first Threads shrinks to
+// available/LocalSize; if that is 0 (more ranks than physical cores) and
+// SMT siblings are in the mask, each rank gets 1 thread on one logical CPU,
+// first cores' first siblings, then their second ones. Only when there are
+// more ranks than logical CPUs does Plan fail.
+//
+// Policy numa: ranks are spread over the NUMA nodes with a CPU in mask in
+// the same contiguous blocks; a rank's CPUs are its whole node inside the
+// mask (SMT siblings included) and its workers are not pinned one by one.
+// Ranks sharing a node share its CPUs, so CheckDisjoint applies only to
+// policy cores.
+//
+// Policy none: nothing is bound; Threads defaults as for cores.
+//
+// An explicit r.CPUList must lie inside mask; Threads defaults to its
+// physical cores (logical CPUs with UseSMT) and workers are pinned to
+// them as for policy cores.
+func (t *Topology) Plan(mask CPUSet, r Request) (Plan, error) {
+	if r.LocalSize < 1 {
+		return Plan{}, fmt.Errorf("plan cpu binding: local size %d, want at least 1", r.LocalSize)
+	}
+	if r.LocalRank < 0 || r.LocalRank >= r.LocalSize {
+		return Plan{}, fmt.Errorf("plan cpu binding: local rank %d outside [0, %d)", r.LocalRank, r.LocalSize)
+	}
+	if r.Threads < 0 {
+		return Plan{}, fmt.Errorf("plan cpu binding: %d threads, want 0 (automatic) or more", r.Threads)
+	}
+	if r.Policy < 0 || r.Policy > None {
+		return Plan{}, fmt.Errorf("plan cpu binding: unknown policy %d", int(r.Policy))
+	}
+	if mask.IsEmpty() {
+		mask = t.Online
+	}
+	if !r.CPUList.IsEmpty() {
+		return t.planList(mask, r)
+	}
+	usable := mask.Intersect(t.Online)
+	if usable.IsEmpty() {
+		return Plan{}, fmt.Errorf("plan cpu binding: allowed mask %s holds no online cpu (online: %s)", mask, t.Online)
+	}
+	nodes := t.available(usable, r.PreferNUMA)
+	switch r.Policy {
+	case None:
+		phys := t.PhysicalCores(usable)
+		return Plan{Policy: None, LocalRank: r.LocalRank, LocalSize: r.LocalSize,
+			Threads: defaultThreads(r.Threads, phys, r.LocalSize)}, nil
+	case NUMA:
+		return t.planNUMA(nodes, r), nil
+	}
+	return t.planCores(nodes, usable, r)
+}
+
+// avail is what one NUMA node offers inside the mask, core by core.
+type avail struct {
+	node      int
+	first     []int // each core's lowest CPU in the mask
+	siblings  []int // the other CPUs in the mask, core by core
+	bySMTCore []int // each core's CPUs in the mask, core by core
+	cpus      CPUSet
+}
+
+// available groups the cores with a CPU in usable by NUMA node, nodes by
+// ascending ID with prefer (if >= 0 and present) first.
+func (t *Topology) available(usable CPUSet, prefer int) []avail {
+	var out []avail
+	for _, n := range t.Nodes {
+		a := avail{node: n.ID, cpus: n.CPUs.Intersect(usable)}
+		for _, c := range t.Cores {
+			if c.Node != n.ID {
+				continue
+			}
+			in := c.CPUs.Intersect(usable).cpus
+			if len(in) == 0 {
+				continue
+			}
+			a.first = append(a.first, in[0])
+			a.siblings = append(a.siblings, in[1:]...)
+			a.bySMTCore = append(a.bySMTCore, in...)
+		}
+		if len(a.first) > 0 {
+			out = append(out, a)
+		}
+	}
+	if i := slices.IndexFunc(out, func(a avail) bool { return a.node == prefer }); i > 0 {
+		p := out[i]
+		copy(out[1:i+1], out[:i])
+		out[0] = p
+	}
+	return out
+}
+
+func defaultThreads(threads, cpus, ranks int) int {
+	if threads > 0 {
+		return threads
+	}
+	return max(1, cpus/ranks)
+}
+
+// blocks splits ranks over len(caps) nodes in contiguous blocks, as evenly
+// as possible, no node above its capacity; it returns the ranks per node
+// and the ranks that fit nowhere.
+func blocks(ranks int, caps []int) (per []int, left int) {
+	k := len(caps)
+	per = make([]int, k)
+	left = ranks
+	for i := range per {
+		want := ranks / k
+		if i < ranks%k {
+			want++
+		}
+		per[i] = min(want, caps[i])
+		left -= per[i]
+	}
+	for i := range per {
+		more := min(left, caps[i]-per[i])
+		per[i] += more
+		left -= more
+	}
+	return per, left
+}
+
+func (t *Topology) planCores(nodes []avail, usable CPUSet, r Request) (Plan, error) {
+	L := r.LocalSize
+	slotsOf := func(a avail) []int {
+		if r.UseSMT {
+			return a.bySMTCore
+		}
+		return a.first
+	}
+	phys, logical, nslots := 0, 0, 0
+	for _, a := range nodes {
+		phys += len(a.first)
+		logical += len(a.bySMTCore)
+		nslots += len(slotsOf(a))
+	}
+	unit := "physical cores"
+	if r.UseSMT {
+		unit = "logical cpus"
+	}
+	T := defaultThreads(r.Threads, nslots, L)
+	warning := ""
+	switch {
+	case L*T <= nslots:
+	case nslots/L >= 1:
+		warning = fmt.Sprintf("%d ranks x %d threads need %d %s but the allowed mask %s has %d; using %d threads per rank",
+			L, T, L*T, unit, usable, nslots, nslots/L)
+		T = nslots / L
+	case logical >= L:
+		warning = fmt.Sprintf("%d ranks on this node but only %d physical cores in the allowed mask %s; ranks share physical cores through SMT siblings, 1 thread each",
+			L, phys, usable)
+		T = 1
+		slotsOf = func(a avail) []int { return append(slices.Clip(a.first), a.siblings...) }
+	default:
+		return Plan{}, fmt.Errorf("plan cpu binding: %d ranks on this node but only %d cores in the allowed mask %s (%d logical cpus); use fewer ranks, -bind none, or mpirun --oversubscribe with -bind none",
+			L, phys, usable, logical)
+	}
+
+	// Lay out every local rank; this rank keeps its own.
+	slots := make([][]int, len(nodes))
+	caps := make([]int, len(nodes))
+	for i, a := range nodes {
+		slots[i] = slotsOf(a)
+		caps[i] = len(slots[i]) / T
+	}
+	per, _ := blocks(L, caps)
+	var mine []int
+	rank := 0
+	for i := range nodes {
+		for range per[i] {
+			if rank == r.LocalRank {
+				mine = slots[i][:T]
+			}
+			slots[i] = slots[i][T:]
+			rank++
+		}
+	}
+	if mine == nil { // a rank that fits in no node: the leftovers, in order
+		var rest []int
+		for i := range slots {
+			rest = append(rest, slots[i]...)
+		}
+		mine = rest[(r.LocalRank-rank)*T : (r.LocalRank-rank+1)*T]
+	}
+	p := Plan{Policy: Cores, LocalRank: r.LocalRank, LocalSize: L,
+		CPUs: NewCPUSet(mine...), WorkerCPUs: slices.Clone(mine), Threads: T, Warning: warning}
+	p.Nodes = t.nodesOf(p.CPUs)
+	return p, nil
+}
+
+func (t *Topology) planNUMA(nodes []avail, r Request) Plan {
+	caps := make([]int, len(nodes))
+	for i := range caps {
+		caps[i] = r.LocalSize // no capacity limit: ranks may share a node
+	}
+	per, _ := blocks(r.LocalSize, caps)
+	i, rank := 0, 0
+	for ; rank+per[i] <= r.LocalRank; i++ {
+		rank += per[i]
+	}
+	a := nodes[i]
+	cpus := len(a.first)
+	if r.UseSMT {
+		cpus = len(a.bySMTCore)
+	}
+	p := Plan{Policy: NUMA, LocalRank: r.LocalRank, LocalSize: r.LocalSize,
+		CPUs: a.cpus, Nodes: []int{a.node}, Threads: defaultThreads(r.Threads, cpus, per[i])}
+	if p.Threads*per[i] > cpus {
+		p.Warning = fmt.Sprintf("%d ranks x %d threads on numa node %d, which has %d cpus in the mask: oversubscribed",
+			per[i], p.Threads, a.node, cpus)
+	}
+	return p
+}
+
+func (t *Topology) planList(mask CPUSet, r Request) (Plan, error) {
+	if r.Policy == None {
+		return Plan{}, fmt.Errorf("plan cpu binding: cpu list %s given with policy none", r.CPUList)
+	}
+	if out := r.CPUList.Minus(mask.Intersect(t.Online)); !out.IsEmpty() {
+		return Plan{}, fmt.Errorf("plan cpu binding: cpu list %s: cpus %s are outside the allowed mask %s (online: %s)",
+			r.CPUList, out, mask, t.Online)
+	}
+	var first, all []int
+	for _, a := range t.available(r.CPUList, -1) {
+		first = append(first, a.first...)
+		all = append(all, a.bySMTCore...)
+	}
+	slots := first
+	if r.UseSMT {
+		slots = all
+	}
+	T := defaultThreads(r.Threads, len(slots), 1)
+	warning := ""
+	if T > len(slots) {
+		warning = fmt.Sprintf("%d threads asked but cpu list %s has %d usable cpus; using %d threads",
+			T, r.CPUList, len(slots), len(slots))
+		T = len(slots)
+	}
+	p := Plan{Policy: Cores, LocalRank: r.LocalRank, LocalSize: r.LocalSize,
+		CPUs: r.CPUList, WorkerCPUs: slices.Clone(slots[:T]), Threads: T, Warning: warning}
+	p.Nodes = t.nodesOf(p.CPUs)
+	return p, nil
+}
+
+func (t *Topology) nodesOf(s CPUSet) []int {
+	var nodes []int
+	for _, c := range s.cpus {
+		if n := t.NodeOf(c); n >= 0 {
+			nodes = append(nodes, n)
+		}
+	}
+	slices.Sort(nodes)
+	return slices.Compact(nodes)
+}
+
+// PlanAll returns the plans of all r.LocalSize local ranks (r.LocalRank is
+// ignored), as each would compute it.
+func (t *Topology) PlanAll(mask CPUSet, r Request) ([]Plan, error) {
+	plans := make([]Plan, r.LocalSize)
+	for i := range plans {
+		r.LocalRank = i
+		p, err := t.Plan(mask, r)
+		if err != nil {
+			return nil, err
+		}
+		plans[i] = p
+	}
+	return plans, nil
+}
+
+// WritePlans prints, one line per local rank, the plans np ranks on this
+// node would get: "local 0: cores 0-3 numa 0 threads 4 workers 0,1,2,3",
+// with any warning on the next line.
+func WritePlans(w io.Writer, t *Topology, mask CPUSet, np int, r Request) error {
+	r.LocalSize = np
+	plans, err := t.PlanAll(mask, r)
+	if err != nil {
+		return err
+	}
+	ew := &errWriter{w: w}
+	for _, p := range plans {
+		ew.printf("local %d: %s", p.LocalRank, p)
+		if p.WorkerCPUs != nil {
+			ew.printf(" workers %s", joinInts(p.WorkerCPUs, ","))
+		}
+		ew.printf("\n")
+		if p.Warning != "" {
+			ew.printf("  warning: %s\n", p.Warning)
+		}
+	}
+	return ew.err
+}
+
+// Layout is what `hpctrain topo -json` encodes.
+type Layout struct {
+	Topology *Topology `json:"topology"`
+	Plans    []Plan    `json:"plans"`
+}
+
+func joinInts(v []int, sep string) string {
+	s := make([]string, len(v))
+	for i, x := range v {
+		s[i] = fmt.Sprint(x)
+	}
+	return strings.Join(s, sep)
+}

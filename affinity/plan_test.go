@@ -1,0 +1,286 @@
+package affinity
+
+import (
+	"bytes"
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func readFixture(t testing.TB, name string) *Topology {
+	t.Helper()
+	topo, err := ReadTopology(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return topo
+}
+
+func mustParse(t testing.TB, s string) CPUSet {
+	t.Helper()
+	c, err := Parse(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestReadTopology(t *testing.T) {
+	for _, tc := range []struct {
+		name                      string
+		sockets, nodes, cores, on int
+		smt                       bool
+		core5                     string // siblings of cpu 5's core
+	}{
+		{"server16c32t", 1, 1, 16, 32, true, "5,21"},
+		{"dual2s64t", 2, 2, 32, 64, true, "5,37"},
+		{"laptop4c8t", 1, 1, 4, 8, true, "1,5"},
+		{"pairs4c8t", 1, 1, 4, 8, true, "4-5"},
+		{"vm2c", 1, 1, 2, 2, false, ""},
+	} {
+		topo := readFixture(t, tc.name)
+		if len(topo.Sockets) != tc.sockets || len(topo.Nodes) != tc.nodes || len(topo.Cores) != tc.cores ||
+			topo.Online.Len() != tc.on || topo.SMT() != tc.smt {
+			t.Errorf("%s: %d sockets %d nodes %d cores %d online smt %v, want %d %d %d %d %v", tc.name,
+				len(topo.Sockets), len(topo.Nodes), len(topo.Cores), topo.Online.Len(), topo.SMT(),
+				tc.sockets, tc.nodes, tc.cores, tc.on, tc.smt)
+		}
+		if tc.core5 != "" {
+			if c, _ := topo.CoreOf(5); c.CPUs.String() != tc.core5 {
+				t.Errorf("%s: core of cpu 5 = %s, want %s", tc.name, c.CPUs, tc.core5)
+			}
+		}
+	}
+	d := readFixture(t, "dual2s64t")
+	if d.Nodes[1].CPUs.String() != "16-31,48-63" || d.NodeOf(40) != 0 || d.NodeOf(50) != 1 {
+		t.Errorf("dual2s64t nodes %v", d.Nodes)
+	}
+	if c, _ := d.CoreOf(48); c.Socket != 1 || c.ID != 0 {
+		t.Errorf("dual2s64t core of 48 = %+v, want socket 1 core_id 0", c)
+	}
+}
+
+func TestReadTopologyLive(t *testing.T) {
+	topo, err := ReadTopology("/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if topo.Allowed.IsEmpty() || !topo.Allowed.IsSubset(topo.Online) {
+		t.Fatalf("live allowed %s, online %s", topo.Allowed, topo.Online)
+	}
+	var b bytes.Buffer
+	if err := topo.Write(&b); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "allowed mask: ") {
+		t.Errorf("Write output lacks the allowed mask:\n%s", b.String())
+	}
+}
+
+// TestPlan checks the layout of every local rank, exactly.
+func TestPlan(t *testing.T) {
+	req := func(l, threads int) Request { return Request{LocalSize: l, Threads: threads, PreferNUMA: -1} }
+	smt := func(r Request) Request { r.UseSMT = true; return r }
+	for _, tc := range []struct {
+		name, fixture, mask string
+		r                   Request
+		want                []string // each rank's CPUs
+		workers0            string   // rank 0's WorkerCPUs, if checked
+		threads             int
+		warn, err           string // substrings; "" = none expected
+	}{
+		// (a) 16 cores / 32 threads, siblings N, N+16
+		{name: "a/L1", fixture: "server16c32t", r: req(1, 0), want: []string{"0-15"}, threads: 16},
+		{name: "a/L2", fixture: "server16c32t", r: req(2, 0), want: []string{"0-7", "8-15"}, threads: 8},
+		{name: "a/L4", fixture: "server16c32t", r: req(4, 0), want: []string{"0-3", "4-7", "8-11", "12-15"}, threads: 4},
+		{name: "a/L8", fixture: "server16c32t", r: req(8, 0),
+			want: []string{"0-1", "2-3", "4-5", "6-7", "8-9", "10-11", "12-13", "14-15"}, threads: 2},
+		{name: "a/L8x4 too many threads", fixture: "server16c32t", r: req(8, 4),
+			want: []string{"0-1", "2-3", "4-5", "6-7", "8-9", "10-11", "12-13", "14-15"}, threads: 2,
+			warn: "8 ranks x 4 threads need 32 physical cores but the allowed mask 0-31 has 16; using 2 threads per rank"},
+		{name: "a/L2 smt", fixture: "server16c32t", r: smt(req(2, 0)), want: []string{"0-7,16-23", "8-15,24-31"},
+			workers0: "0,16,1,17,2,18,3,19,4,20,5,21,6,22,7,23", threads: 16},
+		{name: "a/L2 mask of second siblings", fixture: "server16c32t", mask: "16-19", r: req(2, 0),
+			want: []string{"16-17", "18-19"}, threads: 2},
+		{name: "a/L32 smt fallback", fixture: "server16c32t", r: req(32, 0), threads: 1,
+			want: []string{"0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12", "13", "14", "15",
+				"16", "17", "18", "19", "20", "21", "22", "23", "24", "25", "26", "27", "28", "29", "30", "31"},
+			warn: "32 ranks on this node but only 16 physical cores"},
+		{name: "a/L33", fixture: "server16c32t", r: req(33, 0),
+			err: "33 ranks on this node but only 16 cores in the allowed mask 0-31 (32 logical cpus); use fewer ranks, -bind none, or mpirun --oversubscribe with -bind none"},
+
+		// (b) 2 sockets, 2 NUMA nodes, siblings N, N+32
+		{name: "b/L1", fixture: "dual2s64t", r: req(1, 0), want: []string{"0-31"}, threads: 32},
+		{name: "b/L2", fixture: "dual2s64t", r: req(2, 0), want: []string{"0-15", "16-31"}, threads: 16},
+		{name: "b/L4", fixture: "dual2s64t", r: req(4, 0), want: []string{"0-7", "8-15", "16-23", "24-31"}, threads: 8},
+		{name: "b/L8", fixture: "dual2s64t", r: req(8, 0),
+			want: []string{"0-3", "4-7", "8-11", "12-15", "16-19", "20-23", "24-27", "28-31"}, threads: 4},
+		{name: "b/L2x4 spread over nodes", fixture: "dual2s64t", r: req(2, 4), want: []string{"0-3", "16-19"}, threads: 4},
+		{name: "b/L3 one rank spans nodes", fixture: "dual2s64t", r: req(3, 0),
+			want: []string{"0-9", "16-25", "10-15,26-29"}, threads: 10},
+		{name: "b/L2 smt", fixture: "dual2s64t", r: smt(req(2, 0)), want: []string{"0-15,32-47", "16-31,48-63"}, threads: 32},
+		{name: "b/L1x8 prefer node 1", fixture: "dual2s64t", r: Request{LocalSize: 1, Threads: 8, PreferNUMA: 1},
+			want: []string{"16-23"}, threads: 8},
+		{name: "b/L64 smt fallback", fixture: "dual2s64t", r: req(64, 0), threads: 1,
+			want: func() []string {
+				var w []string
+				for _, c := range []int{0, 16} { // node 0: firsts then siblings, then node 1
+					for i := range 16 {
+						w = append(w, NewCPUSet(c+i).String())
+					}
+					for i := range 16 {
+						w = append(w, NewCPUSet(c+32+i).String())
+					}
+				}
+				return w
+			}(), warn: "64 ranks on this node but only 32 physical cores"},
+		{name: "b/numa L4", fixture: "dual2s64t", r: Request{LocalSize: 4, Policy: NUMA, PreferNUMA: -1},
+			want: []string{"0-15,32-47", "0-15,32-47", "16-31,48-63", "16-31,48-63"}, threads: 8},
+
+		// (c) laptop, siblings N, N+4, no node directory
+		{name: "c/L1", fixture: "laptop4c8t", r: req(1, 0), want: []string{"0-3"}, threads: 4},
+		{name: "c/L2", fixture: "laptop4c8t", r: req(2, 0), want: []string{"0-1", "2-3"}, threads: 2},
+		{name: "c/L4", fixture: "laptop4c8t", r: req(4, 0), want: []string{"0", "1", "2", "3"}, threads: 1},
+		{name: "c/L8 smt fallback", fixture: "laptop4c8t", r: req(8, 0),
+			want: []string{"0", "1", "2", "3", "4", "5", "6", "7"}, threads: 1,
+			warn: "ranks share physical cores through SMT siblings"},
+		{name: "c/L16", fixture: "laptop4c8t", r: req(16, 0), err: "16 ranks on this node but only 4 cores"},
+
+		// (d) mask 2,3,6,7 on 4 cores with siblings {2,3} and {6,7}
+		{name: "d/L1", fixture: "pairs4c8t", mask: "2,3,6,7", r: req(1, 0), want: []string{"2,6"}, threads: 2},
+		{name: "d/L1 smt", fixture: "pairs4c8t", mask: "2,3,6,7", r: smt(req(1, 0)), want: []string{"2-3,6-7"},
+			workers0: "2,3,6,7", threads: 4},
+		{name: "d/L2", fixture: "pairs4c8t", mask: "2,3,6,7", r: req(2, 0), want: []string{"2", "6"}, threads: 1},
+		{name: "d/L4 smt fallback", fixture: "pairs4c8t", mask: "2,3,6,7", r: req(4, 0),
+			want: []string{"2", "6", "3", "7"}, threads: 1, warn: "4 ranks on this node but only 2 physical cores"},
+		{name: "d/L8", fixture: "pairs4c8t", mask: "2,3,6,7", r: req(8, 0),
+			err: "8 ranks on this node but only 2 cores in the allowed mask 2-3,6-7 (4 logical cpus)"},
+		{name: "d/cpu list", fixture: "pairs4c8t", mask: "2,3,6,7", r: Request{LocalSize: 2, CPUList: NewCPUSet(6, 7)},
+			want: []string{"6-7", "6-7"}, workers0: "6", threads: 1},
+		{name: "d/cpu list outside mask", fixture: "pairs4c8t", mask: "2,3,6,7", r: Request{LocalSize: 1, CPUList: NewCPUSet(0, 1, 2)},
+			err: "cpu list 0-2: cpus 0-1 are outside the allowed mask 2-3,6-7"},
+
+		// (e) 2-core VM, no SMT
+		{name: "e/L1", fixture: "vm2c", r: req(1, 0), want: []string{"0-1"}, threads: 2},
+		{name: "e/L2", fixture: "vm2c", r: req(2, 0), want: []string{"0", "1"}, threads: 1},
+		{name: "e/L4", fixture: "vm2c", r: req(4, 0), err: "4 ranks on this node but only 2 cores in the allowed mask 0-1"},
+		{name: "e/L8", fixture: "vm2c", r: req(8, 0), err: "8 ranks on this node but only 2 cores"},
+		{name: "e/L8 none", fixture: "vm2c", r: Request{LocalSize: 8, Policy: None, PreferNUMA: -1},
+			want: []string{"", "", "", "", "", "", "", ""}, threads: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			topo := readFixture(t, tc.fixture)
+			var mask CPUSet
+			if tc.mask != "" {
+				mask = mustParse(t, tc.mask)
+			}
+			plans, err := topo.PlanAll(mask, tc.r)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("error %v, want one containing %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if mask.IsEmpty() {
+				mask = topo.Online
+			}
+			for i, p := range plans {
+				if i < len(tc.want) && p.CPUs.String() != tc.want[i] {
+					t.Errorf("rank %d cpus %s, want %s", i, p.CPUs, tc.want[i])
+				}
+				if p.Threads != tc.threads {
+					t.Errorf("rank %d threads %d, want %d", i, p.Threads, tc.threads)
+				}
+				if (tc.warn == "") != (p.Warning == "") || !strings.Contains(p.Warning, tc.warn) {
+					t.Errorf("rank %d warning %q, want %q", i, p.Warning, tc.warn)
+				}
+				if !p.CPUs.IsSubset(mask) {
+					t.Errorf("rank %d cpus %s outside mask %s", i, p.CPUs, mask)
+				}
+				if p.Policy == Cores && len(p.WorkerCPUs) != p.Threads {
+					t.Errorf("rank %d: %d worker cpus for %d threads", i, len(p.WorkerCPUs), p.Threads)
+				}
+				if p.Policy == Cores && tc.r.CPUList.IsEmpty() {
+					for j := range i {
+						if s := p.CPUs.Intersect(plans[j].CPUs); !s.IsEmpty() {
+							t.Errorf("ranks %d and %d share cpus %s", j, i, s)
+						}
+					}
+				}
+			}
+			if len(plans) != len(tc.want) {
+				t.Errorf("%d plans, want %d", len(plans), len(tc.want))
+			}
+			if tc.workers0 != "" && joinInts(plans[0].WorkerCPUs, ",") != tc.workers0 {
+				t.Errorf("rank 0 workers %v, want %s", plans[0].WorkerCPUs, tc.workers0)
+			}
+		})
+	}
+}
+
+func TestPlanBadRequest(t *testing.T) {
+	topo := readFixture(t, "vm2c")
+	for _, r := range []Request{
+		{LocalSize: 0},
+		{LocalSize: 2, LocalRank: 2},
+		{LocalSize: 1, Threads: -1},
+		{LocalSize: 1, Policy: None, CPUList: NewCPUSet(0)},
+	} {
+		if _, err := topo.Plan(CPUSet{}, r); err == nil {
+			t.Errorf("Plan(%+v) gave no error", r)
+		}
+	}
+	if _, err := topo.Plan(NewCPUSet(5, 6), Request{LocalSize: 1}); err == nil || !strings.Contains(err.Error(), "no online cpu") {
+		t.Errorf("mask of offline cpus: %v", err)
+	}
+}
+
+func TestParsePolicy(t *testing.T) {
+	for s, want := range map[string]Policy{"cores": Cores, "NUMA": NUMA, "none": None} {
+		if p, err := ParsePolicy(s); err != nil || p != want {
+			t.Errorf("ParsePolicy(%q) = %v, %v", s, p, err)
+		}
+	}
+	if _, err := ParsePolicy("socket"); err == nil || !strings.Contains(err.Error(), "cores, numa, none") {
+		t.Errorf("ParsePolicy(socket) error %v, want one naming the accepted values", err)
+	}
+}
+
+func TestWritePlansAndJSON(t *testing.T) {
+	topo := readFixture(t, "laptop4c8t")
+	var b bytes.Buffer
+	if err := WritePlans(&b, topo, CPUSet{}, 2, Request{PreferNUMA: -1}); err != nil {
+		t.Fatal(err)
+	}
+	want := "local 0: cores 0-1 numa 0 threads 2 workers 0,1\nlocal 1: cores 2-3 numa 0 threads 2 workers 2,3\n"
+	if b.String() != want {
+		t.Errorf("WritePlans:\n%s\nwant:\n%s", b.String(), want)
+	}
+	plans, _ := topo.PlanAll(CPUSet{}, Request{LocalSize: 2, PreferNUMA: -1})
+	js, err := json.Marshal(Layout{Topology: topo, Plans: plans})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Layout
+	if err := json.Unmarshal(js, &back); err != nil {
+		t.Fatal(err)
+	}
+	if !back.Plans[1].CPUs.Equal(plans[1].CPUs) || back.Plans[1].Policy != Cores || !back.Topology.Online.Equal(topo.Online) {
+		t.Errorf("JSON round trip: %s", js)
+	}
+	if !strings.Contains(string(js), `"cpus":"2-3"`) {
+		t.Errorf("JSON does not write cpu lists as strings: %s", js)
+	}
+	b.Reset()
+	if err := topo.Write(&b); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "1 socket(s), 1 NUMA node(s), 4 physical cores, 8 logical CPUs (SMT on)") ||
+		!strings.Contains(b.String(), "numa 0: cpus 1,5") {
+		t.Errorf("Topology.Write:\n%s", b.String())
+	}
+}

@@ -1,0 +1,115 @@
+package chart
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+)
+
+// Record is one line of the training loop's JSON-lines metrics: one per
+// epoch, and a last one with Final set (the run's summary).
+type Record struct {
+	Epoch            int     `json:"epoch"`
+	Step             int     `json:"step"`
+	WorldSize        int     `json:"world_size"`
+	ThreadsPerRank   int     `json:"threads_per_rank"`
+	TrainLoss        float64 `json:"train_loss"`
+	TestAccuracy     float64 `json:"test_accuracy"`
+	SamplesPerSecond float64 `json:"samples_per_second"`
+	TrainSeconds     float64 `json:"train_seconds"`
+	Final            bool    `json:"final"`
+}
+
+// ReadMetrics parses JSON-lines metrics: one JSON object per line, blank
+// lines skipped, unknown fields ignored (newer writers may add some). A
+// malformed line, a line that is not one object, or a per-epoch line without
+// "epoch" is an error naming the line number (from 1).
+func ReadMetrics(r io.Reader) ([]Record, error) {
+	var recs []Record
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64*1024), 16*1024*1024)
+	for n := 1; sc.Scan(); n++ {
+		line := bytes.TrimSpace(sc.Bytes())
+		if len(line) == 0 {
+			continue
+		}
+		if line[0] != '{' {
+			return nil, fmt.Errorf("metrics line %d: want a JSON object, got %q", n, abbrev(line))
+		}
+		var rec Record
+		var keys map[string]json.RawMessage
+		if err := json.Unmarshal(line, &keys); err != nil {
+			return nil, fmt.Errorf("metrics line %d: %w", n, err)
+		}
+		if err := json.Unmarshal(line, &rec); err != nil {
+			return nil, fmt.Errorf("metrics line %d: %w", n, err)
+		}
+		if _, ok := keys["epoch"]; !ok && !rec.Final {
+			return nil, fmt.Errorf("metrics line %d: no \"epoch\" field (and not \"final\": true)", n)
+		}
+		recs = append(recs, rec)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("metrics: read: %w", err)
+	}
+	return recs, nil
+}
+
+func abbrev(b []byte) string {
+	if len(b) > 40 {
+		return string(b[:40]) + "..."
+	}
+	return string(b)
+}
+
+// MetricsPNG reads each JSON-lines metrics file and writes Curves to out:
+// training loss and test accuracy per epoch, one series per file, named by
+// the file's base name. Final summary lines are not plotted.
+func MetricsPNG(out string, files []string) error {
+	if len(files) == 0 {
+		return errors.New("chart: metrics: no files given")
+	}
+	var series []Series
+	for _, name := range files {
+		s, err := readSeries(name)
+		if err != nil {
+			return err
+		}
+		series = append(series, s)
+	}
+	title := "training curves"
+	if len(files) == 1 {
+		title = series[0].Name
+	}
+	return Curves(out, title, series)
+}
+
+func readSeries(name string) (Series, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return Series{}, fmt.Errorf("chart: metrics: %w", err)
+	}
+	defer f.Close()
+	recs, err := ReadMetrics(f)
+	if err != nil {
+		return Series{}, fmt.Errorf("chart: %s: %w", name, err)
+	}
+	s := Series{Name: filepath.Base(name)}
+	for _, r := range recs {
+		if r.Final {
+			continue
+		}
+		s.Epoch = append(s.Epoch, float64(r.Epoch))
+		s.Loss = append(s.Loss, r.TrainLoss)
+		s.Accuracy = append(s.Accuracy, r.TestAccuracy)
+	}
+	if len(s.Epoch) == 0 {
+		return Series{}, fmt.Errorf("chart: %s: no per-epoch records (HINT: pass the JSON-lines metrics file the training loop writes)", name)
+	}
+	return s, nil
+}
