@@ -1,0 +1,393 @@
+package checkpoint
+
+import (
+	"bytes"
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// testState returns a small State whose values depend on step.
+func testState(step int64) *State {
+	params := make([]float32, 1000)
+	for i := range params {
+		params[i] = float32(i)*0.001 + float32(step)
+	}
+	params[0] = float32(math.NaN())
+	params[1] = float32(math.Inf(-1))
+	params[2] = float32(math.Copysign(0, -1))
+	return &State{
+		Model: "cnn-fmnist", ConfigHash: "sha256:abc", Optimizer: "adamw",
+		WorldSize: 4, Epoch: 2, Step: step, SamplerEpoch: 2, SamplerIndex: 640,
+		RNG: []uint64{math.MaxUint64, 1, 0x9e3779b97f4a7c15},
+		Sections: []Section{
+			{"params", params},
+			{"adamw.m", make([]float32, 1000)},
+			{"adamw.v", []float32{1, 2, 3}},
+			{"empty", []float32{}},
+		},
+	}
+}
+
+// sameState compares two States bit for bit (NaN included).
+func sameState(t *testing.T, got, want *State) {
+	t.Helper()
+	g, w := *got, *want
+	g.Sections, w.Sections = nil, nil
+	if !reflect.DeepEqual(g, w) {
+		t.Fatalf("header fields differ:\ngot  %+v\nwant %+v", g, w)
+	}
+	if len(got.Sections) != len(want.Sections) {
+		t.Fatalf("%d sections, want %d", len(got.Sections), len(want.Sections))
+	}
+	for i, ws := range want.Sections {
+		gs := got.Sections[i]
+		if gs.Name != ws.Name || len(gs.Data) != len(ws.Data) {
+			t.Fatalf("section %d is %s[%d], want %s[%d]", i, gs.Name, len(gs.Data), ws.Name, len(ws.Data))
+		}
+		for j := range ws.Data {
+			if math.Float32bits(gs.Data[j]) != math.Float32bits(ws.Data[j]) {
+				t.Fatalf("%s[%d] = %v, want %v", ws.Name, j, gs.Data[j], ws.Data[j])
+			}
+		}
+	}
+}
+
+func TestRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	want := testState(1200)
+	path, err := Save(dir, want, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if filepath.Base(path) != "ckpt-000000001200.hpck" {
+		t.Errorf("saved as %s", path)
+	}
+	got, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameState(t, got, want)
+	if got.Lookup("adamw.v")[2] != 3 || got.Lookup("nope") != nil {
+		t.Error("Lookup")
+	}
+	// Deterministic bytes.
+	b1, _ := os.ReadFile(path)
+	path2, err := Save(t.TempDir(), want, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b2, _ := os.ReadFile(path2)
+	if !bytes.Equal(b1, b2) {
+		t.Error("saving the same State twice gave different bytes")
+	}
+	if !bytes.HasPrefix(b1, []byte(Magic+"\x01\x00\x00\x00")) {
+		t.Errorf("file starts %q", b1[:12])
+	}
+	// Empty state.
+	empty := &State{}
+	p, err := Save(dir, empty, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err = Load(p)
+	if err != nil || got.Step != 0 || len(got.Sections) != 0 {
+		t.Fatalf("empty state: %+v, %v", got, err)
+	}
+}
+
+func TestTruncated(t *testing.T) {
+	path, err := Save(t.TempDir(), testState(7), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	full, _ := os.ReadFile(path)
+	n := len(full)
+	for cut := 0; cut < n; cut += 1 + cut/4 {
+		if err := os.WriteFile(path, full[:cut], 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Load(path)
+		if cut == 0 {
+			if !errors.Is(err, ErrTruncated) && !errors.Is(err, ErrFormat) {
+				t.Errorf("empty file: %v", err)
+			}
+			continue
+		}
+		if !errors.Is(err, ErrTruncated) || !strings.Contains(err.Error(), "truncated: ") || !strings.Contains(err.Error(), path) {
+			t.Errorf("cut at %d of %d: %v", cut, n, err)
+		}
+	}
+	// Once the header is intact the message gives the exact size.
+	os.WriteFile(path, full[:n-100], 0o644)
+	if _, err := Load(path); err == nil || !strings.Contains(err.Error(), "truncated: "+strconv.Itoa(n-100)+" of "+strconv.Itoa(n)+" bytes") {
+		t.Errorf("cut 100 bytes: %v", err)
+	}
+}
+
+func TestBitFlips(t *testing.T) {
+	path, err := Save(t.TempDir(), testState(9), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	full, _ := os.ReadFile(path)
+	for off := 0; off < len(full); off += 1 + off/8 {
+		for _, bit := range []uint{0, 7} {
+			b := bytes.Clone(full)
+			b[off] ^= 1 << bit
+			os.WriteFile(path, b, 0o644)
+			_, err := Load(path)
+			switch {
+			case err == nil:
+				t.Fatalf("flip of bit %d at %d not detected", bit, off)
+			case off < 12: // magic, version
+				if !errors.Is(err, ErrFormat) {
+					t.Errorf("flip at %d: %v", off, err)
+				}
+			case off < 16: // header length: mismatch or a header that now reads short
+				if !errors.Is(err, ErrChecksum) && !errors.Is(err, ErrTruncated) {
+					t.Errorf("flip at %d: %v", off, err)
+				}
+			default:
+				if !errors.Is(err, ErrChecksum) || !strings.Contains(err.Error(), "checksum mismatch") {
+					t.Errorf("flip at %d: %v", off, err)
+				}
+			}
+		}
+	}
+}
+
+func TestAppendedBytes(t *testing.T) {
+	path, _ := Save(t.TempDir(), testState(3), 0)
+	full, _ := os.ReadFile(path)
+	os.WriteFile(path, append(full, 0, 0, 0, 0), 0o644)
+	if _, err := Load(path); !errors.Is(err, ErrChecksum) {
+		t.Errorf("appended bytes: %v", err)
+	}
+}
+
+func TestLatestSkipsCorrupt(t *testing.T) {
+	dir := t.TempDir()
+	for _, step := range []int64{100, 200, 300} {
+		if _, err := Save(dir, testState(step), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Newest is truncated, next is bit-flipped: Latest must fall back to 100.
+	p300 := filepath.Join(dir, FileName(300))
+	b, _ := os.ReadFile(p300)
+	os.WriteFile(p300, b[:len(b)/2], 0o644)
+	p200 := filepath.Join(dir, FileName(200))
+	b, _ = os.ReadFile(p200)
+	b[len(b)/2] ^= 0x10
+	os.WriteFile(p200, b, 0o644)
+	// A leftover temp file of a later step and an unrelated file are ignored.
+	os.WriteFile(filepath.Join(dir, "ckpt-000000000400-123.tmp"), []byte("partial"), 0o644)
+	os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("hi"), 0o644)
+	// A valid file under the wrong name is refused.
+	b, _ = os.ReadFile(filepath.Join(dir, FileName(100)))
+	os.WriteFile(filepath.Join(dir, FileName(250)), b, 0o644)
+
+	var warnings []string
+	s, path, err := Latest(dir, func(m string) { warnings = append(warnings, m) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s == nil || s.Step != 100 || path != filepath.Join(dir, FileName(100)) {
+		t.Fatalf("Latest = %v, %s", s, path)
+	}
+	sameState(t, s, testState(100))
+	want := []string{FileName(300) + ": truncated", FileName(250) + ": not a checkpoint: file name says step 250", FileName(200) + ": checksum mismatch"}
+	if len(warnings) != len(want) {
+		t.Fatalf("warnings %q", warnings)
+	}
+	for i, w := range want {
+		if !strings.Contains(warnings[i], w) {
+			t.Errorf("warning %q lacks %q", warnings[i], w)
+		}
+	}
+}
+
+func TestLatestEmpty(t *testing.T) {
+	for _, dir := range []string{t.TempDir(), filepath.Join(t.TempDir(), "missing")} {
+		s, p, err := Latest(dir, nil)
+		if s != nil || p != "" || err != nil {
+			t.Errorf("Latest(%s) = %v, %q, %v", dir, s, p, err)
+		}
+	}
+	file := filepath.Join(t.TempDir(), "f")
+	os.WriteFile(file, nil, 0o644)
+	if _, _, err := Latest(file, nil); err == nil {
+		t.Error("Latest on a regular file: want error")
+	}
+}
+
+func TestKeepPrunes(t *testing.T) {
+	dir := t.TempDir()
+	// A corrupt old checkpoint must survive pruning.
+	os.WriteFile(filepath.Join(dir, FileName(1)), []byte("garbage"), 0o644)
+	for step := int64(10); step <= 60; step += 10 {
+		if _, err := Save(dir, testState(step), 3); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var names []string
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	want := []string{FileName(1), FileName(40), FileName(50), FileName(60)}
+	if !reflect.DeepEqual(names, want) {
+		t.Fatalf("after keep=3: %q, want %q", names, want)
+	}
+	// keep <= 0 keeps everything.
+	if _, err := Save(dir, testState(70), 0); err != nil {
+		t.Fatal(err)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 5 {
+		t.Fatalf("keep=0 removed files: %d left", len(entries))
+	}
+}
+
+func TestSameStepReplaced(t *testing.T) {
+	dir := t.TempDir()
+	s := testState(5)
+	Save(dir, s, 0)
+	s.Epoch = 99
+	p, err := Save(dir, s, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := Load(p)
+	if got.Epoch != 99 {
+		t.Fatal("same-step save did not replace")
+	}
+}
+
+func TestLeftoverTmpIgnoredAndRemoved(t *testing.T) {
+	dir := t.TempDir()
+	Save(dir, testState(10), 0)
+	// Simulate a crash mid-write of step 20: a partial temp file.
+	tmp := filepath.Join(dir, "ckpt-000000000020-99.tmp")
+	os.WriteFile(tmp, []byte(Magic+"partial"), 0o644)
+	s, _, err := Latest(dir, func(m string) { t.Errorf("unexpected warning %s", m) })
+	if err != nil || s.Step != 10 {
+		t.Fatalf("Latest = %v, %v", s, err)
+	}
+	if _, err := Save(dir, testState(20), 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(tmp); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("leftover %s not removed: %v", tmp, err)
+	}
+	if m, _ := filepath.Glob(filepath.Join(dir, "*.tmp")); len(m) != 0 {
+		t.Errorf("temp files left: %q", m)
+	}
+}
+
+func TestUnwritableDir(t *testing.T) {
+	// As root, permission bits do not stop writes; a path below a regular
+	// file, or in /proc, cannot be created by anyone.
+	base := t.TempDir()
+	good, err := Save(base, testState(1), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, _ := os.ReadFile(good)
+	for _, dir := range []string{filepath.Join(good, "sub"), "/proc/hpctrain-ckpt"} {
+		_, err := Save(dir, testState(2), 1)
+		if err == nil {
+			t.Errorf("Save(%s) succeeded", dir)
+			continue
+		}
+		if want := "checkpoint dir " + dir + ": not writable: "; !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("Save(%s): %q, want prefix %q", dir, err, want)
+		}
+	}
+	if os.Getuid() != 0 {
+		ro := filepath.Join(base, "ro")
+		os.Mkdir(ro, 0o555)
+		if _, err := Save(ro, testState(2), 0); err == nil || !strings.Contains(err.Error(), "permission denied") {
+			t.Errorf("read-only dir: %v", err)
+		}
+	}
+	after, _ := os.ReadFile(good)
+	if !bytes.Equal(before, after) {
+		t.Error("failed saves touched an existing checkpoint")
+	}
+}
+
+func TestCheck(t *testing.T) {
+	s := testState(1)
+	if err := s.Check("cnn-fmnist", "sha256:abc", 4); err != nil {
+		t.Fatal(err)
+	}
+	err := s.Check("mlp", "sha256:def", 2)
+	if !errors.Is(err, ErrIncompatible) {
+		t.Fatalf("%v", err)
+	}
+	for _, want := range []string{`model "cnn-fmnist", this run trains "mlp"`, "sha256:abc", "sha256:def", "mpirun -np 4", "written by 4 ranks, this run has 2"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%q lacks %q", err, want)
+		}
+	}
+}
+
+func TestMisusePanics(t *testing.T) {
+	for _, c := range []struct {
+		s    *State
+		want string
+	}{
+		{nil, "checkpoint: nil State"},
+		{&State{Step: -1}, "checkpoint: negative Step"},
+		{&State{Sections: []Section{{"a", nil}, {"a", nil}}}, "checkpoint: duplicate Section name"},
+		{&State{Sections: []Section{{"", nil}}}, "checkpoint: Section with empty name"},
+	} {
+		func() {
+			defer func() {
+				if r := recover(); r != c.want {
+					t.Errorf("recovered %v, want %q", r, c.want)
+				}
+			}()
+			Save(t.TempDir(), c.s, 0)
+		}()
+	}
+}
+
+func TestParseName(t *testing.T) {
+	for name, want := range map[string]int64{"ckpt-000000001200.hpck": 1200, "ckpt-1234567890123.hpck": 1234567890123} {
+		if got, ok := parseName(name); !ok || got != want {
+			t.Errorf("parseName(%q) = %d, %v", name, got, ok)
+		}
+	}
+	for _, bad := range []string{"ckpt-12.hpck", "ckpt-00000000120x.hpck", "ckpt-000000001200.hpck.tmp", "x-000000001200.hpck", "ckpt-000000001200-1.tmp"} {
+		if _, ok := parseName(bad); ok {
+			t.Errorf("parseName(%q) accepted", bad)
+		}
+	}
+}
+
+func FuzzLoad(f *testing.F) {
+	var buf bytes.Buffer
+	small := &State{Model: "m", Step: 3, RNG: []uint64{1}, Sections: []Section{{"p", []float32{1, 2}}, {"v", nil}}}
+	encode(&buf, small)
+	f.Add(buf.Bytes())
+	f.Add([]byte(Magic))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		s, err := decode(b)
+		if err == nil {
+			var out bytes.Buffer
+			if err := encode(&out, s); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := decode(out.Bytes()); err != nil {
+				t.Fatalf("re-encoding a decoded file: %v", err)
+			}
+		}
+	})
+}

@@ -1,0 +1,149 @@
+package slurm
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestCluster starts a real one-host SLURM cluster with
+// scripts/slurm/up.sh (root; installs packages if missing), runs a trivial
+// job and a script rendered by Render whose fake trainer is told to stop by
+// `scancel --signal=USR1 --batch`, checks that the script forwards the signal,
+// sees ExitRequeue and requeues the job, and stops the cluster with down.sh.
+// It takes about 10 s; -short skips it.
+func TestCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: not starting a SLURM cluster")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 55*time.Second)
+	defer cancel()
+	dir := t.TempDir()
+	scripts, err := filepath.Abs("../scripts/slurm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Own ports, so that a cluster someone already runs on 6817/6818 is left alone.
+	env := append(os.Environ(), "SLURMCTLD_PORT="+freePort(t), "SLURMD_PORT="+freePort(t))
+	run := func(name string, args ...string) string {
+		t.Helper()
+		cmd := exec.CommandContext(ctx, name, args...)
+		cmd.Env, cmd.Dir = env, dir
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("%s %s: %v\n%s%s", name, strings.Join(args, " "), err, out.String(), errb.String())
+		}
+		return out.String()
+	}
+
+	clusterDir := filepath.Join(dir, "cluster")
+	t.Cleanup(func() {
+		cmd := exec.Command(filepath.Join(scripts, "down.sh"), clusterDir)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("down.sh: %v\n%s", err, out)
+		}
+	})
+	up := run(filepath.Join(scripts, "up.sh"), clusterDir)
+	conf := filepath.Join(clusterDir, "slurm.conf")
+	if want := "export SLURM_CONF=" + conf; !strings.Contains(up, want) {
+		t.Fatalf("up.sh printed %q, want %q", up, want)
+	}
+	env = append(env, "SLURM_CONF="+conf)
+	run(filepath.Join(scripts, "up.sh"), clusterDir) // idempotent
+
+	t.Run("hostlist matches scontrol", func(t *testing.T) {
+		for _, c := range hostlistCases {
+			if c.in == "" {
+				continue
+			}
+			got := strings.Fields(run("scontrol", "show", "hostnames", c.in))
+			if !reflect.DeepEqual(got, c.want) {
+				t.Errorf("scontrol show hostnames %q = %q, ExpandHostlist test wants %q", c.in, got, c.want)
+			}
+		}
+	})
+
+	// A trivial job.
+	id := strings.TrimSpace(run("sbatch", "--parsable", "-D", dir, "-o", "wrap-%j.out", "--wrap", "hostname; echo ok"))
+	waitFor(ctx, t, filepath.Join(dir, "wrap-"+id+".out"), "ok\n")
+
+	// The rendered script with a fake trainer that checkpoints on SIGUSR1.
+	trainer := filepath.Join(dir, "fake-trainer")
+	writeFile(t, trainer, 0o755, `#!/bin/bash
+trap 'echo "rank $OMPI_COMM_WORLD_RANK got USR1"; exit `+strconv.Itoa(ExitRequeue)+`' USR1
+echo "rank $OMPI_COMM_WORLD_RANK of $OMPI_COMM_WORLD_SIZE started: $*"
+for i in $(seq 400); do sleep 0.1; done
+`)
+	spec := DefaultJobSpec()
+	spec.Name, spec.TasksPerNode, spec.Time = "fake", 2, "5"
+	spec.Output, spec.Error = filepath.Join(dir, "%x-%j.out"), filepath.Join(dir, "%x-%j.out")
+	spec.Binary, spec.Config, spec.Oversubscribe = trainer, "cfg.toml", true
+	var script bytes.Buffer
+	if err := Render(&script, spec); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(dir, "job.sbatch"), 0o644, script.String())
+	id = strings.TrimSpace(run("sbatch", "--parsable", "-D", dir, filepath.Join(dir, "job.sbatch")))
+	out := filepath.Join(dir, "fake-"+id+".out")
+	waitFor(ctx, t, out, "rank 1 of 2 started: train -config cfg.toml -checkpoint-dir checkpoints -resume auto")
+	waitFor(ctx, t, out, "rank 0 of 2 started")
+	run("scancel", "--signal=USR1", "--batch", id)
+	waitFor(ctx, t, out, "got SIGUSR1, forwarding to mpirun")
+	waitFor(ctx, t, out, "trainer exited with status 85")
+	waitFor(ctx, t, out, "requeueing job "+id)
+	// SLURM holds a requeued job for about two minutes (BeginTime) before
+	// rerunning it; seeing it pending with Restarts=1 is enough here.
+	for {
+		show := run("scontrol", "show", "job", id)
+		if strings.Contains(show, "Restarts=1") && strings.Contains(show, "JobState=PENDING") {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("job %s not requeued:\n%s", id, show)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	run("scancel", id)
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+}
+
+func writeFile(t *testing.T, path string, mode os.FileMode, text string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(text), mode); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitFor polls path until it contains want or ctx ends.
+func waitFor(ctx context.Context, t *testing.T, path, want string) {
+	t.Helper()
+	for {
+		b, _ := os.ReadFile(path)
+		if bytes.Contains(b, []byte(want)) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s never contained %q; it holds:\n%s", path, want, b)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,222 @@
+package slurm
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+)
+
+// JobSpec describes one sbatch job running hpctrain. The toml tags are the
+// keys of a job file read by [LoadJobSpec]; start from [DefaultJobSpec] when
+// building one in Go, because some defaults (Requeue) are not zero values.
+type JobSpec struct {
+	Name         string `toml:"name"`           // --job-name; default "hpctrain"
+	Partition    string `toml:"partition"`      // --partition; omitted when empty
+	Account      string `toml:"account"`        // --account; omitted when empty
+	Nodes        int    `toml:"nodes"`          // --nodes, >= 1
+	TasksPerNode int    `toml:"tasks_per_node"` // --ntasks-per-node (MPI ranks per node), >= 1
+	CPUsPerTask  int    `toml:"cpus_per_task"`  // --cpus-per-task: threads per rank (OMP_NUM_THREADS), >= 1
+	GPUsPerNode  int    `toml:"gpus_per_node"`  // --gpus-per-node; 0 = CPU job, line omitted
+	// Time is the wall-clock limit in a SLURM form: "M", "M:S", "H:M:S",
+	// "D-H", "D-H:M" or "D-H:M:S", e.g. "30", "02:00:00", "1-12:00:00".
+	Time string `toml:"time"`
+	// Output and Error are sbatch --output/--error paths, relative to the
+	// submit directory; SLURM does not create their directory, so it must exist.
+	Output string `toml:"output"` // default "%x-%j.out" (%x job name, %j job id)
+	Error  string `toml:"error"`  // --error path; default "%x-%j.err"
+	// SignalGrace is how many seconds before the time limit SLURM sends
+	// SIGUSR1 to the batch shell (--signal=B:USR1@SignalGrace); it must
+	// cover finishing a step and writing a checkpoint. Default 120.
+	SignalGrace int  `toml:"signal_grace"`
+	Requeue     bool `toml:"requeue"` // --requeue and requeue on ExitRequeue; default true
+	// Binary is the hpctrain executable as the batch shell sees it.
+	Binary        string   `toml:"binary"`         // default "./hpctrain"
+	Config        string   `toml:"config"`         // training TOML, passed as -config; required
+	CheckpointDir string   `toml:"checkpoint_dir"` // -checkpoint-dir; default "checkpoints"
+	ExtraArgs     []string `toml:"extra_args"`     // appended to `hpctrain train ...`
+	Mpirun        []string `toml:"mpirun"`         // extra mpirun options, before the binary
+	// Oversubscribe adds --oversubscribe to mpirun: needed when ranks x
+	// threads exceed the cores SLURM gives (small test machines).
+	Oversubscribe bool     `toml:"oversubscribe"`
+	Modules       []string `toml:"modules"` // each becomes `module load <m>`
+}
+
+// DefaultJobSpec returns the defaults that [LoadJobSpec] starts from: one
+// node, one task, one CPU, one hour, requeue on, 120 s grace.
+func DefaultJobSpec() JobSpec {
+	return JobSpec{
+		Name:          "hpctrain",
+		Nodes:         1,
+		TasksPerNode:  1,
+		CPUsPerTask:   1,
+		Time:          "01:00:00",
+		Output:        "%x-%j.out",
+		Error:         "%x-%j.err",
+		SignalGrace:   120,
+		Requeue:       true,
+		Binary:        "./hpctrain",
+		CheckpointDir: "checkpoints",
+	}
+}
+
+// LoadJobSpec reads a job TOML file on top of [DefaultJobSpec] and
+// validates it. A syntax error names the line; a key JobSpec does not have
+// is an error naming it (a typo must not silently fall back to a default).
+func LoadJobSpec(path string) (JobSpec, error) {
+	s := DefaultJobSpec()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return s, fmt.Errorf("load job spec: %w", err)
+	}
+	md, err := toml.Decode(string(b), &s)
+	if err != nil {
+		var perr toml.ParseError
+		if errors.As(err, &perr) {
+			return s, fmt.Errorf("load job spec %s: line %d: %s", path, perr.Position.Line, perr.Message)
+		}
+		return s, fmt.Errorf("load job spec %s: %w", path, err)
+	}
+	if und := md.Undecoded(); len(und) > 0 {
+		keys := make([]string, len(und))
+		for i, k := range und {
+			keys[i] = k.String()
+		}
+		sort.Strings(keys)
+		return s, fmt.Errorf("load job spec %s: unknown key(s) %s", path, strings.Join(keys, ", "))
+	}
+	if err := s.Validate(); err != nil {
+		return s, fmt.Errorf("load job spec %s: %w", path, err)
+	}
+	return s, nil
+}
+
+// Validate checks every field, filling nothing in. Errors name the TOML key
+// and the accepted values.
+func (s JobSpec) Validate() error {
+	var errs []error
+	bad := func(key string, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: "+format, append([]any{key}, args...)...))
+	}
+	rangeCheck := func(key string, v, lo, hi int) {
+		if v < lo || v > hi {
+			bad(key, "%d out of range [%d, %d]", v, lo, hi)
+		}
+	}
+	rangeCheck("nodes", s.Nodes, 1, 100000)
+	rangeCheck("tasks_per_node", s.TasksPerNode, 1, 4096)
+	rangeCheck("cpus_per_task", s.CPUsPerTask, 1, 4096)
+	rangeCheck("gpus_per_node", s.GPUsPerNode, 0, 64)
+	rangeCheck("signal_grace", s.SignalGrace, 1, 65535) // SLURM's limit for --signal's @time
+	if err := ValidateTime(s.Time); err != nil {
+		bad("time", "%v", err)
+	}
+	// #SBATCH values: sbatch splits them on white space and does its own
+	// quoting, so refuse anything a shell or sbatch would read differently.
+	for _, f := range []struct {
+		key, val string
+		must     bool
+	}{
+		{"name", s.Name, true}, {"partition", s.Partition, false}, {"account", s.Account, false},
+		{"output", s.Output, true}, {"error", s.Error, true},
+	} {
+		switch {
+		case f.val == "" && f.must:
+			bad(f.key, "must not be empty")
+		case !sbatchValue.MatchString(f.val) && f.val != "":
+			bad(f.key, "%q: only letters, digits and %s allowed", f.val, sbatchPunct)
+		}
+	}
+	// Command-line values are single-quoted in the script; only a newline
+	// or NUL could still break it.
+	line := map[string][]string{
+		"binary": {s.Binary}, "config": {s.Config}, "checkpoint_dir": {s.CheckpointDir},
+		"extra_args": s.ExtraArgs, "mpirun": s.Mpirun, "modules": s.Modules,
+	}
+	for _, key := range []string{"binary", "config", "checkpoint_dir", "extra_args", "mpirun", "modules"} {
+		for _, v := range line[key] {
+			if strings.ContainsAny(v, "\n\r\x00") {
+				bad(key, "%q contains a newline or NUL", v)
+			}
+		}
+	}
+	for _, key := range []string{"binary", "config", "checkpoint_dir"} {
+		if line[key][0] == "" {
+			bad(key, "must not be empty")
+		}
+	}
+	for _, m := range s.Modules {
+		if !sbatchValue.MatchString(m) {
+			bad("modules", "%q: only letters, digits and %s allowed", m, sbatchPunct)
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("invalid job spec: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+var sbatchValue = regexp.MustCompile(`^[A-Za-z0-9._\-/%+:@=,]+$`)
+
+const sbatchPunct = ". _ - / % + : @ = ,"
+
+// ValidateTime checks a SLURM time limit: "M", "M:S", "H:M:S", "D-H",
+// "D-H:M" or "D-H:M:S" with minutes and seconds below 60 and hours below 24
+// when a day count is given. "UNLIMITED" and "INFINITE" are refused: a
+// job that can be pre-empted needs a limit to get its warning signal.
+func ValidateTime(t string) error {
+	if t == "" {
+		return fmt.Errorf("empty; want M, H:M:S or D-H:M:S")
+	}
+	want := fmt.Errorf("%q: want M, M:S, H:M:S, D-H, D-H:M or D-H:M:S", t)
+	num := func(s string, max int) (int, bool) {
+		if s == "" || len(s) > 9 {
+			return 0, false
+		}
+		for i := 0; i < len(s); i++ {
+			if s[i] < '0' || s[i] > '9' {
+				return 0, false
+			}
+		}
+		n, _ := strconv.Atoi(s)
+		return n, max < 0 || n <= max
+	}
+	days, rest, hasDays := strings.Cut(t, "-")
+	if !hasDays {
+		rest = t
+	}
+	parts := strings.Split(rest, ":")
+	var limits []int // maxima of each part, -1 = unbounded
+	if hasDays {
+		if _, ok := num(days, -1); !ok {
+			return want
+		}
+		limits = [][]int{nil, {23}, {23, 59}, {23, 59, 59}}[min(len(parts), 3)]
+	} else {
+		limits = [][]int{nil, {-1}, {-1, 59}, {-1, 59, 59}}[min(len(parts), 3)]
+	}
+	if len(parts) > 3 {
+		return want
+	}
+	total := 0
+	for i, p := range parts {
+		n, ok := num(p, limits[i])
+		if !ok {
+			return want
+		}
+		total += n
+	}
+	d := 0
+	if hasDays {
+		d, _ = num(days, -1)
+	}
+	if total == 0 && d == 0 {
+		return fmt.Errorf("%q: a zero time limit", t)
+	}
+	return nil
+}

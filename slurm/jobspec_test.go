@@ -1,0 +1,69 @@
+package slurm
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func writeSpec(t *testing.T, text string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "job.toml")
+	if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestLoadJobSpecDefaults(t *testing.T) {
+	s, err := LoadJobSpec(writeSpec(t, `config = "c.toml"`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.Requeue || s.SignalGrace != 120 || s.Binary != "./hpctrain" || s.Nodes != 1 || s.CPUsPerTask != 1 {
+		t.Fatalf("defaults not applied: %+v", s)
+	}
+	s, err = LoadJobSpec(writeSpec(t, "config = \"c.toml\"\nrequeue = false\n"))
+	if err != nil || s.Requeue {
+		t.Fatalf("requeue = false not honoured: %+v, %v", s, err)
+	}
+}
+
+func TestLoadJobSpecErrors(t *testing.T) {
+	for _, c := range []struct{ text, want string }{
+		{"config = \"c\"\nnodes = \n", "line 2"},
+		{"config = \"c\"\nnode = 2\ncpus = 1\n", "unknown key(s) cpus, node"},
+		{"config = \"c\"\nnodes = 0\n", "nodes: 0 out of range [1, 100000]"},
+		{"config = \"c\"\ntasks_per_node = -1\n", "tasks_per_node: -1 out of range"},
+		{"config = \"c\"\ngpus_per_node = 100\n", "gpus_per_node: 100 out of range [0, 64]"},
+		{"config = \"c\"\nsignal_grace = 70000\n", "signal_grace"},
+		{"config = \"c\"\ntime = \"1:60:00\"\n", `time: "1:60:00"`},
+		{"config = \"c\"\nname = \"a b\"\n", `name: "a b"`},
+		{"config = \"c\"\noutput = \"x\\ny\"\n", "output"},
+		{"config = \"c\"\nextra_args = [\"a\\nb\"]\n", "extra_args"},
+		{"", "config: must not be empty"},
+		{"config = \"c\"\nnodes = \"2\"\n", "nodes"},
+	} {
+		_, err := LoadJobSpec(writeSpec(t, c.text))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: error %v, want it to contain %q", c.text, err, c.want)
+		}
+	}
+	if _, err := LoadJobSpec(filepath.Join(t.TempDir(), "missing.toml")); err == nil || !strings.Contains(err.Error(), "missing.toml") {
+		t.Errorf("missing file: %v", err)
+	}
+}
+
+func TestValidateTime(t *testing.T) {
+	for _, ok := range []string{"30", "90", "30:00", "02:00:00", "100:00:00", "1-12:00:00", "2-0", "1-23:59", "0-0:1"} {
+		if err := ValidateTime(ok); err != nil {
+			t.Errorf("ValidateTime(%q): %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"", "0", "00:00:00", "1:60", "1:00:60", "1-24:00:00", "a", "1:2:3:4", "-1", "1-", "UNLIMITED", " 30", "1.5"} {
+		if err := ValidateTime(bad); err == nil {
+			t.Errorf("ValidateTime(%q): want error", bad)
+		}
+	}
+}
