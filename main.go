@@ -4,6 +4,10 @@
 // summed with MPI all-reduce.
 //
 //	hpctrain train [flags]     train a model (see hpctrain train -h)
+//	hpctrain topo [-np N]      show the node and the placement plan
+//	hpctrain bench WHAT        measure gemm, step, allreduce, affinity, optim
+//	hpctrain slurm template    render an sbatch script
+//	hpctrain plot -metrics F   draw training curves
 //
 // Errors are printed as one line on stderr, prefixed with rank and host, and
 // the exit code is non-zero: 2 for bad flags or configuration, 1 for
@@ -29,6 +33,10 @@ Usage:
 
 Commands:
   train     train a model on Fashion-MNIST (hpctrain train -h for its flags)
+  topo      this node's cores, SMT siblings, NUMA nodes and the plan for -np ranks
+  bench     gemm | step | allreduce | affinity | optim (hpctrain bench -h)
+  slurm     template: render an sbatch script from flags or a job TOML
+  plot      loss and accuracy curves of -metrics files to PNG
 
 Examples:
   hpctrain train -model cnn -epochs 1
@@ -53,8 +61,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch cmd, rest := args[0], args[1:]; cmd {
 	case "train":
 		err = trainCmd(rest, stdout, stderr)
+	case "topo":
+		err = topoCmd(rest, stdout, stderr)
+	case "bench":
+		err = benchCmd(rest, stdout, stderr)
+	case "slurm":
+		err = slurmCmd(rest, stdout, stderr)
+	case "plot":
+		err = plotCmd(rest, stdout, stderr)
 	default:
-		err = usageError{fmt.Errorf("unknown command %q (commands: train)", cmd)}
+		err = usageError{fmt.Errorf("unknown command %q (commands: train, topo, bench, slurm, plot)", cmd)}
 	}
 	switch {
 	case err == nil:
@@ -107,7 +123,7 @@ func trainCmd(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	who = fmt.Sprintf("rank %d (%s): ", comm.Rank(), comm.Host())
-	_, err = train.Run(cfg, comm, stdout)
+	_, err = train.RunWith(cfg, comm, stdout, stderr)
 	if cerr := comm.Close(); err == nil {
 		err = cerr
 	}

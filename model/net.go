@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"time"
 )
 
 // Flat is a layer that only reinterprets its input's shape: flattening
@@ -274,4 +275,29 @@ func (n *Net) Groups() []Group {
 			Group{Name: l.Name() + ".bias", Off: n.offsets[i] + np - nbias, Len: nbias, Bias: true})
 	}
 	return gs
+}
+
+// TimeLayers runs one forward, loss and backward pass of nb samples layer by
+// layer and adds each layer's forward and backward time to fwd[i] and
+// bwd[i] (for benchmarks; len(fwd) and len(bwd) must be len(Layers)).
+func (n *Net) TimeLayers(nb int, labels []int32, fwd, bwd []time.Duration) {
+	if nb < 1 || nb > n.batch {
+		panic("model: batch outside [1, Net.Batch()]")
+	}
+	n.n = nb
+	for i, l := range n.Layers {
+		t := time.Now()
+		l.forward(n.acts[i], n.acts[i+1], nb)
+		fwd[i] += time.Since(t)
+	}
+	n.Loss(labels)
+	for i := len(n.Layers) - 1; i >= 0; i-- {
+		var dx []float32
+		if i > 0 {
+			dx = n.dacts[i]
+		}
+		t := time.Now()
+		n.Layers[i].backward(n.acts[i], n.acts[i+1], n.dacts[i+1], dx, nb)
+		bwd[i] += time.Since(t)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"strconv"
+	"time"
 )
 
 // Comm is the narrow communicator the trainer needs. Collectives block until
@@ -23,6 +24,10 @@ type Comm interface {
 	// AllreduceSum replaces buf on every rank with the element-wise sum of
 	// buf over all ranks (in place).
 	AllreduceSum(buf []float32) error
+	// IallreduceSum starts AllreduceSum of buf and returns at once; r.Wait
+	// reports when it is done. buf must not be touched before then. Calls
+	// started this way and blocking calls run in the order they were made.
+	IallreduceSum(buf []float32, r *Request)
 	// AllreduceSum64 is AllreduceSum for float64 (metrics, counters).
 	AllreduceSum64(buf []float64) error
 	// Bcast copies root's buf into buf on every other rank.
@@ -73,4 +78,44 @@ func hostname() string {
 		return "unknown-host"
 	}
 	return h
+}
+
+// Request is a non-blocking call in flight. The caller owns it and may reuse
+// it once Wait has returned; each started call must be waited for once.
+type Request struct {
+	q       request
+	pending bool
+}
+
+func (r *Request) begin() {
+	if r.pending {
+		panic("mpi: request reused before Wait")
+	}
+	if r.q.done == nil {
+		r.q.done = make(chan struct{}, 1)
+	}
+	done := r.q.done
+	r.q = request{done: done}
+	r.pending = true
+}
+
+// Wait blocks until the call is done and returns its error.
+func (r *Request) Wait() error {
+	if !r.pending {
+		panic("mpi: Wait on a request not started")
+	}
+	<-r.q.done
+	r.pending = false
+	return r.q.err
+}
+
+// Span returns when the communicator started and finished the call (zero
+// times for implementations that run it at once). Valid after Wait.
+func (r *Request) Span() (start, end time.Time) { return r.q.start, r.q.end }
+
+// finish completes r at once with err (for implementations without a
+// background thread).
+func (r *Request) finish(start time.Time, err error) {
+	r.q.start, r.q.end, r.q.err = start, time.Now(), err
+	r.q.done <- struct{}{}
 }

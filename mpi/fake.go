@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"time"
 )
 
 // Fake is one rank of an in-process job whose ranks are goroutines. It exists
@@ -99,6 +100,14 @@ func (f *Fake) AllreduceSum(buf []float32) error {
 	})
 	copy(buf, sum)
 	return err
+}
+
+// IallreduceSum runs the sum at once: the fake has no background thread,
+// so every rank must start its calls in the same order, as with MPI.
+func (f *Fake) IallreduceSum(buf []float32, r *Request) {
+	r.begin()
+	start := time.Now()
+	r.finish(start, f.AllreduceSum(buf))
 }
 
 func (f *Fake) AllreduceSum64(buf []float64) error {

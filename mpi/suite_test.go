@@ -82,6 +82,38 @@ func suite(t reporter, c Comm) {
 			t.Errorf("rank %d: allgather slot %d = %v", r, k, recv[2*k:2*k+2])
 		}
 	}
+	// Non-blocking sums run in the order started, blocking calls after them.
+	var reqs [3]Request
+	bufs := make([][]float32, 3)
+	for k := range bufs {
+		bufs[k] = make([]float32, 1000*(k+1))
+		for i := range bufs[k] {
+			bufs[k][i] = float32(r*(k+1) + i)
+		}
+		c.IallreduceSum(bufs[k], &reqs[k])
+	}
+	one := []float64{1}
+	if err := c.AllreduceSum64(one); err != nil || one[0] != float64(n) {
+		t.Errorf("rank %d: blocking sum after non-blocking ones: %v %v", r, one, err)
+	}
+	for k := range bufs {
+		if err := reqs[k].Wait(); err != nil {
+			t.Fatal(err)
+		}
+		for i, v := range bufs[k] {
+			if want := float32(n*i + (k+1)*n*(n-1)/2); v != want {
+				t.Fatalf("rank %d: iallreduce %d [%d] = %v, want %v", r, k, i, v, want)
+			}
+		}
+		if s, e := reqs[k].Span(); e.Before(s) {
+			t.Errorf("span ends before it starts")
+		}
+	}
+	// A request is reusable after Wait.
+	c.IallreduceSum(bufs[0][:1], &reqs[0])
+	if err := reqs[0].Wait(); err != nil {
+		t.Fatal(err)
+	}
 	if err := c.Barrier(); err != nil {
 		t.Fatal(err)
 	}

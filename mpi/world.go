@@ -14,6 +14,9 @@ static int hpc_errors_return(void) {
 static int hpc_allreduce_f32(void *buf, int n) {
 	return MPI_Allreduce(MPI_IN_PLACE, buf, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
 }
+static int hpc_allreduce_oop(void *send, void *recv, int n) {
+	return MPI_Allreduce(send, recv, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+}
 static int hpc_allreduce_f64(void *buf, int n) {
 	return MPI_Allreduce(MPI_IN_PLACE, buf, n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
 }
@@ -47,6 +50,7 @@ import (
 	"math"
 	"runtime"
 	"sync"
+	"time"
 	"unsafe"
 
 	gompi "github.com/sbromberger/gompi"
@@ -62,10 +66,9 @@ type World struct {
 
 	wc *gompi.Communicator // MPI_COMM_WORLD, used from the MPI thread only
 
-	mu     sync.Mutex // serialises calls: one request in flight
-	req    request
-	in     chan struct{}
-	out    chan struct{}
+	mu     sync.Mutex // guards sync and closed
+	sync   request    // the blocking call in flight, reused
+	queue  chan *request
 	closed bool
 }
 
@@ -79,17 +82,22 @@ const (
 	opAllgather
 	opBarrier
 	opFinalize
+	opRawTimed
 )
 
-// request is the one call in flight; it is reused so that a call allocates
-// nothing.
+// request is one MPI call for the MPI thread. Requests are served in the
+// order they are queued, so ranks that queue the same calls in the same order
+// run matching collectives. Requests are reused: a call allocates nothing.
 type request struct {
-	op   opKind
-	f32  []float32
-	f64  []float64
-	b, r []byte
-	root int
-	err  error
+	op         opKind
+	f32        []float32
+	f64        []float64
+	b, r       []byte
+	root       int
+	err        error
+	start, end time.Time // when the MPI thread began and finished the call
+	iters      int       // opRawTimed: calls to time
+	done       chan struct{}
 }
 
 // Error is an error code returned by the MPI library.
@@ -116,7 +124,8 @@ func mpiErr(op string, rc C.int) error {
 // OMPI_COMM_WORLD_LOCAL_RANK/LOCAL_SIZE (Open MPI), MPI_LOCALRANKID/
 // MPI_LOCALNRANKS (MPICH), else MPI_Comm_split_type(MPI_COMM_TYPE_SHARED).
 func Start() (*World, error) {
-	w := &World{in: make(chan struct{}), out: make(chan struct{}), host: hostname()}
+	w := &World{queue: make(chan *request, 256), host: hostname()}
+	w.sync.done = make(chan struct{}, 1)
 	started := make(chan error)
 	go w.loop(started)
 	if err := <-started; err != nil {
@@ -152,10 +161,12 @@ func (w *World) loop(started chan<- error) {
 		w.localRank, w.localSize, w.localFrom = int(r), int(s), "MPI_Comm_split_type"
 	}
 	started <- nil
-	for range w.in {
-		w.serve(m)
-		w.out <- struct{}{}
-		if w.req.op == opFinalize {
+	for q := range w.queue {
+		q.start = time.Now()
+		w.serve(m, q)
+		q.end = time.Now()
+		q.done <- struct{}{}
+		if q.op == opFinalize {
 			return
 		}
 	}
@@ -164,8 +175,8 @@ func (w *World) loop(started chan<- error) {
 // maxCount is the largest element count one MPI call takes (a C int).
 const maxCount = math.MaxInt32
 
-func (w *World) serve(m *gompi.MPI) {
-	q := &w.req
+func (w *World) serve(m *gompi.MPI, q *request) {
+	q.err = nil
 	switch q.op {
 	case opAllreduce32:
 		for b := q.f32; len(b) > 0 && q.err == nil; {
@@ -204,26 +215,56 @@ func (w *World) serve(m *gompi.MPI) {
 		w.wc.Barrier()
 	case opFinalize:
 		m.Stop()
+	case opRawTimed:
+		// The calls a C program would make, back to back on this thread:
+		// the reference the wrapper's overhead is measured against.
+		send, recv := unsafe.Pointer(&q.f32[0]), unsafe.Pointer(&q.r[0])
+		for i := 0; i < q.iters && q.err == nil; i++ {
+			if q.root == 1 {
+				q.err = mpiErr("MPI_Allreduce", C.hpc_allreduce_f32(send, C.int(len(q.f32))))
+			} else {
+				q.err = mpiErr("MPI_Allreduce", C.hpc_allreduce_oop(send, recv, C.int(len(q.f32))))
+			}
+		}
 	}
 }
 
-// call runs the prepared request on the MPI thread and returns its error.
+// call runs the request on the MPI thread and returns its error.
 func (w *World) call(q request) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
 		return ErrClosed
 	}
-	w.req = q
-	w.in <- struct{}{}
-	<-w.out
-	err := w.req.err
-	w.req = request{}
+	done := w.sync.done
+	w.sync = q
+	w.sync.done = done
+	w.queue <- &w.sync
+	<-done
+	err := w.sync.err
+	w.sync = request{done: done}
 	if q.op == opFinalize {
 		w.closed = true
-		close(w.in)
+		close(w.queue)
 	}
 	return err
+}
+
+// IallreduceSum queues an in-place sum of buf behind every call queued
+// before it and returns at once; r.Wait returns when it is done. buf must
+// not be touched until then.
+func (w *World) IallreduceSum(buf []float32, r *Request) {
+	r.begin()
+	r.q.op, r.q.f32 = opAllreduce32, buf
+	w.mu.Lock()
+	closed := w.closed
+	w.mu.Unlock()
+	if closed {
+		r.q.err = ErrClosed
+		r.q.done <- struct{}{}
+		return
+	}
+	w.queue <- &r.q
 }
 
 func (w *World) Rank() int      { return w.rank }
@@ -268,4 +309,32 @@ func (w *World) checkRoot(root int) {
 	if root < 0 || root >= w.size {
 		panic("mpi: bcast root out of range")
 	}
+}
+
+// RawAllreduce times iters calls of MPI_Allreduce (sum, float32) made
+// directly on the MPI thread with no Go in between: in place on send when
+// recv is nil, else out of place. It returns the time per call.
+func (w *World) RawAllreduce(send, recv []float32, iters int) (time.Duration, error) {
+	if len(send) == 0 || iters < 1 || (recv != nil && len(recv) != len(send)) {
+		panic("mpi: bad RawAllreduce arguments")
+	}
+	q := request{op: opRawTimed, f32: send, iters: iters, root: 1}
+	if recv != nil {
+		q.root = 0
+		q.r = unsafe.Slice((*byte)(unsafe.Pointer(&recv[0])), 4*len(recv))
+	}
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return 0, ErrClosed
+	}
+	done := w.sync.done
+	w.sync = q
+	w.sync.done = done
+	w.queue <- &w.sync
+	<-done
+	d, err := w.sync.end.Sub(w.sync.start), w.sync.err
+	w.sync = request{done: done}
+	w.mu.Unlock()
+	return d / time.Duration(iters), err
 }

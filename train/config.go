@@ -9,43 +9,107 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/BurntSushi/toml"
+
+	"hpctrain/optim"
 )
+
+// optFloat is a flag for an optional float: unset leaves nil (the
+// optimizer's default).
+type optFloat struct{ p **float64 }
+
+func (f optFloat) String() string {
+	if f.p == nil || *f.p == nil {
+		return ""
+	}
+	return strconv.FormatFloat(**f.p, 'g', -1, 64)
+}
+
+func (f optFloat) Set(s string) error {
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return err
+	}
+	*f.p = &v
+	return nil
+}
+
+// intList is a flag of comma-separated integers.
+type intList struct{ p *[]int }
+
+func (f intList) String() string {
+	if f.p == nil {
+		return ""
+	}
+	s := make([]string, len(*f.p))
+	for i, v := range *f.p {
+		s[i] = strconv.Itoa(v)
+	}
+	return strings.Join(s, ",")
+}
+
+func (f intList) Set(s string) error {
+	*f.p = nil
+	for _, part := range strings.Split(s, ",") {
+		v, err := strconv.Atoi(strings.TrimSpace(part))
+		if err != nil {
+			return fmt.Errorf("%q is not a list of integers", s)
+		}
+		*f.p = append(*f.p, v)
+	}
+	return nil
+}
 
 // Config is a training run's configuration. Every field is a TOML key and a
 // flag of the same name (dashes in flags, underscores in TOML); flags given
 // on the command line override the file.
 type Config struct {
-	Model       string  `toml:"model" json:"model"`
-	Epochs      int     `toml:"epochs" json:"epochs"`
-	Steps       int     `toml:"steps" json:"steps"`
-	Batch       int     `toml:"batch" json:"batch"`
-	Optimizer   string  `toml:"optimizer" json:"optimizer"`
-	LR          float64 `toml:"lr" json:"lr"`
-	Momentum    float64 `toml:"momentum" json:"momentum"`
-	Nesterov    bool    `toml:"nesterov" json:"nesterov"`
-	WeightDecay float64 `toml:"weight_decay" json:"weight_decay"`
-	Seed        uint64  `toml:"seed" json:"seed"`
-	DataDir     string  `toml:"data_dir" json:"data_dir"`
-	Limit       int     `toml:"limit" json:"limit"`
-	TestLimit   int     `toml:"test_limit" json:"test_limit"`
-	Threads     int     `toml:"threads" json:"threads"`
+	// The optimizer (optimizer, lr, momentum, beta1, ...) and the learning
+	// rate schedule (schedule, warmup_steps, lr_scaling, ...): their keys
+	// sit at the top level of the file.
+	optim.Config         `json:"-"`
+	optim.ScheduleConfig `json:"-"`
+
+	Model     string `toml:"model" json:"model"`
+	Epochs    int    `toml:"epochs" json:"epochs"`
+	Steps     int    `toml:"steps" json:"steps"`
+	Batch     int    `toml:"batch" json:"batch"`
+	Seed      uint64 `toml:"seed" json:"seed"`
+	DataDir   string `toml:"data_dir" json:"data_dir"`
+	Limit     int    `toml:"limit" json:"limit"`
+	TestLimit int    `toml:"test_limit" json:"test_limit"`
+	Threads   int    `toml:"threads" json:"threads"`
+
+	Bind    string `toml:"bind" json:"bind"`
+	CPUList string `toml:"cpu_list" json:"cpu_list"`
+	UseSMT  bool   `toml:"use_smt" json:"use_smt"`
+
+	BucketMB   float64 `toml:"bucket_mb" json:"bucket_mb"`
+	CheckEvery int     `toml:"check_every" json:"check_every"`
 
 	// Output only: excluded from the configuration hash.
-	Metrics  string        `toml:"metrics" json:"-"`
-	Progress time.Duration `toml:"progress" json:"-"`
-	Verbose  bool          `toml:"verbose" json:"-"`
+	Timeline          string        `toml:"timeline" json:"-"`
+	TimelineSteps     int           `toml:"timeline_steps" json:"-"`
+	CollectiveTimeout time.Duration `toml:"collective_timeout" json:"-"`
+	Metrics           string        `toml:"metrics" json:"-"`
+	Progress          time.Duration `toml:"progress" json:"-"`
+	Verbose           bool          `toml:"verbose" json:"-"`
+	ReportBindings    bool          `toml:"report_bindings" json:"-"`
 }
 
 // Defaults is the configuration before any file or flag: the course's recipe
 // (SGD, lr 0.01, momentum 0.9, batch 64 per rank) on the reference CNN.
 func Defaults() Config {
 	return Config{
-		Model: "cnn", Epochs: 1, Batch: 64, Optimizer: "sgd", LR: 0.01, Momentum: 0.9,
+		Config:         optim.Config{Name: "sgd", LR: 0.01, Momentum: 0.9},
+		ScheduleConfig: optim.ScheduleConfig{Name: "constant", LRScaling: "none"},
+		Model:          "cnn", Epochs: 1, Batch: 64,
 		Seed: 1, DataDir: "/usr/share/datasets/fashion-mnist", Progress: 2 * time.Second,
+		Bind: "cores", BucketMB: 1, TimelineSteps: 20, CollectiveTimeout: 5 * time.Minute,
 	}
 }
 
@@ -55,16 +119,42 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.Epochs, "epochs", c.Epochs, "passes over the training set (>= 1)")
 	fs.IntVar(&c.Steps, "steps", c.Steps, "stop after `N` steps in all, wherever that falls in an epoch (0: run every epoch)")
 	fs.IntVar(&c.Batch, "batch", c.Batch, "samples per step `per rank`; the global batch is batch x ranks")
-	fs.StringVar(&c.Optimizer, "optimizer", c.Optimizer, "optimizer: sgd")
-	fs.Float64Var(&c.LR, "lr", c.LR, "learning rate (>= 0)")
-	fs.Float64Var(&c.Momentum, "momentum", c.Momentum, "SGD momentum (>= 0)")
-	fs.BoolVar(&c.Nesterov, "nesterov", c.Nesterov, "use Nesterov momentum")
-	fs.Float64Var(&c.WeightDecay, "weight-decay", c.WeightDecay, "L2 weight decay, not applied to biases (>= 0)")
+	fs.StringVar(&c.Config.Name, "optimizer", c.Config.Name, "optimizer: "+strings.Join(optim.Names(), ", "))
+	fs.Float64Var(&c.LR, "lr", c.LR, "learning rate (>= 0; 0: the optimizer's default), before -lr-scaling")
+	fs.Float64Var(&c.Momentum, "momentum", c.Momentum, "momentum of sgd, rmsprop, lars (>= 0)")
+	fs.Float64Var(&c.Dampening, "dampening", c.Dampening, "SGD dampening")
+	fs.BoolVar(&c.Nesterov, "nesterov", c.Nesterov, "use Nesterov momentum (sgd)")
+	fs.Float64Var(&c.WeightDecay, "weight-decay", c.WeightDecay, "weight decay, never applied to biases (>= 0; adamw: decoupled, default 0.01)")
+	fs.Var(optFloat{&c.Beta1}, "beta1", "first-moment decay of adam, adamw, adamax, nadam, lamb (default 0.9)")
+	fs.Var(optFloat{&c.Beta2}, "beta2", "second-moment decay (default 0.999)")
+	fs.Var(optFloat{&c.Eps}, "eps", "denominator guard (default per optimizer, as in PyTorch)")
+	fs.Var(optFloat{&c.Rho}, "rho", "adadelta's decay (default 0.9)")
+	fs.Var(optFloat{&c.Alpha}, "alpha", "rmsprop's decay (default 0.99)")
+	fs.BoolVar(&c.Centered, "centered", c.Centered, "centered rmsprop")
+	fs.BoolVar(&c.AMSGrad, "amsgrad", c.AMSGrad, "AMSGrad variant of adam/adamw")
+	fs.Var(optFloat{&c.TrustCoefficient}, "trust-coefficient", "LARS trust coefficient (default 0.001)")
+	fs.StringVar(&c.ScheduleConfig.Name, "schedule", c.ScheduleConfig.Name, "learning-rate schedule, stepped per iteration: "+strings.Join(optim.ScheduleNames(), ", "))
+	fs.Var(intList{&c.Milestones}, "milestones", "multistep: steps after which the lr is multiplied by -gamma, e.g. 400,800")
+	fs.Float64Var(&c.Gamma, "gamma", c.Gamma, "multistep factor (default 0.1) or exponential per-step factor")
+	fs.Float64Var(&c.MinLR, "min-lr", c.MinLR, "cosine: the lr at the end")
+	fs.IntVar(&c.WarmupSteps, "warmup-steps", c.WarmupSteps, "linear warm-up steps in front of the schedule")
+	fs.Float64Var(&c.WarmupStartFactor, "warmup-start-factor", c.WarmupStartFactor, "warm-up starts at this fraction of the lr (default 1/3)")
+	fs.StringVar(&c.LRScaling, "lr-scaling", c.LRScaling, "scale -lr by global batch / -base-batch: linear, sqrt or none (Goyal et al. 2017)")
+	fs.IntVar(&c.BaseBatch, "base-batch", c.BaseBatch, "the batch -lr was tuned for (needed by -lr-scaling)")
 	fs.Uint64Var(&c.Seed, "seed", c.Seed, "seed of parameter initialisation and data shuffling")
 	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "directory with the Fashion-MNIST (or MNIST) IDX files, raw or .gz")
 	fs.IntVar(&c.Limit, "limit", c.Limit, "train on the first `N` training samples only (0: all)")
 	fs.IntVar(&c.TestLimit, "test-limit", c.TestLimit, "evaluate on the first `N` test samples only (0: all)")
 	fs.IntVar(&c.Threads, "threads", c.Threads, "compute threads `per rank` (0: cores on the node / local ranks)")
+	fs.StringVar(&c.Bind, "bind", c.Bind, "placement of each rank's threads: cores (disjoint physical cores by local rank), numa (the rank's NUMA node), none")
+	fs.StringVar(&c.CPUList, "cpu-list", c.CPUList, "this rank's cpus, e.g. 0-3,8 (overrides the automatic plan; must lie inside the allowed mask)")
+	fs.BoolVar(&c.UseSMT, "use-smt", c.UseSMT, "let a rank's threads use SMT siblings of its cores")
+	fs.BoolVar(&c.ReportBindings, "report-bindings", c.ReportBindings, "rank 0 prints every rank's host, rank, local rank, cores and NUMA node")
+	fs.Float64Var(&c.BucketMB, "bucket-mb", c.BucketMB, "gradient bucket size in MB; buckets are all-reduced during backward (0: one all-reduce after backward)")
+	fs.IntVar(&c.CheckEvery, "check-every", c.CheckEvery, "every `N` steps the ranks compare a checksum of their parameters and stop on divergence (0: never)")
+	fs.StringVar(&c.Timeline, "timeline", c.Timeline, "write a Chrome trace (chrome://tracing, Perfetto) of the step's phases per rank to `FILE` (rank inserted before the extension)")
+	fs.IntVar(&c.TimelineSteps, "timeline-steps", c.TimelineSteps, "steps the timeline records, from the 10th step on")
+	fs.DurationVar(&c.CollectiveTimeout, "collective-timeout", c.CollectiveTimeout, "abort the whole job when a collective has not completed after this long (0: never)")
 	fs.StringVar(&c.Metrics, "metrics", c.Metrics, "rank 0 writes JSON lines (one per epoch and a final one) to `FILE`")
 	fs.DurationVar(&c.Progress, "progress", c.Progress, "interval between progress lines of rank 0 (0: off)")
 	fs.BoolVar(&c.Verbose, "v", c.Verbose, "print launch and placement decisions")
@@ -146,16 +236,20 @@ func (c *Config) Validate() error {
 		return bad("batch", c.Batch, ">= 1")
 	case c.LR < 0 || c.LR != c.LR:
 		return bad("lr", c.LR, ">= 0")
-	case c.Momentum < 0:
-		return bad("momentum", c.Momentum, ">= 0")
-	case c.WeightDecay < 0:
-		return bad("weight_decay", c.WeightDecay, ">= 0")
 	case c.Limit < 0:
 		return bad("limit", c.Limit, ">= 0")
 	case c.TestLimit < 0:
 		return bad("test_limit", c.TestLimit, ">= 0")
 	case c.Threads < 0:
 		return bad("threads", c.Threads, ">= 0 (0: automatic)")
+	case c.BucketMB < 0:
+		return bad("bucket_mb", c.BucketMB, ">= 0")
+	case c.CheckEvery < 0:
+		return bad("check_every", c.CheckEvery, ">= 0")
+	case c.TimelineSteps < 1:
+		return bad("timeline_steps", c.TimelineSteps, ">= 1")
+	case c.CollectiveTimeout < 0:
+		return bad("collective_timeout", c.CollectiveTimeout, ">= 0")
 	case c.Progress < 0:
 		return bad("progress", c.Progress, ">= 0")
 	}
@@ -166,8 +260,16 @@ func (c *Config) Validate() error {
 // output-only ones), used to catch ranks started with different settings.
 func (c *Config) Hash() string {
 	b, _ := json.Marshal(c)
-	h := sha256.Sum256(b)
-	return hex.EncodeToString(h[:8])
+	h := sha256.New()
+	h.Write(b)
+	// The embedded optimizer and schedule settings have no JSON tags of
+	// their own; hash their TOML form.
+	toml.NewEncoder(h).Encode(struct {
+		O optim.Config
+		S optim.ScheduleConfig
+	}{c.Config, c.ScheduleConfig})
+	sum := h.Sum(nil)
+	return hex.EncodeToString(sum[:8])
 }
 
 // WriteTOML prints c as a TOML file (what -print-config shows).

@@ -4,11 +4,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"math"
 	"os"
-	"runtime"
+	"strings"
 	"time"
+	"unsafe"
 
 	"hpctrain/data"
 	"hpctrain/model"
@@ -27,7 +29,12 @@ type Result struct {
 	TestAccuracy     float64 `json:"test_accuracy"`
 	SamplesPerSecond float64 `json:"samples_per_second"`
 	TrainSeconds     float64 `json:"train_seconds"`
-	Final            bool    `json:"final,omitempty"`
+	// CommSeconds is the time the gradient all-reduces took on the MPI
+	// thread; CommWaitSeconds the part of it the steps waited for after
+	// backward (the rest was hidden behind backward).
+	CommSeconds     float64 `json:"comm_seconds"`
+	CommWaitSeconds float64 `json:"comm_wait_seconds"`
+	Final           bool    `json:"final,omitempty"`
 
 	// Params are the final parameters (the same on every rank).
 	Params []float32 `json:"-"`
@@ -36,17 +43,17 @@ type Result struct {
 // Run trains cfg.Model on rank c's shards and prints progress on rank 0 to
 // out. It returns the final result (the same on every rank).
 func Run(cfg Config, c mpi.Comm, out io.Writer) (Result, error) {
+	return RunWith(cfg, c, out, os.Stderr)
+}
+
+// RunWith is Run with the stream for messages that must appear on every
+// rank (the watchdog's).
+func RunWith(cfg Config, c mpi.Comm, out, errOut io.Writer) (Result, error) {
 	log := func(format string, a ...any) {
 		if c.Rank() == 0 {
 			fmt.Fprintf(out, format+"\n", a...)
 		}
 	}
-	threads := cfg.Threads
-	if threads == 0 {
-		threads = max(1, runtime.NumCPU()/c.LocalSize())
-	}
-	runtime.GOMAXPROCS(threads)
-
 	// Start-up: every stage ends in an agreement, so a failure on any rank
 	// stops all ranks here instead of hanging them in the loop.
 	if err := agreeConfig(c, &cfg); err != nil {
@@ -60,10 +67,35 @@ func Run(cfg Config, c mpi.Comm, out io.Writer) (Result, error) {
 	if err = agree(c, "building the model", err); err != nil {
 		return Result{}, err
 	}
-	opt, err := optim.New(optimConfig(cfg), groups(net), len(net.Params))
+	opt, err := optim.New(cfg.Config, groups(net), len(net.Params))
 	if err = agree(c, "creating the optimizer", err); err != nil {
 		return Result{}, err
 	}
+	// The learning rate: scaled with the global batch if asked (Goyal et
+	// al. 2017), then scheduled per step.
+	lr, err := optim.ScaleLR(cfg.Config.WithDefaults().LR, cfg.Batch*c.Size(), cfg.BaseBatch, cfg.LRScaling)
+	var sched optim.Schedule
+	if err == nil {
+		sched, err = optim.NewSchedule(cfg.ScheduleConfig, lr, totalSteps(cfg, trainSet.Len(), c.Size()))
+	}
+	if err = agree(c, "setting up the learning-rate schedule", err); err != nil {
+		return Result{}, err
+	}
+	// Pin this rank's compute threads to its own cores; the model and the
+	// optimizer split their work over them.
+	pl, err := place(cfg, c, log)
+	if err != nil {
+		return Result{}, err
+	}
+	defer pl.close()
+	if cfg.ReportBindings {
+		if err := pl.report(c, out); err != nil {
+			return Result{}, err
+		}
+	}
+	threads := pl.plan.Threads
+	net.SetParallel(pl.workers)
+	opt.SetParallel(pl.workers)
 	var metrics *os.File
 	if c.Rank() == 0 && cfg.Metrics != "" {
 		metrics, err = os.Create(cfg.Metrics)
@@ -84,19 +116,23 @@ func Run(cfg Config, c mpi.Comm, out io.Writer) (Result, error) {
 	if steps == 0 {
 		return Result{}, fmt.Errorf("%d training samples do not fill one global batch of %d x %d ranks; lower -batch or raise -limit", trainSet.Len(), cfg.Batch, c.Size())
 	}
-	log("hpctrain: model %s, %d parameters, %d ranks x %d threads, batch %d per rank (%d global), %d steps per epoch",
-		cfg.Model, len(net.Params), c.Size(), threads, cfg.Batch, cfg.Batch*c.Size(), steps)
+	log("hpctrain: model %s, %d parameters, %d ranks x %d threads, batch %d per rank (%d global), %d steps per epoch, %s lr %g (%s schedule)",
+		cfg.Model, len(net.Params), c.Size(), threads, cfg.Batch, cfg.Batch*c.Size(), steps, opt.Name(), lr, cfg.ScheduleConfig.Name)
 
 	batcher := data.NewBatcher(trainSet, nil, nil)
 	labels := make([]int32, cfg.Batch)
 	inv := 1 / float32(c.Size())
-	total := cfg.Epochs * steps
-	if cfg.Steps > 0 {
-		total = min(total, cfg.Steps)
-	}
+	total := totalSteps(cfg, trainSet.Len(), c.Size())
 	prog := newProgress(out, c.Rank() == 0, cfg.Progress, total, cfg.Batch*c.Size())
+	wd := newWatchdog(cfg.CollectiveTimeout, fmt.Sprintf("rank %d on host %s (%s)", c.Rank(), c.Host(), pl.plan), errOut, c.Abort)
+	defer wd.close()
+	bk := newBuckets(c, net.Grads, layerStarts(net), int(cfg.BucketMB*(1<<20)), wd)
+	var tl *timeline
+	if cfg.Timeline != "" {
+		tl = newTimeline(c.Rank(), min(10, total/2), cfg.TimelineSteps)
+	}
 	var res Result
-	var trainTime time.Duration
+	var trainTime, commTime, waitTime time.Duration
 	step := 0
 	for epoch := 1; epoch <= cfg.Epochs && !(cfg.Steps > 0 && step >= cfg.Steps); epoch++ {
 		sampler.SetEpoch(epoch)
@@ -104,17 +140,49 @@ func Run(cfg Config, c mpi.Comm, out io.Writer) (Result, error) {
 		var lossSum float64
 		first := step
 		for s := 0; s < steps && !(cfg.Steps > 0 && step >= cfg.Steps); s++ {
+			t0 := time.Now()
 			batcher.Fill(sampler.Batch(s), net.Input(), labels)
 			net.Forward(cfg.Batch)
 			loss, _ := net.Loss(labels)
-			net.Backward(nil)
-			// Sum the gradients of all replicas, then average: every rank
-			// then holds the gradient of the mean loss over the global batch.
-			if err := c.AllreduceSum(net.Grads); err != nil {
+			bk.poison = math.IsNaN(loss) || math.IsInf(loss, 0)
+			t1 := time.Now()
+			// Backward starts each bucket's all-reduce as soon as its layers
+			// are done; wait collects them. The sums of all replicas'
+			// gradients, divided by the ranks, are the gradient of the mean
+			// loss over the global batch.
+			net.Backward(bk)
+			t2 := time.Now()
+			comm, err := bk.wait(step)
+			if err != nil {
 				return res, fmt.Errorf("epoch %d step %d: all-reduce of gradients: %w", epoch, s, err)
 			}
+			t3 := time.Now()
+			if !bk.healthy() {
+				if bk.poison {
+					return res, fmt.Errorf("epoch %d step %d: loss is %v on this rank; all ranks stop here (lower -lr?)", epoch, s+1, loss)
+				}
+				return res, fmt.Errorf("epoch %d step %d: another rank's loss or gradients are NaN/Inf; all ranks stop here", epoch, s+1)
+			}
 			scale(net.Grads, inv)
-			opt.Step(net.Params, net.Grads, cfg.LR)
+			opt.Step(net.Params, net.Grads, sched.LR(step))
+			t4 := time.Now()
+			if cfg.CheckEvery > 0 && (step+1)%cfg.CheckEvery == 0 {
+				if err := checkParams(c, net.Params, step+1); err != nil {
+					return res, err
+				}
+			}
+			commTime += comm
+			waitTime += t3.Sub(t2)
+			if tl.on(step) {
+				tl.span(step, "forward+loss", laneCompute, t0, t1)
+				tl.span(step, "backward", laneCompute, t1, t2)
+				tl.span(step, "wait for all-reduce", laneCompute, t2, t3)
+				tl.span(step, "optimizer step", laneCompute, t3, t4)
+				for i := range bk.b {
+					a, b := bk.b[i].req.Span()
+					tl.span(step, fmt.Sprintf("all-reduce bucket %d (%.2f MB)", i, float64(4*(bk.b[i].hi-bk.b[i].lo))/(1<<20)), laneMPI, a, b)
+				}
+			}
 			lossSum += loss
 			step++
 			prog.update(epoch, s+1, steps, step, loss)
@@ -136,6 +204,7 @@ func Run(cfg Config, c mpi.Comm, out io.Writer) (Result, error) {
 			TrainLoss: tl[0] / float64((step-first)*c.Size()), TestLoss: testLoss, TestAccuracy: acc,
 			SamplesPerSecond: float64(step*cfg.Batch*c.Size()) / trainTime.Seconds(),
 			TrainSeconds:     trainTime.Seconds(),
+			CommSeconds:      commTime.Seconds(), CommWaitSeconds: waitTime.Seconds(),
 		}
 		log("epoch %d/%d: train loss %.4f, test loss %.4f, test accuracy %.2f%%, %.0f samples/s, %.1f s",
 			epoch, cfg.Epochs, res.TrainLoss, res.TestLoss, 100*res.TestAccuracy, res.SamplesPerSecond, res.TrainSeconds)
@@ -150,7 +219,23 @@ func Run(cfg Config, c mpi.Comm, out io.Writer) (Result, error) {
 	}
 	log("final: test accuracy %.2f%% after %d epochs (%d steps, %d ranks), %.0f samples/s",
 		100*res.TestAccuracy, res.Epoch, res.Step, res.WorldSize, res.SamplesPerSecond)
+	if c.Size() > 1 {
+		log("communication: all-reduce %.1f ms per step, of which the step waited %.1f ms (%.0f%%) after backward; %d buckets",
+			1e3*res.CommSeconds/float64(step), 1e3*res.CommWaitSeconds/float64(step), 100*res.CommWaitSeconds/max(res.CommSeconds, 1e-9), len(bk.b))
+	}
+	if err := tl.write(cfg.Timeline); err != nil {
+		return res, err
+	}
 	return res, nil
+}
+
+// totalSteps is the number of steps the run will take.
+func totalSteps(cfg Config, n, ranks int) int {
+	t := cfg.Epochs * (n / (cfg.Batch * ranks))
+	if cfg.Steps > 0 {
+		t = min(t, cfg.Steps)
+	}
+	return max(t, 1)
 }
 
 func loadData(cfg Config) (train, test data.Dataset, err error) {
@@ -165,8 +250,39 @@ func loadData(cfg Config) (train, test data.Dataset, err error) {
 	return data.Limit(tr, cfg.Limit), data.Limit(te, cfg.TestLimit), nil
 }
 
-func optimConfig(cfg Config) optim.Config {
-	return optim.Config{Name: cfg.Optimizer, LR: cfg.LR, Momentum: cfg.Momentum, Nesterov: cfg.Nesterov, WeightDecay: cfg.WeightDecay}
+// layerStarts lists where each layer's parameters begin in the flat
+// buffer: the edges at which backward hands over finished gradients.
+func layerStarts(net *model.Net) []int {
+	var starts []int
+	for _, g := range net.Groups() {
+		if !g.Bias {
+			starts = append(starts, g.Off)
+		}
+	}
+	return starts
+}
+
+// checkParams compares a checksum of every rank's parameters with rank 0's:
+// replicas that silently drift apart train garbage, which is worse than
+// stopping.
+func checkParams(c mpi.Comm, params []float32, step int) error {
+	h := fnv.New64a()
+	h.Write(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(params))), 4*len(params)))
+	sum := h.Sum(nil)
+	all := make([]byte, len(sum)*c.Size())
+	if err := c.Allgather(sum, all); err != nil {
+		return fmt.Errorf("step %d: comparing parameter checksums: %w", step, err)
+	}
+	var bad []string
+	for r := 1; r < c.Size(); r++ {
+		if string(all[r*8:(r+1)*8]) != string(all[:8]) {
+			bad = append(bad, fmt.Sprint(r))
+		}
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("step %d: parameters of rank %s differ from rank 0's: the replicas diverged; stopping", step, strings.Join(bad, ", "))
+	}
+	return nil
 }
 
 // groups maps the model's parameter tensors to the optimizer's groups.

@@ -1,0 +1,244 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+
+	"hpctrain/affinity"
+)
+
+// GridCell is one configuration of the affinity grid.
+type GridCell struct {
+	Instances        int     `json:"instances"`
+	Threads          int     `json:"threads_per_instance"`
+	Pinned           bool    `json:"pinned"`
+	Noisy            bool    `json:"noisy_neighbour"`
+	WallSeconds      float64 `json:"wall_seconds"`
+	TrainSeconds     float64 `json:"train_seconds"`
+	SamplesPerSecond float64 `json:"samples_per_second"`
+	TestAccuracy     float64 `json:"test_accuracy"`
+}
+
+// Affinity is `hpctrain bench affinity`: the book's tables 9.1/9.2 on this
+// machine. For P physical cores in the mask it trains the same model on the
+// same samples as (1, P), (2, P/2), ..., (P, 1) instances x threads, each
+// pinned (-bind cores) and unpinned (-bind none), launching the launcher
+// itself, and reports wall time, samples/s and test accuracy.
+func Affinity(args []string, self string, out io.Writer) error {
+	fs := flag.NewFlagSet("hpctrain bench affinity", flag.ContinueOnError)
+	launcher := fs.String("launcher", "mpirun --oversubscribe --bind-to none", "launcher command; -np N and the program follow it")
+	modelName := fs.String("model", "cnn", "model every cell trains")
+	limit := fs.Int("limit", 12800, "training samples (the same in every cell)")
+	epochs := fs.Int("epochs", 1, "epochs")
+	testLimit := fs.Int("test-limit", 2000, "test samples")
+	noisy := fs.Bool("noisy", false, "also run every cell with a busy process pinned to the first core (a noisy neighbour)")
+	dir := fs.String("out", "out", "directory for affinity.csv, affinity.json, affinity.png")
+	extra := fs.String("args", "", "extra flags for every training run")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	topo, err := affinity.ReadTopology("/")
+	if err != nil {
+		return err
+	}
+	mask, err := affinity.Allowed()
+	if err != nil {
+		return err
+	}
+	p := topo.PhysicalCores(mask)
+	if err := os.MkdirAll(*dir, 0o755); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "# affinity grid: %d physical cores in mask %s, model %s, %d samples x %d epochs\n", p, mask, *modelName, *limit, *epochs)
+	var cells []GridCell
+	noiseModes := []bool{false}
+	if *noisy {
+		noiseModes = append(noiseModes, true)
+	}
+	for _, noise := range noiseModes {
+		for inst := 1; inst <= p; inst++ {
+			if p%inst != 0 {
+				continue
+			}
+			for _, pinned := range []bool{true, false} {
+				c := GridCell{Instances: inst, Threads: p / inst, Pinned: pinned, Noisy: noise}
+				if err := runCell(&c, *launcher, self, *modelName, *limit, *epochs, *testLimit, *extra, mask, *dir); err != nil {
+					return err
+				}
+				fmt.Fprintf(out, "ran %d x %d pinned=%v noisy=%v: %.1f s, %.0f samples/s, %.2f%%\n", c.Instances, c.Threads, c.Pinned, c.Noisy, c.WallSeconds, c.SamplesPerSecond, 100*c.TestAccuracy)
+				cells = append(cells, c)
+			}
+		}
+	}
+	fmt.Fprintf(out, "\n| instances x threads | bound | noisy neighbour | wall s | train s | samples/s | test accuracy |\n|---|---|---|---|---|---|---|\n")
+	for _, c := range cells {
+		fmt.Fprintf(out, "| %d x %d | %s | %v | %.1f | %.1f | %.0f | %.2f%% |\n", c.Instances, c.Threads, boundName(c.Pinned), c.Noisy, c.WallSeconds, c.TrainSeconds, c.SamplesPerSecond, 100*c.TestAccuracy)
+	}
+	if err := writeGridCSV(filepath.Join(*dir, "affinity.csv"), cells); err != nil {
+		return err
+	}
+	if err := writeJSON(filepath.Join(*dir, "affinity.json"), cells); err != nil {
+		return err
+	}
+	png := filepath.Join(*dir, "affinity.png")
+	if err := gridChart(png, cells); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "\nwrote %s, %s, %s\n", filepath.Join(*dir, "affinity.csv"), filepath.Join(*dir, "affinity.json"), png)
+	return nil
+}
+
+func boundName(pinned bool) string {
+	if pinned {
+		return "cores"
+	}
+	return "none"
+}
+
+func runCell(c *GridCell, launcher, self, modelName string, limit, epochs, testLimit int, extra string, mask affinity.CPUSet, dir string) error {
+	metrics := filepath.Join(dir, fmt.Sprintf("affinity-%dx%d-%s-noisy%v.jsonl", c.Instances, c.Threads, boundName(c.Pinned), c.Noisy))
+	args := append(strings.Fields(launcher), "-np", strconv.Itoa(c.Instances), self, "train",
+		"-model", modelName, "-limit", strconv.Itoa(limit), "-epochs", strconv.Itoa(epochs),
+		"-test-limit", strconv.Itoa(testLimit), "-threads", strconv.Itoa(c.Threads),
+		"-bind", boundName(c.Pinned), "-metrics", metrics, "-progress", "0")
+	args = append(args, strings.Fields(extra)...)
+	if c.Noisy {
+		stop, err := busyNeighbour(mask.CPUs()[0])
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
+	cmd.Env = os.Environ()
+	if os.Getuid() == 0 {
+		cmd.Env = append(cmd.Env, "OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+	}
+	start := time.Now()
+	outb, err := cmd.CombinedOutput()
+	c.WallSeconds = time.Since(start).Seconds()
+	if err != nil {
+		return fmt.Errorf("%s: %v\n%s", strings.Join(args, " "), err, outb)
+	}
+	f, err := os.Open(metrics)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var r struct {
+			Final            bool    `json:"final"`
+			TrainSeconds     float64 `json:"train_seconds"`
+			SamplesPerSecond float64 `json:"samples_per_second"`
+			TestAccuracy     float64 `json:"test_accuracy"`
+		}
+		if json.Unmarshal(sc.Bytes(), &r) == nil && r.Final {
+			c.TrainSeconds, c.SamplesPerSecond, c.TestAccuracy = r.TrainSeconds, r.SamplesPerSecond, r.TestAccuracy
+		}
+	}
+	return nil
+}
+
+// busyNeighbour starts a process that spins on cpu until stop is called.
+func busyNeighbour(cpu int) (stop func(), err error) {
+	cmd := exec.Command("sh", "-c", "while :; do :; done")
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	var set unix.CPUSet
+	set.Set(cpu)
+	if err := unix.SchedSetaffinity(cmd.Process.Pid, &set); err != nil {
+		cmd.Process.Kill()
+		return nil, fmt.Errorf("pinning the noisy neighbour to cpu %d: %w", cpu, err)
+	}
+	return func() { cmd.Process.Kill(); cmd.Wait() }, nil
+}
+
+func writeGridCSV(path string, cells []GridCell) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	w := csv.NewWriter(f)
+	w.Write([]string{"instances", "threads", "bind", "noisy", "wall_s", "train_s", "samples_per_s", "test_accuracy"})
+	for _, c := range cells {
+		w.Write([]string{strconv.Itoa(c.Instances), strconv.Itoa(c.Threads), boundName(c.Pinned), strconv.FormatBool(c.Noisy),
+			fmt.Sprintf("%.2f", c.WallSeconds), fmt.Sprintf("%.2f", c.TrainSeconds), fmt.Sprintf("%.1f", c.SamplesPerSecond), fmt.Sprintf("%.4f", c.TestAccuracy)})
+	}
+	w.Flush()
+	return w.Error()
+}
+
+// gridChart draws training time and test accuracy per configuration, bound
+// and unbound side by side.
+func gridChart(path string, cells []GridCell) error {
+	var labels []string
+	var tPin, tFree, aPin, aFree plotter.Values
+	for _, c := range cells {
+		if !c.Pinned {
+			continue
+		}
+		for _, u := range cells {
+			if !u.Pinned && u.Instances == c.Instances && u.Noisy == c.Noisy {
+				l := fmt.Sprintf("%dx%d", c.Instances, c.Threads)
+				if c.Noisy {
+					l += " noisy"
+				}
+				labels = append(labels, l)
+				tPin, tFree = append(tPin, c.TrainSeconds), append(tFree, u.TrainSeconds)
+				aPin, aFree = append(aPin, 100*c.TestAccuracy), append(aFree, 100*u.TestAccuracy)
+			}
+		}
+	}
+	panel := func(title, ylabel string, pin, free plotter.Values) (*plot.Plot, error) {
+		p := plot.New()
+		p.Title.Text, p.Y.Label.Text, p.X.Label.Text = title, ylabel, "instances x threads"
+		w := vg.Points(18)
+		b1, err := plotter.NewBarChart(pin, w)
+		if err != nil {
+			return nil, err
+		}
+		b2, err := plotter.NewBarChart(free, w)
+		if err != nil {
+			return nil, err
+		}
+		b1.Color, b2.Color = plotter.DefaultLineStyle.Color, nil
+		b1.Offset, b2.Offset = -w/2, w/2
+		b2.LineStyle.Width = vg.Points(1)
+		p.Add(b1, b2)
+		p.Legend.Add("bound to cores", b1)
+		p.Legend.Add("not bound", b2)
+		p.Legend.Top = true
+		p.NominalX(labels...)
+		return p, nil
+	}
+	pt, err := panel("training time", "seconds", tPin, tFree)
+	if err != nil {
+		return err
+	}
+	pa, err := panel("test accuracy", "%", aPin, aFree)
+	if err != nil {
+		return err
+	}
+	return savePanels(path, pt, pa)
+}

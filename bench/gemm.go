@@ -1,0 +1,105 @@
+package bench
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"time"
+
+	"gonum.org/v1/gonum/blas"
+	"gonum.org/v1/gonum/blas/blas32"
+)
+
+// GemmRow is one SGEMM shape's rate.
+type GemmRow struct {
+	Name    string  `json:"name"`
+	M, N, K int     `json:"-"`
+	Shape   string  `json:"shape"`
+	Seconds float64 `json:"seconds_median"`
+	GFLOPS  float64 `json:"gflops"`
+}
+
+// gemmShapes are the GEMMs of one CNN training step at batch 64 (channels
+// last: M = batch x positions) and the machine's reference 2048^3.
+var gemmShapes = []struct {
+	name    string
+	tA, tB  blas.Transpose
+	m, n, k int
+}{
+	{"2048^3 (machine rate)", blas.NoTrans, blas.NoTrans, 2048, 2048, 2048},
+	{"conv1 fwd  y=col W^T", blas.NoTrans, blas.Trans, 64 * 784, 32, 9},
+	{"conv2 fwd  y=col W^T", blas.NoTrans, blas.Trans, 64 * 196, 64, 288},
+	{"conv2 dW   dy^T col", blas.Trans, blas.NoTrans, 64, 288, 64 * 196},
+	{"conv2 dcol dy W", blas.NoTrans, blas.NoTrans, 64 * 196, 288, 64},
+	{"fc1 fwd    x W^T", blas.NoTrans, blas.Trans, 64, 512, 3136},
+	{"fc1 dW     dy^T x", blas.Trans, blas.NoTrans, 512, 3136, 64},
+	{"fc1 dx     dy W", blas.NoTrans, blas.NoTrans, 64, 3136, 512},
+}
+
+// Gemm is `hpctrain bench gemm`: SGEMM GFLOP/s through the installed blas32
+// implementation, single call, this thread.
+func Gemm(args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("hpctrain bench gemm", flag.ContinueOnError)
+	reps := fs.Int("reps", 7, "timed repetitions per shape (median reported)")
+	js := fs.String("json", "", "also write the rows as JSON to `FILE`")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	rows, err := GemmRates(*reps)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "%-24s %-18s %10s %9s\n", "gemm", "m x n x k", "time_ms", "GFLOP/s")
+	for _, r := range rows {
+		fmt.Fprintf(out, "%-24s %-18s %10.3f %9.1f\n", r.Name, r.Shape, 1e3*r.Seconds, r.GFLOPS)
+	}
+	return writeJSON(*js, rows)
+}
+
+// GemmRates measures every shape of gemmShapes.
+func GemmRates(reps int) ([]GemmRow, error) {
+	if reps < 1 {
+		return nil, fmt.Errorf("reps %d: must be >= 1", reps)
+	}
+	impl := blas32.Implementation()
+	var rows []GemmRow
+	for _, s := range gemmShapes {
+		a := make([]float32, s.m*s.k)
+		b := make([]float32, s.k*s.n)
+		c := make([]float32, s.m*s.n)
+		for i := range a {
+			a[i] = float32(i%7) * 0.1
+		}
+		for i := range b {
+			b[i] = float32(i%5) * 0.1
+		}
+		lda, ldb := s.k, s.n
+		if s.tA == blas.Trans {
+			lda = s.m
+		}
+		if s.tB == blas.Trans {
+			ldb = s.k
+		}
+		call := func() { impl.Sgemm(s.tA, s.tB, s.m, s.n, s.k, 1, a, lda, b, ldb, 0, c, s.n) }
+		call() // warm-up
+		// Repeat small shapes so each timing covers at least ~20 ms.
+		inner := 1
+		t := time.Now()
+		call()
+		if d := time.Since(t); d < 20*time.Millisecond {
+			inner = int(20*time.Millisecond/max(d, time.Microsecond)) + 1
+		}
+		ts := make([]time.Duration, reps)
+		for r := range ts {
+			t := time.Now()
+			for i := 0; i < inner; i++ {
+				call()
+			}
+			ts[r] = time.Since(t) / time.Duration(inner)
+		}
+		med := median(ts).Seconds()
+		rows = append(rows, GemmRow{Name: s.name, M: s.m, N: s.n, K: s.k, Shape: fmt.Sprintf("%dx%dx%d", s.m, s.n, s.k),
+			Seconds: med, GFLOPS: 2 * float64(s.m) * float64(s.n) * float64(s.k) / med / 1e9})
+	}
+	return rows, nil
+}

@@ -1,0 +1,135 @@
+package bench
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"runtime"
+	"time"
+
+	"hpctrain/affinity"
+	"hpctrain/model"
+)
+
+// StepReport is `hpctrain bench step`'s result.
+type StepReport struct {
+	Model            string      `json:"model"`
+	Batch            int         `json:"batch"`
+	Threads          int         `json:"threads"`
+	SamplesPerSecond float64     `json:"samples_per_second"`
+	StepMillis       float64     `json:"step_ms_median"`
+	GFLOPS           float64     `json:"gflops"`
+	SgemmGFLOPS      float64     `json:"sgemm_2048_gflops_same_run"`
+	FractionOfSgemm  float64     `json:"fraction_of_sgemm_rate"`
+	PeakRSSMB        float64     `json:"peak_rss_mb"`
+	Layers           []LayerTime `json:"layers"`
+}
+
+// LayerTime is one layer's share of a step.
+type LayerTime struct {
+	Name          string  `json:"name"`
+	ForwardMS     float64 `json:"forward_ms"`
+	BackwardMS    float64 `json:"backward_ms"`
+	ForwardGFLOPS float64 `json:"forward_gflops,omitempty"`
+}
+
+// Step is `hpctrain bench step`: full training steps (forward, loss,
+// backward) of a model on pinned workers, with the per-layer breakdown and
+// the SGEMM rate measured in the same run.
+func Step(args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("hpctrain bench step", flag.ContinueOnError)
+	name := fs.String("model", "cnn", "model: "+fmt.Sprint(model.Names()))
+	batch := fs.Int("batch", 64, "batch")
+	threads := fs.Int("threads", 1, "compute threads (pinned to the first cores of the mask)")
+	steps := fs.Int("steps", 30, "timed steps")
+	js := fs.String("json", "", "also write the report as JSON to `FILE`")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *batch < 1 || *threads < 1 || *steps < 1 {
+		return fmt.Errorf("batch, threads and steps must be >= 1")
+	}
+	rep, err := StepRate(*name, *batch, *threads, *steps)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "%s batch %d, %d thread(s): %.0f samples/s, %.2f ms/step, %.1f GFLOP/s = %.0f%% of SGEMM 2048^3 (%.1f GFLOP/s, same run), peak RSS %.0f MB\n",
+		rep.Model, rep.Batch, rep.Threads, rep.SamplesPerSecond, rep.StepMillis, rep.GFLOPS, 100*rep.FractionOfSgemm, rep.SgemmGFLOPS, rep.PeakRSSMB)
+	fmt.Fprintf(out, "%-10s %12s %12s %14s\n", "layer", "forward_ms", "backward_ms", "fwd GFLOP/s")
+	for _, l := range rep.Layers {
+		fmt.Fprintf(out, "%-10s %12.3f %12.3f %14.1f\n", l.Name, l.ForwardMS, l.BackwardMS, l.ForwardGFLOPS)
+	}
+	return writeJSON(*js, rep)
+}
+
+// StepRate measures steps of the named model.
+func StepRate(name string, batch, threads, steps int) (StepReport, error) {
+	net, err := model.New(name, model.Shape{}, 10, batch, 1)
+	if err != nil {
+		return StepReport{}, err
+	}
+	mask, err := affinity.Allowed()
+	if err != nil {
+		return StepReport{}, err
+	}
+	cpus := mask.CPUs()
+	if threads > len(cpus) {
+		return StepReport{}, fmt.Errorf("%d threads but %d cpus in the mask %s", threads, len(cpus), mask)
+	}
+	w, err := affinity.NewWorkers(cpus[:threads])
+	if err != nil {
+		return StepReport{}, err
+	}
+	defer w.Close()
+	runtime.GOMAXPROCS(max(threads, 1))
+	net.SetParallel(w)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range net.Input() {
+		net.Input()[i] = rng.Float32()
+	}
+	labels := make([]int32, batch)
+	for i := range labels {
+		labels[i] = int32(rng.IntN(10))
+	}
+	step := func() {
+		net.Forward(batch)
+		net.Loss(labels)
+		net.Backward(nil)
+	}
+	for i := 0; i < 3; i++ {
+		step()
+	}
+	ts := make([]time.Duration, steps)
+	for i := range ts {
+		t := time.Now()
+		step()
+		ts[i] = time.Since(t)
+	}
+	med := median(ts)
+	fwd := make([]time.Duration, len(net.Layers))
+	bwd := make([]time.Duration, len(net.Layers))
+	const prof = 5
+	for i := 0; i < prof; i++ {
+		net.TimeLayers(batch, labels, fwd, bwd)
+	}
+	gemm, err := GemmRates(3)
+	if err != nil {
+		return StepReport{}, err
+	}
+	flop := 6 * float64(net.MACs()) * float64(batch) // forward 2 + backward 4 flops per MAC
+	rep := StepReport{
+		Model: name, Batch: batch, Threads: threads,
+		SamplesPerSecond: float64(batch) / med.Seconds(), StepMillis: 1e3 * med.Seconds(),
+		GFLOPS: flop / med.Seconds() / 1e9, SgemmGFLOPS: gemm[0].GFLOPS, PeakRSSMB: float64(peakRSS()) / (1 << 20),
+	}
+	rep.FractionOfSgemm = rep.GFLOPS / (rep.SgemmGFLOPS * float64(threads))
+	for i, l := range net.Layers {
+		lt := LayerTime{Name: l.Name(), ForwardMS: 1e3 * fwd[i].Seconds() / prof, BackwardMS: 1e3 * bwd[i].Seconds() / prof}
+		if l.MACs() > 0 {
+			lt.ForwardGFLOPS = 2 * float64(l.MACs()) * float64(batch) / (fwd[i].Seconds() / prof) / 1e9
+		}
+		rep.Layers = append(rep.Layers, lt)
+	}
+	return rep, nil
+}

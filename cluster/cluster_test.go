@@ -1,0 +1,296 @@
+//go:build linux
+
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// probe is one line of testdata/mpiprobe.
+type probe struct {
+	host                         string
+	rank, size, local, localSize int
+	env, sum                     string
+}
+
+var probeRE = regexp.MustCompile(`^probe host=(\S+) rank=(\d+) size=(\d+) local=(\d+) localsize=(\d+) env=(\S*) sum=(\S+)$`)
+
+// parseProbes returns the probe lines of out by rank; it fails t unless
+// there is exactly one per rank 0..np-1.
+func parseProbes(t *testing.T, out string, np int) []probe {
+	t.Helper()
+	ps := make([]probe, np)
+	seen := make([]bool, np)
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		m := probeRE.FindStringSubmatch(strings.TrimSpace(line))
+		if m == nil {
+			continue
+		}
+		n := func(s string) int { v, _ := strconv.Atoi(s); return v }
+		p := probe{host: m[1], rank: n(m[2]), size: n(m[3]), local: n(m[4]), localSize: n(m[5]), env: m[6], sum: m[7]}
+		if p.rank >= np || seen[p.rank] {
+			t.Fatalf("unexpected or repeated rank %d in:\n%s", p.rank, out)
+		}
+		ps[p.rank], seen[p.rank] = p, true
+	}
+	for r, ok := range seen {
+		if !ok {
+			t.Fatalf("no line from rank %d in:\n%s", r, out)
+		}
+	}
+	return ps
+}
+
+// checkPlacement: 4 ranks, 0 and 1 on node1, 2 and 3 on node2, local ranks
+// 0 and 1 on each host, and a correct allreduce everywhere.
+func checkPlacement(t *testing.T, ps []probe) {
+	t.Helper()
+	for _, p := range ps {
+		want := fmt.Sprintf("node%d", p.rank/2+1)
+		if p.host != want || p.local != p.rank%2 || p.localSize != 2 || p.size != len(ps) {
+			t.Errorf("rank %d: host %s local %d/%d size %d, want host %s local %d/2 size %d",
+				p.rank, p.host, p.local, p.localSize, p.size, want, p.rank%2, len(ps))
+		}
+		if p.sum != "ok" {
+			t.Errorf("rank %d on %s: allreduce %s", p.rank, p.host, p.sum)
+		}
+	}
+}
+
+// hubBytes returns the bytes the hub's end of nodeI's link has received
+// (sent by nodeI) and transmitted (to nodeI).
+func hubBytes(t *testing.T, i int) (rx, tx int64) {
+	t.Helper()
+	read := func(what string) int64 {
+		out, err := exec.Command("ip", "netns", "exec", "hpct-hub", "cat",
+			fmt.Sprintf("/sys/class/net/vnode%d/statistics/%s_bytes", i, what)).Output()
+		if err != nil {
+			t.Fatalf("reading vnode%d %s bytes: %v", i, what, err)
+		}
+		v, err := strconv.ParseInt(strings.TrimSpace(string(out)), 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	return read("rx"), read("tx")
+}
+
+// TestPlacement runs 4 ranks on 2 hosts: ranks 0,1 on node1 and 2,3 on node2,
+// local ranks 0,1 on each, an allreduce of 2 MiB whose bytes must cross the
+// bridge, and variables reaching remote ranks only when exported.
+func TestPlacement(t *testing.T) {
+	mpirun := upCluster(t, 2)
+	bin := buildProbe(t)
+	const n = 1 << 18 // float64s: 2 MiB
+	rx0, tx0 := hubBytes(t, 2)
+	out := runMPI(t, mpirun, []string{"HPCT_EXPORT=HPCT_PROBE", "HPCT_PROBE=exported"},
+		"-np", "4", "--host", "node1:2,node2:2", bin, "-n", strconv.Itoa(n), "-env", "HPCT_PROBE")
+	ps := parseProbes(t, out, 4)
+	checkPlacement(t, ps)
+	for _, p := range ps {
+		if p.env != "exported" {
+			t.Errorf("rank %d on %s: HPCT_PROBE=%q, want %q (mpirun.sh -x from HPCT_EXPORT)", p.rank, p.host, p.env, "exported")
+		}
+	}
+	rx1, tx1 := hubBytes(t, 2)
+	if rx1-rx0 < 8*n || tx1-tx0 < 8*n {
+		t.Errorf("node2's link carried %d bytes out and %d in during the job, want >= %d each way", rx1-rx0, tx1-tx0, 8*n)
+	}
+
+	// Like ssh, rsh-agent.sh gives remote orteds a fresh environment: a
+	// variable that is not exported reaches node1's ranks (mpirun's own
+	// host) but not node2's.
+	out = runMPI(t, mpirun, []string{"HPCT_PROBE_LOCAL=here"},
+		"-np", "4", "--host", "node1:2,node2:2", bin, "-env", "HPCT_PROBE_LOCAL")
+	for _, p := range parseProbes(t, out, 4) {
+		want := map[string]string{"node1": "here", "node2": ""}[p.host]
+		if p.env != want {
+			t.Errorf("rank %d on %s: unexported HPCT_PROBE_LOCAL=%q, want %q", p.rank, p.host, p.env, want)
+		}
+	}
+}
+
+// TestNetem is TestPlacement's job over links with 5 ms delay each way and
+// 1% loss (tc netem). It skips where the kernel has no netem.
+func TestNetem(t *testing.T) {
+	mpirun := upCluster(t, 2)
+	bin := buildProbe(t)
+	if out, err := script(20*time.Second, nil, "netem.sh", "on", "5ms", "1%"); err != nil {
+		if code(err) == 3 {
+			t.Skipf("kernel lacks netem (netem.sh exit 3): %s", strings.TrimSpace(out))
+		}
+		t.Fatalf("netem.sh on 5ms 1%%: %v\n%s", err, out)
+	}
+	qd, _ := exec.Command("ip", "netns", "exec", "hpct-node2", "tc", "qdisc", "show", "dev", "eth0").CombinedOutput()
+	if !strings.Contains(string(qd), "netem") {
+		t.Fatalf("no netem qdisc on node2's eth0:\n%s", qd)
+	}
+	out := runMPI(t, mpirun, nil, "-np", "4", "--host", "node1:2,node2:2", bin, "-n", strconv.Itoa(1<<18))
+	checkPlacement(t, parseProbes(t, out, 4))
+}
+
+// TestLossyLinks is TestPlacement's job while nftables drops 5% of the
+// packets arriving at each host (netem.sh drop: no netem needed), so TCP
+// must retransmit; it checks that packets were in fact dropped.
+func TestLossyLinks(t *testing.T) {
+	mpirun := upCluster(t, 2)
+	bin := buildProbe(t)
+	if out, err := script(60*time.Second, nil, "netem.sh", "drop", "5%"); err != nil {
+		if code(err) == 3 {
+			t.Skipf("kernel refuses the nftables drop rule (netem.sh exit 3): %s", strings.TrimSpace(out))
+		}
+		t.Fatalf("netem.sh drop 5%%: %v\n%s", err, out)
+	}
+	out := runMPI(t, mpirun, nil, "-np", "4", "--host", "node1:2,node2:2", bin, "-n", strconv.Itoa(1<<19)) // 4 MiB: ~25 drops at 5%
+	checkPlacement(t, parseProbes(t, out, 4))
+	dropped := 0
+	for i := 1; i <= 2; i++ {
+		rules, err := exec.Command("ip", "netns", "exec", fmt.Sprintf("hpct-node%d", i), "nft", "list", "table", "inet", "hpct_loss").CombinedOutput()
+		if err != nil {
+			t.Fatalf("nft list on node%d: %v\n%s", i, err, rules)
+		}
+		if m := regexp.MustCompile(`counter packets (\d+)`).FindSubmatch(rules); m != nil {
+			v, _ := strconv.Atoi(string(m[1]))
+			dropped += v
+		}
+	}
+	t.Logf("packets dropped: %d", dropped)
+	if dropped == 0 {
+		t.Error("the drop rules dropped nothing; the job did not run over lossy links")
+	}
+	if out, err := script(20*time.Second, nil, "netem.sh", "off"); err != nil {
+		t.Errorf("netem.sh off: %v\n%s", err, out)
+	}
+}
+
+// TestTearDown leaves a job running on both hosts, runs down.sh, and checks
+// that every process of the cluster is gone, no hpct-* namespace, netns file
+// or state is left, the root namespace's links are as before, and a second
+// down.sh is a no-op.
+func TestTearDown(t *testing.T) {
+	linksBefore := rootLinks(t)
+	mpirun := upCluster(t, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	job := exec.CommandContext(ctx, mpirun, "-np", "4", "--host", "node1:2,node2:2", "sleep", "300")
+	if err := job.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- job.Wait() }()
+
+	// Wait for the 4 sleeps, then note every process in the namespaces.
+	var pids []int
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		pids = nil
+		sleeps := 0
+		for _, ns := range []string{"hpct-node1", "hpct-node2"} {
+			for _, pid := range netnsPids(t, ns) {
+				pids = append(pids, pid)
+				if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); strings.TrimSpace(string(comm)) == "sleep" {
+					sleeps++
+				}
+			}
+		}
+		if sleeps == 4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of 4 ranks started after 20 s", sleeps)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("processes in the cluster before down.sh: %v", pids)
+
+	start := time.Now()
+	if out, err := script(30*time.Second, nil, "down.sh"); err != nil {
+		t.Fatalf("down.sh: %v\n%s", err, out)
+	}
+	t.Logf("down.sh took %v", time.Since(start).Round(time.Millisecond))
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("mpirun still running 10 s after down.sh")
+	}
+	for _, pid := range pids {
+		if stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
+			// A zombie holds nothing; its parent (init) reaps it.
+			if f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:])); len(f) > 0 && f[0] != "Z" {
+				t.Errorf("process %d survived down.sh: %s", pid, stat)
+			}
+		}
+	}
+	list, err := exec.Command("ip", "netns", "list").CombinedOutput()
+	if err != nil {
+		t.Fatalf("ip netns list: %v\n%s", err, list)
+	}
+	if strings.Contains(string(list), "hpct-") {
+		t.Errorf("namespaces left after down.sh:\n%s", list)
+	}
+	if left, _ := filepath.Glob("/etc/netns/hpct-*"); len(left) > 0 {
+		t.Errorf("left after down.sh: %v", left)
+	}
+	if _, err := os.Stat("/run/hpct-cluster"); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("state dir /run/hpct-cluster left after down.sh (%v)", err)
+	}
+	if after := rootLinks(t); !slices.Equal(after, linksBefore) {
+		t.Errorf("root namespace links changed: before %v, after %v", linksBefore, after)
+	}
+	if out, err := script(30*time.Second, nil, "down.sh"); err != nil {
+		t.Errorf("second down.sh: %v\n%s", err, out)
+	}
+}
+
+// netnsPids lists the processes in network namespace ns.
+func netnsPids(t *testing.T, ns string) []int {
+	t.Helper()
+	out, err := exec.Command("ip", "netns", "pids", ns).Output()
+	if err != nil {
+		t.Fatalf("ip netns pids %s: %v", ns, err)
+	}
+	var pids []int
+	for _, f := range strings.Fields(string(out)) {
+		if v, err := strconv.Atoi(f); err == nil {
+			pids = append(pids, v)
+		}
+	}
+	return pids
+}
+
+// rootLinks returns the sorted names of the root namespace's links.
+func rootLinks(t *testing.T) []string {
+	t.Helper()
+	out, err := exec.Command("ip", "-o", "link", "show").Output()
+	if err != nil {
+		t.Fatalf("ip link: %v", err)
+	}
+	var names []string
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if f := strings.Fields(line); len(f) > 1 {
+			names = append(names, strings.TrimSuffix(f[1], ":"))
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+// code is the exit status in err, or -1.
+func code(err error) int {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	return -1
+}

@@ -1,0 +1,102 @@
+//go:build linux
+
+package cluster
+
+import (
+	"bufio"
+	"encoding/json"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"hpctrain/internal/mpitest"
+)
+
+// finalRecord reads the final line of a -metrics file.
+func finalRecord(t *testing.T, path string) map[string]float64 {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var last map[string]float64
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var m map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+			t.Fatal(err)
+		}
+		if m["final"] == true {
+			last = map[string]float64{}
+			for k, v := range m {
+				if x, ok := v.(float64); ok {
+					last[k] = x
+				}
+			}
+		}
+	}
+	if last == nil {
+		t.Fatalf("%s has no final record", path)
+	}
+	return last
+}
+
+// TestTrainAcrossHosts runs the real hpctrain with 4 ranks on two hosts
+// (2 + 2, TCP between them) and checks each host's local ranks and
+// bindings, and that the result equals 4 ranks on one host: same seed, same
+// batches, so the same losses within 1e-5 relative.
+func TestTrainAcrossHosts(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "hpctrain")
+	if out, err := exec.Command("go", "build", "-o", bin, "..").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	args := []string{bin, "train", "-model", "mlp", "-steps", "16", "-limit", "4096", "-test-limit", "512",
+		"-seed", "5", "-threads", "1", "-report-bindings", "-progress", "0"}
+	multi := filepath.Join(dir, "multi.jsonl")
+	mpirun := upCluster(t, 2)
+	out := runMPI(t, mpirun, nil, append([]string{"-np", "4", "--host", "node1:2,node2:2"}, append(args, "-metrics", multi)...)...)
+
+	// Bindings: [host:rank R local L] ...: ranks 0,1 on node1 and 2,3 on
+	// node2, local ranks 0,1 on each, and each host's cores disjoint.
+	re := regexp.MustCompile(`\[(\S+):rank (\d) local (\d)\] cores (\S+)`)
+	cores := map[string][]string{}
+	for _, m := range re.FindAllStringSubmatch(out, -1) {
+		host, rank, local := m[1], m[2], m[3]
+		wantHost := map[string]string{"0": "node1", "1": "node1", "2": "node2", "3": "node2"}[rank]
+		wantLocal := map[string]string{"0": "0", "1": "1", "2": "0", "3": "1"}[rank]
+		if host != wantHost || local != wantLocal {
+			t.Errorf("rank %s on %s local %s, want %s local %s", rank, host, local, wantHost, wantLocal)
+		}
+		cores[host] = append(cores[host], m[4])
+	}
+	if len(cores["node1"]) != 2 || len(cores["node2"]) != 2 {
+		t.Fatalf("bindings reported: %v\n%s", cores, out)
+	}
+	for h, c := range cores {
+		if c[0] == c[1] {
+			t.Errorf("%s: both local ranks bound to cores %s", h, c[0])
+		}
+	}
+
+	single := filepath.Join(dir, "single.jsonl")
+	mpitest.Run(t, 2*time.Minute, 4, args[0], append(args[1:], "-metrics", single)...)
+	a, b := finalRecord(t, multi), finalRecord(t, single)
+	for _, k := range []string{"train_loss", "test_loss", "test_accuracy"} {
+		if d := math.Abs(a[k]-b[k]) / math.Max(math.Abs(b[k]), 1e-12); d > 1e-5 {
+			t.Errorf("%s: 2 hosts %v, 1 host %v (relative %.3g)", k, a[k], b[k], d)
+		}
+	}
+	if a["world_size"] != 4 || a["step"] != 16 {
+		t.Errorf("final record %v", a)
+	}
+	if !strings.Contains(out, "final: test accuracy") {
+		t.Errorf("no final line:\n%s", out)
+	}
+}

@@ -1,0 +1,163 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"hpctrain/affinity"
+	"hpctrain/bench"
+	"hpctrain/chart"
+	"hpctrain/slurm"
+)
+
+// topoCmd prints this node's topology and the plan for -np local ranks,
+// without MPI.
+func topoCmd(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("hpctrain topo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	np := fs.Int("np", 1, "local ranks to plan for")
+	threads := fs.Int("threads", 0, "threads per rank (0: cores / ranks)")
+	bind := fs.String("bind", "cores", "policy: cores, numa, none")
+	smt := fs.Bool("use-smt", false, "use SMT siblings")
+	sys := fs.String("sysfs", "/", "root of the sysfs tree to read (fixtures for tests)")
+	js := fs.Bool("json", false, "print JSON for scripts")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	policy, err := affinity.ParsePolicy(*bind)
+	if err != nil {
+		return usageError{err}
+	}
+	if *np < 1 {
+		return usageError{fmt.Errorf("-np %d: must be >= 1", *np)}
+	}
+	topo, err := affinity.ReadTopology(*sys)
+	if err != nil {
+		return err
+	}
+	mask := topo.Allowed
+	if mask.IsEmpty() {
+		mask = topo.Online
+	}
+	req := affinity.Request{Threads: *threads, Policy: policy, UseSMT: *smt, PreferNUMA: -1, LocalSize: *np}
+	if *js {
+		plans, err := topo.PlanAll(mask, req)
+		if err != nil {
+			return err
+		}
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(affinity.Layout{Topology: topo, Plans: plans})
+	}
+	if err := topo.Write(stdout); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout)
+	return affinity.WritePlans(stdout, topo, mask, *np, req)
+}
+
+const benchUsage = `Usage: hpctrain bench <what> [flags]
+
+  gemm        SGEMM GFLOP/s for the CNN's shapes and 2048^3
+  step        training steps of a model: samples/s, GFLOP/s, per layer, memory
+  allreduce   the gradient all-reduce, nccl-tests style (run under mpirun)
+  affinity    instances x threads grid, bound and not (launches mpirun)
+  optim       every optimizer on J(x,y) = 100x^2 + y^2: PNG and CSV
+`
+
+func benchCmd(args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "help" {
+		fmt.Fprint(stdout, benchUsage)
+		if len(args) == 0 {
+			return usageError{fmt.Errorf("bench needs a benchmark name")}
+		}
+		return nil
+	}
+	what, rest := args[0], args[1:]
+	switch what {
+	case "gemm":
+		return bench.Gemm(rest, stdout)
+	case "step":
+		return bench.Step(rest, stdout)
+	case "optim":
+		return bench.Optim(rest, stdout)
+	case "affinity":
+		self, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		return bench.Affinity(rest, self, stdout)
+	case "allreduce":
+		comm, err := connect()
+		if err != nil {
+			return err
+		}
+		who = fmt.Sprintf("rank %d (%s): ", comm.Rank(), comm.Host())
+		err = bench.Allreduce(rest, comm, stdout)
+		if cerr := comm.Close(); err == nil {
+			err = cerr
+		}
+		return err
+	}
+	return usageError{fmt.Errorf("unknown benchmark %q (gemm, step, allreduce, affinity, optim)", what)}
+}
+
+// slurmCmd renders batch scripts: hpctrain slurm template -job job.toml.
+func slurmCmd(args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] != "template" {
+		return usageError{fmt.Errorf("usage: hpctrain slurm template [-job FILE] [flags]")}
+	}
+	s := slurm.DefaultJobSpec()
+	fs := flag.NewFlagSet("hpctrain slurm template", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	job := fs.String("job", "", "job TOML `file` (keys: name, partition, account, nodes, tasks_per_node, cpus_per_task, gpus_per_node, time, output, error, signal_grace, requeue, binary, config, checkpoint_dir, extra_args, mpirun, oversubscribe, modules)")
+	fs.StringVar(&s.Partition, "partition", s.Partition, "partition")
+	fs.StringVar(&s.Account, "account", s.Account, "account")
+	fs.IntVar(&s.Nodes, "nodes", s.Nodes, "nodes")
+	fs.IntVar(&s.TasksPerNode, "tasks-per-node", s.TasksPerNode, "MPI ranks per node")
+	fs.IntVar(&s.CPUsPerTask, "cpus-per-task", s.CPUsPerTask, "threads per rank")
+	fs.IntVar(&s.GPUsPerNode, "gpus-per-node", s.GPUsPerNode, "GPUs per node (0: CPU job)")
+	fs.StringVar(&s.Time, "time", s.Time, "time limit (SLURM format)")
+	fs.StringVar(&s.Config, "config", s.Config, "training TOML passed to hpctrain train -config")
+	fs.BoolVar(&s.Oversubscribe, "oversubscribe", s.Oversubscribe, "add --oversubscribe to mpirun")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	if *job != "" {
+		set := map[string]string{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = f.Value.String() })
+		loaded, err := slurm.LoadJobSpec(*job)
+		if err != nil {
+			return usageError{err}
+		}
+		s = loaded
+		fs.Parse(args[1:]) // flags given on the command line win over the file
+	}
+	if err := slurm.Render(stdout, s); err != nil {
+		return usageError{err}
+	}
+	return nil
+}
+
+// plotCmd draws loss and accuracy curves of one or more runs' -metrics files.
+func plotCmd(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("hpctrain plot", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	metrics := fs.String("metrics", "", "comma-separated -metrics JSON-lines files, overlaid")
+	out := fs.String("out", "out/curves.png", "PNG file to write")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *metrics == "" {
+		return usageError{fmt.Errorf("plot needs -metrics FILE[,FILE...]")}
+	}
+	if err := chart.MetricsPNG(*out, strings.Split(*metrics, ",")); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "wrote %s\n", *out)
+	return nil
+}

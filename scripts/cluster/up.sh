@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# up.sh [N]: start a local test cluster of N hosts (default 2), as root.
+#
+# Each host nodeI is a network namespace hpct-nodeI with one veth (eth0,
+# 10.77.0.(10+I)/24) plugged into a bridge br0 that lives in its own namespace
+# hpct-hub; the root namespace's networking is left alone. Name resolution:
+# /etc/netns/hpct-nodeI/hosts (which `ip netns exec` mounts over /etc/hosts)
+# maps node1..N to their addresses. Hostnames come from a UTS namespace made
+# per command by rsh-agent.sh and mpirun.sh (`unshare --uts`), so nothing here
+# changes the machine's hostname.
+#
+# Any cluster of the same name is torn down first (down.sh), so up.sh also
+# recovers from a run that was killed before its tear-down.
+# Environment: HPCT_CLUSTER (default hpct) prefixes namespaces and state dir.
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source-path=SCRIPTDIR source=common.sh
+. "$here/common.sh"
+
+die() { echo "cluster up.sh: $*" >&2; exit 1; }
+n=${1:-2}
+case "$n" in '' | *[!0-9]*) die "usage: up.sh [N]   (N hosts, 1..200)" ;; esac
+{ [ "$n" -ge 1 ] && [ "$n" -le 200 ]; } || die "N must be 1..200, not $n"
+[ "$(id -u)" -eq 0 ] || die "must run as root (creates network namespaces)"
+
+need=()
+command -v ip >/dev/null 2>&1 || need+=(iproute2)
+command -v unshare >/dev/null 2>&1 || need+=(util-linux)
+if [ ${#need[@]} -gt 0 ]; then
+	echo "cluster up.sh: installing ${need[*]}" >&2
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq >&2 || die "apt-get update failed"
+	apt-get install -y -qq --no-install-recommends "${need[@]}" >&2 || die "apt-get install ${need[*]} failed"
+fi
+
+"$here/down.sh" >/dev/null
+
+# If anything below fails, leave nothing half-built behind.
+undo() {
+	local rc=$?
+	[ "$rc" -eq 0 ] && return
+	echo "cluster up.sh: failed, tearing down" >&2
+	"$here/down.sh" >&2 || true
+}
+trap undo EXIT
+
+mkdir -p "$STATE"
+{
+	echo "127.0.0.1	localhost"
+	echo "::1	localhost ip6-localhost ip6-loopback"
+	for i in $(seq "$n"); do echo "$(node_ip "$i")	node$i"; done
+} >"$STATE/hosts"
+
+ip netns add "$HUB"
+ip -n "$HUB" link set lo up
+ip -n "$HUB" link add br0 type bridge
+ip -n "$HUB" link set br0 up
+for i in $(seq "$n"); do
+	ns=$(node_ns "$i")
+	ip netns add "$ns"
+	ip -n "$ns" link set lo up
+	ip -n "$HUB" link add "vnode$i" type veth peer name eth0 netns "$ns"
+	ip -n "$HUB" link set "vnode$i" master br0 up
+	ip -n "$ns" addr add "$(node_ip "$i")/24" dev eth0
+	ip -n "$ns" link set eth0 up
+	mkdir -p "/etc/netns/$ns"
+	cp "$STATE/hosts" "/etc/netns/$ns/hosts"
+done
+
+# Wait until every eth0 has carrier (veth is up at both ends).
+for i in $(seq "$n"); do
+	ns=$(node_ns "$i")
+	for _ in $(seq 100); do
+		ip -n "$ns" link show eth0 | grep -q LOWER_UP && break
+		sleep 0.05
+	done
+	ip -n "$ns" link show eth0 | grep -q LOWER_UP || die "$ns: eth0 has no carrier"
+done
+echo "$n" >"$STATE/nodes"
+trap - EXIT
+
+hosts=$(seq -f 'node%g:2' 1 "$n" | paste -sd,)
+cat <<USAGE
+cluster up: $n hosts ($(for i in $(seq "$n"); do printf 'node%d=%s ' "$i" "$(node_ip "$i")"; done | sed 's/ $//'))
+  run:    $here/mpirun.sh -np $((2 * n)) --host $hosts PROGRAM ARGS...
+  shell:  $here/rsh-agent.sh node1 'hostname; ip -br addr'
+  links:  $here/netem.sh on 5ms 1%   |   $here/netem.sh off
+  stop:   $here/down.sh
+USAGE
