@@ -77,6 +77,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 0
 	case errors.Is(err, flag.ErrHelp):
 		return 0
+	case errors.Is(err, train.ErrPreempted):
+		return train.ExitRequeue // checkpoint written: the batch script requeues
 	}
 	fmt.Fprintf(stderr, "hpctrain: %s%v\n", where(), err)
 	var ue usageError

@@ -231,3 +231,49 @@ func TestAccuracyBar(t *testing.T) {
 		t.Errorf("final record %v", last)
 	}
 }
+
+// TestSignalCheckpointResume: SIGUSR1 to one rank of two makes both
+// checkpoint the same step and exit 85; -resume auto then finishes with the
+// uninterrupted run's result.
+func TestSignalCheckpointResume(t *testing.T) {
+	dir := t.TempDir()
+	args := []string{"train", "-model", "cnn", "-limit", "3840", "-test-limit", "500", "-epochs", "2", "-threads", "1", "-progress", "0"}
+	ref := filepath.Join(dir, "ref.jsonl")
+	if r := hpctrain(t, 2, 3*time.Minute, append(args, "-metrics", ref)...); r.code != 0 {
+		t.Fatalf("reference run: %d\n%s", r.code, r.out)
+	}
+	ck := filepath.Join(dir, "ck")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := mpitest.Command(ctx, 2, bin, append(args, "-checkpoint-dir", ck)...)
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Wait for training to run, then signal one rank (the last hpctrain
+	// process started).
+	time.Sleep(4 * time.Second)
+	pids, _ := exec.Command("pgrep", "-n", "-f", bin+" train").Output()
+	if len(pids) == 0 {
+		t.Fatalf("no rank found\n%s", out.String())
+	}
+	exec.Command("kill", "-USR1", strings.TrimSpace(string(pids))).Run()
+	err := cmd.Wait()
+	code := -1
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	}
+	if code != 85 || !strings.Contains(out.String(), "checkpointed step") {
+		t.Fatalf("exit %d (want 85)\n%s", code, out.String())
+	}
+	res := filepath.Join(dir, "res.jsonl")
+	if r := hpctrain(t, 2, 3*time.Minute, append(args, "-checkpoint-dir", ck, "-resume", "auto", "-metrics", res)...); r.code != 0 || !strings.Contains(r.out, "resuming from") {
+		t.Fatalf("resume: %d\n%s", r.code, r.out)
+	}
+	a, b := readMetrics(t, ref), readMetrics(t, res)
+	fa, fb := a[len(a)-1], b[len(b)-1]
+	if fa["test_loss"] != fb["test_loss"] || fa["step"] != fb["step"] {
+		t.Errorf("resumed final %v, uninterrupted %v", fb, fa)
+	}
+}

@@ -17,7 +17,8 @@ type Dataset interface {
 	// Classes is the number of classes; labels are in [0, Classes).
 	Classes() int
 	// Sample copies sample i's pixels (H, W, C) into dst and returns its
-	// label. len(dst) must be at least Shape().Size().
+	// label. len(dst) must be at least Shape().Size(). A Loader with
+	// workers calls Sample from several goroutines at once.
 	Sample(i int, dst []byte) int32
 }
 
@@ -44,9 +45,9 @@ func NewImages(shape Shape, classes int, pix []byte, labels []uint8) (*Images, e
 	return &Images{shape: shape, classes: classes, pix: pix, labels: labels}, nil
 }
 
-func (d *Images) Len() int      { return len(d.labels) }
-func (d *Images) Shape() Shape  { return d.shape }
-func (d *Images) Classes() int  { return d.classes }
+func (d *Images) Len() int     { return len(d.labels) }
+func (d *Images) Shape() Shape { return d.shape }
+func (d *Images) Classes() int { return d.classes }
 func (d *Images) Sample(i int, dst []byte) int32 {
 	n := d.shape.Size()
 	copy(dst[:n], d.pix[i*n:(i+1)*n])

@@ -88,6 +88,11 @@ type Config struct {
 	CPUList string `toml:"cpu_list" json:"cpu_list"`
 	UseSMT  bool   `toml:"use_smt" json:"use_smt"`
 
+	CheckpointDir   string `toml:"checkpoint_dir" json:"-"`
+	CheckpointEvery string `toml:"checkpoint_every" json:"-"`
+	Keep            int    `toml:"keep" json:"-"`
+	Resume          string `toml:"resume" json:"-"`
+
 	BucketMB   float64 `toml:"bucket_mb" json:"bucket_mb"`
 	CheckEvery int     `toml:"check_every" json:"check_every"`
 
@@ -150,6 +155,10 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.CPUList, "cpu-list", c.CPUList, "this rank's cpus, e.g. 0-3,8 (overrides the automatic plan; must lie inside the allowed mask)")
 	fs.BoolVar(&c.UseSMT, "use-smt", c.UseSMT, "let a rank's threads use SMT siblings of its cores")
 	fs.BoolVar(&c.ReportBindings, "report-bindings", c.ReportBindings, "rank 0 prints every rank's host, rank, local rank, cores and NUMA node")
+	fs.StringVar(&c.CheckpointDir, "checkpoint-dir", c.CheckpointDir, "rank 0 writes checkpoints here; SIGUSR1/SIGTERM then checkpoint and exit 85 (requeue)")
+	fs.StringVar(&c.CheckpointEvery, "checkpoint-every", c.CheckpointEvery, "periodic checkpoints: every `N` steps (500) or a duration (10m); empty: on signals and at the end")
+	fs.IntVar(&c.Keep, "keep", c.Keep, "keep the newest `N` checkpoints (0: all)")
+	fs.StringVar(&c.Resume, "resume", c.Resume, "resume from `auto` (the newest valid checkpoint in -checkpoint-dir, if any) or a checkpoint file")
 	fs.Float64Var(&c.BucketMB, "bucket-mb", c.BucketMB, "gradient bucket size in MB; buckets are all-reduced during backward (0: one all-reduce after backward)")
 	fs.IntVar(&c.CheckEvery, "check-every", c.CheckEvery, "every `N` steps the ranks compare a checksum of their parameters and stop on divergence (0: never)")
 	fs.StringVar(&c.Timeline, "timeline", c.Timeline, "write a Chrome trace (chrome://tracing, Perfetto) of the step's phases per rank to `FILE` (rank inserted before the extension)")
@@ -242,6 +251,10 @@ func (c *Config) Validate() error {
 		return bad("test_limit", c.TestLimit, ">= 0")
 	case c.Threads < 0:
 		return bad("threads", c.Threads, ">= 0 (0: automatic)")
+	case c.Keep < 0:
+		return bad("keep", c.Keep, ">= 0")
+	case c.Resume == "auto" && c.CheckpointDir == "":
+		return fmt.Errorf("config: resume = \"auto\" needs checkpoint_dir")
 	case c.BucketMB < 0:
 		return bad("bucket_mb", c.BucketMB, ">= 0")
 	case c.CheckEvery < 0:

@@ -38,6 +38,8 @@ type Result struct {
 
 	// Params are the final parameters (the same on every rank).
 	Params []float32 `json:"-"`
+	// StepLosses are this rank's losses of the steps run in this call.
+	StepLosses []float64 `json:"-"`
 }
 
 // Run trains cfg.Model on rank c's shards and prints progress on rank 0 to
@@ -111,6 +113,17 @@ func RunWith(cfg Config, c mpi.Comm, out, errOut io.Writer) (Result, error) {
 		return Result{}, fmt.Errorf("broadcasting initial parameters: %w", err)
 	}
 
+	// Resume: rank 0 reads the checkpoint and broadcasts it.
+	cp, err := newCheckpointer(cfg, c, net, opt, log)
+	if err = agree(c, "preparing checkpoints", err); err != nil {
+		return Result{}, err
+	}
+	defer cp.close()
+	startStep, err := cp.resume()
+	if err != nil {
+		return Result{}, err
+	}
+
 	sampler := data.NewSampler(trainSet.Len(), cfg.Batch, c.Rank(), c.Size(), cfg.Seed)
 	steps := sampler.Steps()
 	if steps == 0 {
@@ -123,7 +136,7 @@ func RunWith(cfg Config, c mpi.Comm, out, errOut io.Writer) (Result, error) {
 	labels := make([]int32, cfg.Batch)
 	inv := 1 / float32(c.Size())
 	total := totalSteps(cfg, trainSet.Len(), c.Size())
-	prog := newProgress(out, c.Rank() == 0, cfg.Progress, total, cfg.Batch*c.Size())
+	prog := newProgress(out, c.Rank() == 0, cfg.Progress, total-startStep, cfg.Batch*c.Size())
 	wd := newWatchdog(cfg.CollectiveTimeout, fmt.Sprintf("rank %d on host %s (%s)", c.Rank(), c.Host(), pl.plan), errOut, c.Abort)
 	defer wd.close()
 	bk := newBuckets(c, net.Grads, layerStarts(net), int(cfg.BucketMB*(1<<20)), wd)
@@ -133,13 +146,13 @@ func RunWith(cfg Config, c mpi.Comm, out, errOut io.Writer) (Result, error) {
 	}
 	var res Result
 	var trainTime, commTime, waitTime time.Duration
-	step := 0
-	for epoch := 1; epoch <= cfg.Epochs && !(cfg.Steps > 0 && step >= cfg.Steps); epoch++ {
+	step := startStep
+	for epoch := step/steps + 1; epoch <= cfg.Epochs && !(cfg.Steps > 0 && step >= cfg.Steps); epoch++ {
 		sampler.SetEpoch(epoch)
 		start := time.Now()
 		var lossSum float64
 		first := step
-		for s := 0; s < steps && !(cfg.Steps > 0 && step >= cfg.Steps); s++ {
+		for s := step % steps; s < steps && !(cfg.Steps > 0 && step >= cfg.Steps); s++ {
 			t0 := time.Now()
 			batcher.Fill(sampler.Batch(s), net.Input(), labels)
 			net.Forward(cfg.Batch)
@@ -184,8 +197,25 @@ func RunWith(cfg Config, c mpi.Comm, out, errOut io.Writer) (Result, error) {
 				}
 			}
 			lossSum += loss
+			res.StepLosses = append(res.StepLosses, loss)
 			step++
-			prog.update(epoch, s+1, steps, step, loss)
+			prog.update(epoch, s+1, steps, step-startStep, loss)
+
+			// Checkpoints: periodic ones from rank 0, and on a signal on
+			// any rank, agreed by all at this step boundary.
+			stop, err := cp.stopAgreed()
+			if err != nil {
+				return res, err
+			}
+			if stop || cp.due(step) {
+				if err := agree(c, "writing a checkpoint", cp.save(step, epoch)); err != nil {
+					return res, err
+				}
+			}
+			if stop {
+				log("hpctrain: signal received: checkpointed step %d; exiting with code %d for requeue", step, ExitRequeue)
+				return res, ErrPreempted
+			}
 		}
 		trainTime += time.Since(start)
 
@@ -200,9 +230,10 @@ func RunWith(cfg Config, c mpi.Comm, out, errOut io.Writer) (Result, error) {
 			return res, err
 		}
 		res = Result{
-			Epoch: epoch, Step: step, WorldSize: c.Size(), ThreadsPerRank: threads,
+			StepLosses: res.StepLosses,
+			Epoch:      epoch, Step: step, WorldSize: c.Size(), ThreadsPerRank: threads,
 			TrainLoss: tl[0] / float64((step-first)*c.Size()), TestLoss: testLoss, TestAccuracy: acc,
-			SamplesPerSecond: float64(step*cfg.Batch*c.Size()) / trainTime.Seconds(),
+			SamplesPerSecond: float64((step-startStep)*cfg.Batch*c.Size()) / trainTime.Seconds(),
 			TrainSeconds:     trainTime.Seconds(),
 			CommSeconds:      commTime.Seconds(), CommWaitSeconds: waitTime.Seconds(),
 		}
@@ -211,6 +242,9 @@ func RunWith(cfg Config, c mpi.Comm, out, errOut io.Writer) (Result, error) {
 		if err := writeMetrics(metrics, res); err != nil {
 			return res, err
 		}
+	}
+	if err := agree(c, "writing the final checkpoint", cp.save(step, res.Epoch)); err != nil {
+		return res, err
 	}
 	res.Final = true
 	res.Params = net.Params

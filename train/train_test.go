@@ -213,3 +213,47 @@ func TestConfigFileAndFlags(t *testing.T) {
 		t.Error("lr does not change the configuration hash")
 	}
 }
+
+// TestResumeIsExact: a run stopped after 4 steps and resumed from its
+// checkpoint continues with exactly the losses and parameters of the
+// uninterrupted run (same world size).
+func TestResumeIsExact(t *testing.T) {
+	cfg := Defaults()
+	cfg.Model, cfg.Limit, cfg.TestLimit, cfg.Progress, cfg.DataDir, cfg.Batch = "mlp", 640, 64, 0, dataDir, 32
+	cfg.Epochs, cfg.Steps = 2, 30 // crosses the epoch boundary at step 20
+	full, err := Run(cfg, mpi.NewSingle(), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	first := cfg
+	first.Steps, first.CheckpointDir = 13, dir
+	if _, err := Run(first, mpi.NewSingle(), io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	second := cfg
+	second.CheckpointDir, second.Resume = dir, "auto"
+	res, err := Run(second, mpi.NewSingle(), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.StepLosses) != 17 {
+		t.Fatalf("resumed run took %d steps, want 17", len(res.StepLosses))
+	}
+	for i, l := range res.StepLosses {
+		if l != full.StepLosses[13+i] {
+			t.Fatalf("step %d: resumed loss %v, uninterrupted %v", 14+i, l, full.StepLosses[13+i])
+		}
+	}
+	for i := range res.Params {
+		if res.Params[i] != full.Params[i] {
+			t.Fatalf("parameter %d: resumed %v, uninterrupted %v", i, res.Params[i], full.Params[i])
+		}
+	}
+	// Another configuration must not resume from this checkpoint.
+	other := second
+	other.LR = 0.05
+	if _, err := Run(other, mpi.NewSingle(), io.Discard); err == nil || !strings.Contains(err.Error(), "config") {
+		t.Errorf("resuming with another lr: %v, want a configuration refusal", err)
+	}
+}

@@ -1,0 +1,352 @@
+package data
+
+import (
+	"fmt"
+	"image"
+	"image/color"
+	_ "image/gif" // register decoders for image.Decode
+	_ "image/jpeg"
+	_ "image/png"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+)
+
+// FolderOptions controls LoadImageFolder.
+type FolderOptions struct {
+	// Lazy keeps only the file list in memory and decodes an image each
+	// time its sample is read (no cache: the operating system's page cache
+	// keeps the files, and decoding is paid every epoch). Use it when the
+	// decoded set, N*H*W*C bytes, does not fit in memory. Otherwise every
+	// image is decoded once, at load, in parallel.
+	Lazy bool
+	// NoResize makes an image whose size is not shape.H x shape.W an error
+	// (or a bad image, with SkipBad) instead of resizing it.
+	NoResize bool
+	// Interp is the resampling rule for resizing (default Bilinear).
+	Interp Interp
+	// SkipBad skips unreadable or corrupt images, and images of the wrong
+	// size under NoResize, calling Warn for each; otherwise the first one
+	// is an error naming its path.
+	SkipBad bool
+	// Warn receives one line per skipped image; nil discards them. In lazy
+	// mode it also receives decode failures found while sampling, possibly
+	// from several goroutines at once (calls are serialised).
+	Warn func(msg string)
+}
+
+// Folder is a data set of image files laid out one sub-directory per class,
+// root/<class>/<image>, as torchvision's ImageFolder. Classes are the
+// sub-directories sorted by name; label k is the k-th. Files ending .png,
+// .jpg, .jpeg or .gif (any case) are images; other files and names
+// beginning with a dot are ignored.
+//
+// Images are converted to shape.C channels (1: ITU-R BT.601 luma as
+// image/color.GrayModel; 3: RGB; alpha is composited over black) and
+// resized to shape.H x shape.W. Sample is safe for concurrent use.
+type Folder struct {
+	root    string
+	shape   Shape
+	opts    FolderOptions
+	names   []string // class names, sorted
+	paths   []string // (N) image files
+	labels  []int32  // (N)
+	pix     []byte   // (N, H, W, C) when eager; nil when lazy
+	skipped int
+
+	mu       sync.Mutex // guards lazyErr and Warn calls
+	lazyErr  error
+	lazyBads int
+}
+
+// LoadImageFolder lists root's class directories and their images and,
+// unless opts.Lazy, decodes them all. An empty class directory, or one
+// whose images were all skipped, is an error naming it.
+func LoadImageFolder(root string, shape Shape, opts FolderOptions) (*Folder, error) {
+	if shape.H < 1 || shape.W < 1 || (shape.C != 1 && shape.C != 3) {
+		return nil, fmt.Errorf("image folder %s: shape %v, want H, W >= 1 and C 1 or 3", root, shape)
+	}
+	ents, err := os.ReadDir(root)
+	if err != nil {
+		return nil, fmt.Errorf("image folder: %w", err)
+	}
+	f := &Folder{root: root, shape: shape, opts: opts}
+	var classPaths [][]string
+	for _, e := range ents {
+		if !e.IsDir() || strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		dir := filepath.Join(root, e.Name())
+		files, err := os.ReadDir(dir)
+		if err != nil {
+			return nil, fmt.Errorf("image folder: %w", err)
+		}
+		var ps []string
+		for _, fe := range files {
+			if fe.IsDir() || strings.HasPrefix(fe.Name(), ".") || !isImageName(fe.Name()) {
+				continue
+			}
+			ps = append(ps, filepath.Join(dir, fe.Name()))
+		}
+		f.names = append(f.names, e.Name())
+		classPaths = append(classPaths, ps)
+	}
+	if len(f.names) == 0 {
+		return nil, fmt.Errorf("image folder %s: no class sub-directories (want root/<class>/<image>)", root)
+	}
+	// ReadDir sorts by name, so classes and files are in a fixed order.
+	for k, ps := range classPaths {
+		if len(ps) == 0 {
+			return nil, fmt.Errorf("image folder: class directory %s has no .png, .jpg, .jpeg or .gif files", filepath.Join(root, f.names[k]))
+		}
+		for _, p := range ps {
+			f.paths = append(f.paths, p)
+			f.labels = append(f.labels, int32(k))
+		}
+	}
+	if opts.Lazy {
+		err = f.check()
+	} else {
+		err = f.decodeAll()
+	}
+	if err != nil {
+		return nil, err
+	}
+	// Classes left empty by skipping.
+	var count = make([]int, len(f.names))
+	for _, l := range f.labels {
+		count[l]++
+	}
+	for k, n := range count {
+		if n == 0 {
+			return nil, fmt.Errorf("image folder: class directory %s has no readable images (%d skipped in all)", filepath.Join(root, f.names[k]), f.skipped)
+		}
+	}
+	return f, nil
+}
+
+func isImageName(name string) bool {
+	switch strings.ToLower(filepath.Ext(name)) {
+	case ".png", ".jpg", ".jpeg", ".gif":
+		return true
+	}
+	return false
+}
+
+// check reads every image's header (lazy mode): format and size.
+func (f *Folder) check() error {
+	bad := make([]error, len(f.paths))
+	f.parallel(func(i int) {
+		bad[i] = f.checkOne(f.paths[i])
+	})
+	return f.dropBad(bad, nil)
+}
+
+func (f *Folder) checkOne(path string) error {
+	r, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	cfg, _, err := image.DecodeConfig(r)
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return f.checkSize(path, cfg.Width, cfg.Height)
+}
+
+func (f *Folder) checkSize(path string, w, h int) error {
+	if w < 1 || h < 1 {
+		return fmt.Errorf("%s: empty image (%dx%d)", path, w, h)
+	}
+	if f.opts.NoResize && (w != f.shape.W || h != f.shape.H) {
+		return fmt.Errorf("%s: image is %dx%d (WxH), want %dx%d: resizing is off", path, w, h, f.shape.W, f.shape.H)
+	}
+	return nil
+}
+
+// decodeAll decodes every image into f.pix (eager mode).
+func (f *Folder) decodeAll() error {
+	size := f.shape.Size()
+	pix := make([]byte, len(f.paths)*size)
+	bad := make([]error, len(f.paths))
+	f.parallel(func(i int) {
+		bad[i] = f.decode(f.paths[i], pix[i*size:(i+1)*size])
+	})
+	return f.dropBad(bad, pix)
+}
+
+// dropBad reports or skips the images with errors, compacting the lists
+// (and pix when not nil) in order.
+func (f *Folder) dropBad(bad []error, pix []byte) error {
+	size := f.shape.Size()
+	j := 0
+	for i, err := range bad {
+		if err != nil {
+			if !f.opts.SkipBad {
+				return fmt.Errorf("image folder: %w (FolderOptions.SkipBad skips bad images)", err)
+			}
+			f.skipped++
+			if f.opts.Warn != nil {
+				f.opts.Warn("skipping bad image: " + err.Error())
+			}
+			continue
+		}
+		f.paths[j], f.labels[j] = f.paths[i], f.labels[i]
+		if pix != nil && j != i {
+			copy(pix[j*size:(j+1)*size], pix[i*size:(i+1)*size])
+		}
+		j++
+	}
+	f.paths, f.labels = f.paths[:j], f.labels[:j]
+	if pix != nil {
+		f.pix = pix[:j*size]
+	}
+	return nil
+}
+
+// parallel runs fn(i) for every image on GOMAXPROCS goroutines.
+func (f *Folder) parallel(fn func(i int)) {
+	n := len(f.paths)
+	workers := min(runtime.GOMAXPROCS(0), n)
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < n; i += workers {
+				fn(i)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// decode reads the image at path into dst (H, W, C).
+func (f *Folder) decode(path string, dst []byte) (err error) {
+	defer func() {
+		// The standard decoders return errors for corrupt input; this
+		// guards the contract that bad files never crash a run.
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%s: decoder panicked: %v", path, r)
+		}
+	}()
+	r, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	img, _, err := image.Decode(r)
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	b := img.Bounds()
+	if err := f.checkSize(path, b.Dx(), b.Dy()); err != nil {
+		return err
+	}
+	native := Shape{b.Dy(), b.Dx(), f.shape.C}
+	if native.H == f.shape.H && native.W == f.shape.W {
+		toBytes(dst, img, f.shape.C)
+		return nil
+	}
+	tmp := make([]byte, native.Size())
+	toBytes(tmp, img, f.shape.C)
+	resize(dst, tmp, native, f.shape, f.opts.Interp)
+	return nil
+}
+
+// toBytes writes img as (H, W, c) bytes, c 1 (grey) or 3 (RGB).
+func toBytes(dst []byte, img image.Image, c int) {
+	b := img.Bounds()
+	k := 0
+	if g, ok := img.(*image.Gray); ok && c == 1 {
+		for y := b.Min.Y; y < b.Max.Y; y++ {
+			k += copy(dst[k:], g.Pix[g.PixOffset(b.Min.X, y):g.PixOffset(b.Max.X, y)])
+		}
+		return
+	}
+	for y := b.Min.Y; y < b.Max.Y; y++ {
+		for x := b.Min.X; x < b.Max.X; x++ {
+			var r, g, bl uint8
+			switch m := img.(type) {
+			case *image.YCbCr: // JPEG colour
+				yi, ci := m.YOffset(x, y), m.COffset(x, y)
+				r, g, bl = color.YCbCrToRGB(m.Y[yi], m.Cb[ci], m.Cr[ci])
+			case *image.Gray:
+				v := m.Pix[m.PixOffset(x, y)]
+				r, g, bl = v, v, v
+			case *image.RGBA:
+				i := m.PixOffset(x, y)
+				r, g, bl = m.Pix[i], m.Pix[i+1], m.Pix[i+2]
+			case *image.NRGBA: // PNG with alpha: composite over black
+				i := m.PixOffset(x, y)
+				a := uint32(m.Pix[i+3])
+				r = uint8((uint32(m.Pix[i])*a + 127) / 255)
+				g = uint8((uint32(m.Pix[i+1])*a + 127) / 255)
+				bl = uint8((uint32(m.Pix[i+2])*a + 127) / 255)
+			default: // premultiplied: composited over black
+				r32, g32, b32, _ := img.At(x, y).RGBA()
+				r, g, bl = uint8(r32>>8), uint8(g32>>8), uint8(b32>>8)
+			}
+			if c == 1 {
+				// color.GrayModel's weights, on 8-bit values.
+				dst[k] = uint8((19595*uint32(r) + 38470*uint32(g) + 7471*uint32(bl) + 1<<15) >> 16)
+				k++
+			} else {
+				dst[k], dst[k+1], dst[k+2] = r, g, bl
+				k += 3
+			}
+		}
+	}
+}
+
+func (f *Folder) Len() int     { return len(f.labels) }
+func (f *Folder) Shape() Shape { return f.shape }
+func (f *Folder) Classes() int { return len(f.names) }
+
+// ClassNames returns the class directory names; label k is ClassNames()[k].
+func (f *Folder) ClassNames() []string { return f.names }
+
+// Path returns the file of sample i.
+func (f *Folder) Path(i int) string { return f.paths[i] }
+
+// Skipped is the number of bad images skipped at load.
+func (f *Folder) Skipped() int { return f.skipped }
+
+// Sample copies sample i into dst and returns its label. In lazy mode an
+// image that fails to decode now (it passed the header check at load)
+// reads as zeros; the failure is counted, passed to Warn, and the first
+// one is returned by Err.
+func (f *Folder) Sample(i int, dst []byte) int32 {
+	size := f.shape.Size()
+	if f.pix != nil {
+		copy(dst[:size], f.pix[i*size:(i+1)*size])
+		return f.labels[i]
+	}
+	if err := f.decode(f.paths[i], dst[:size]); err != nil {
+		clear(dst[:size])
+		f.mu.Lock()
+		f.lazyBads++
+		if f.lazyErr == nil {
+			f.lazyErr = err
+		}
+		if f.opts.Warn != nil {
+			f.opts.Warn("bad image read as zeros: " + err.Error())
+		}
+		f.mu.Unlock()
+	}
+	return f.labels[i]
+}
+
+// Err returns the first decode failure met by Sample in lazy mode, with
+// the number of failures so far, or nil.
+func (f *Folder) Err() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.lazyErr == nil {
+		return nil
+	}
+	return fmt.Errorf("%w (%d bad images read as zeros)", f.lazyErr, f.lazyBads)
+}

@@ -1,0 +1,243 @@
+package data
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// TransformConfig is the augmentation section of a run's configuration, in
+// the form a TOML table decodes into:
+//
+//	[augment]
+//	resize = [36, 36]   # H, W; or one number for a square
+//	center_crop = [32, 32]
+//	crop_pad = 4        # random crop after zero padding
+//	crop = [32, 32]     # random crop size; default the input size
+//	flip = true         # horizontal flip with probability 0.5
+//	rotate_deg = 10     # uniform angle in [-10, 10] degrees
+//	blur_sigma = 0.5    # Gaussian blur, pixels
+//	interp = "bilinear" # or "nearest", for resize and rotate
+//
+// Transforms apply in the fixed order of the fields above. The zero value
+// is no augmentation.
+type TransformConfig struct {
+	Resize     []int   `toml:"resize"`
+	CenterCrop []int   `toml:"center_crop"`
+	CropPad    int     `toml:"crop_pad"`
+	Crop       []int   `toml:"crop"`
+	Flip       bool    `toml:"flip"`
+	RotateDeg  float64 `toml:"rotate_deg"`
+	BlurSigma  float64 `toml:"blur_sigma"`
+	Interp     string  `toml:"interp"`
+}
+
+// Transforms validates c and returns its chain. Errors name the key.
+func (c TransformConfig) Transforms() ([]Transform, error) {
+	m, err := parseInterp(c.Interp)
+	if err != nil {
+		return nil, fmt.Errorf("interp: %w", err)
+	}
+	var ts []Transform
+	if c.Resize != nil {
+		h, w, err := hw(c.Resize)
+		if err != nil {
+			return nil, fmt.Errorf("resize: %w", err)
+		}
+		ts = append(ts, Resize(h, w, m))
+	}
+	if c.CenterCrop != nil {
+		h, w, err := hw(c.CenterCrop)
+		if err != nil {
+			return nil, fmt.Errorf("center_crop: %w", err)
+		}
+		ts = append(ts, CenterCrop(h, w))
+	}
+	if c.CropPad < 0 || c.CropPad > 1024 {
+		return nil, fmt.Errorf("crop_pad: %d, want 0 to 1024", c.CropPad)
+	}
+	if c.CropPad > 0 || c.Crop != nil {
+		h, w := 0, 0
+		if c.Crop != nil {
+			if h, w, err = hw(c.Crop); err != nil {
+				return nil, fmt.Errorf("crop: %w", err)
+			}
+		}
+		ts = append(ts, RandomCrop(c.CropPad, h, w))
+	}
+	if !(c.RotateDeg >= 0 && c.RotateDeg <= 180) {
+		return nil, fmt.Errorf("rotate_deg: %g, want 0 to 180", c.RotateDeg)
+	}
+	if c.RotateDeg > 0 {
+		ts = append(ts, Rotate(c.RotateDeg, m))
+	}
+	if c.Flip {
+		ts = append(ts, Flip(0.5))
+	}
+	if !(c.BlurSigma >= 0 && c.BlurSigma <= 64) {
+		return nil, fmt.Errorf("blur_sigma: %g, want 0 to 64", c.BlurSigma)
+	}
+	if c.BlurSigma > 0 {
+		ts = append(ts, Blur(c.BlurSigma))
+	}
+	return ts, nil
+}
+
+// hw reads [H, W] or [S] (square) with positive sizes.
+func hw(v []int) (h, w int, err error) {
+	switch {
+	case len(v) == 1:
+		h, w = v[0], v[0]
+	case len(v) == 2:
+		h, w = v[0], v[1]
+	default:
+		return 0, 0, fmt.Errorf("%v, want [H, W] or [size]", v)
+	}
+	if h < 1 || w < 1 || h > 1<<15 || w > 1<<15 {
+		return 0, 0, fmt.Errorf("%v, want sizes 1 to 32768", v)
+	}
+	return h, w, nil
+}
+
+func parseInterp(s string) (Interp, error) {
+	switch s {
+	case "", "bilinear":
+		return Bilinear, nil
+	case "nearest":
+		return Nearest, nil
+	}
+	return 0, fmt.Errorf("%q, want \"bilinear\" or \"nearest\"", s)
+}
+
+// ParseTransforms builds a chain from command-line specs, applied in the
+// order given. Each spec is key or key=value with the keys of
+// TransformConfig; sizes are HxW or one number:
+//
+//	flip            flip=P          (probability, default 0.5)
+//	crop_pad=4      crop_pad=4:28x28 (pad, then a random 28x28 window)
+//	rotate_deg=10   rotate_deg=10:nearest (default bilinear)
+//	blur_sigma=0.5
+//	resize=32x32    resize=32x32:nearest (default bilinear)
+//	center_crop=28x28
+//
+// A spec may hold several comma-separated transforms. Errors name the spec.
+func ParseTransforms(specs []string) ([]Transform, error) {
+	var ts []Transform
+	for _, spec := range specs {
+		for _, one := range strings.Split(spec, ",") {
+			one = strings.TrimSpace(one)
+			if one == "" || one == "none" {
+				continue
+			}
+			t, err := parseTransform(one)
+			if err != nil {
+				return nil, fmt.Errorf("transform %q: %w", one, err)
+			}
+			ts = append(ts, t)
+		}
+	}
+	return ts, nil
+}
+
+func parseTransform(spec string) (Transform, error) {
+	key, val, hasVal := strings.Cut(spec, "=")
+	arg, opt, hasOpt := strings.Cut(val, ":")
+	need := func() error {
+		if !hasVal || arg == "" {
+			return fmt.Errorf("%s needs a value (%s=...)", key, key)
+		}
+		return nil
+	}
+	switch key {
+	case "flip":
+		if hasOpt {
+			return nil, fmt.Errorf("flip takes no option")
+		}
+		p := 0.5
+		if hasVal {
+			var err error
+			if p, err = strconv.ParseFloat(arg, 64); err != nil || !(p >= 0 && p <= 1) {
+				return nil, fmt.Errorf("flip probability %q, want 0 to 1", arg)
+			}
+		}
+		return Flip(p), nil
+	case "crop_pad":
+		if err := need(); err != nil {
+			return nil, err
+		}
+		pad, err := strconv.Atoi(arg)
+		if err != nil || pad < 0 || pad > 1024 {
+			return nil, fmt.Errorf("crop_pad %q, want 0 to 1024", arg)
+		}
+		h, w := 0, 0
+		if hasOpt {
+			if h, w, err = parseHW(opt); err != nil {
+				return nil, err
+			}
+		}
+		return RandomCrop(pad, h, w), nil
+	case "rotate_deg":
+		if err := need(); err != nil {
+			return nil, err
+		}
+		d, err := strconv.ParseFloat(arg, 64)
+		if err != nil || !(d >= 0 && d <= 180) {
+			return nil, fmt.Errorf("rotate_deg %q, want 0 to 180", arg)
+		}
+		m := Bilinear
+		if hasOpt {
+			if m, err = parseInterp(opt); err != nil {
+				return nil, err
+			}
+		}
+		return Rotate(d, m), nil
+	case "blur_sigma":
+		if err := need(); err != nil {
+			return nil, err
+		}
+		s, err := strconv.ParseFloat(arg, 64)
+		if err != nil || hasOpt || !(s >= 0 && s <= 64) {
+			return nil, fmt.Errorf("blur_sigma %q, want 0 to 64", val)
+		}
+		return Blur(s), nil
+	case "resize":
+		if err := need(); err != nil {
+			return nil, err
+		}
+		h, w, err := parseHW(arg)
+		if err != nil {
+			return nil, err
+		}
+		m := Bilinear
+		if hasOpt {
+			if m, err = parseInterp(opt); err != nil {
+				return nil, err
+			}
+		}
+		return Resize(h, w, m), nil
+	case "center_crop":
+		if err := need(); err != nil {
+			return nil, err
+		}
+		h, w, err := parseHW(arg)
+		if err != nil || hasOpt {
+			return nil, fmt.Errorf("center_crop %q, want HxW", val)
+		}
+		return CenterCrop(h, w), nil
+	}
+	return nil, fmt.Errorf("unknown transform %q (want flip, crop_pad, rotate_deg, blur_sigma, resize or center_crop)", key)
+}
+
+// parseHW reads "HxW" or "S".
+func parseHW(s string) (h, w int, err error) {
+	a, b, two := strings.Cut(s, "x")
+	h, err1 := strconv.Atoi(a)
+	w, err2 := h, error(nil)
+	if two {
+		w, err2 = strconv.Atoi(b)
+	}
+	if err1 != nil || err2 != nil || h < 1 || w < 1 || h > 1<<15 || w > 1<<15 {
+		return 0, 0, fmt.Errorf("size %q, want HxW or one number, 1 to 32768", s)
+	}
+	return h, w, nil
+}
