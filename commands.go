@@ -67,6 +67,7 @@ const benchUsage = `Usage: hpctrain bench <what> [flags]
   allreduce   the gradient all-reduce, nccl-tests style (run under mpirun)
   affinity    instances x threads grid, bound and not (launches mpirun)
   optim       every optimizer on J(x,y) = 100x^2 + y^2: PNG and CSV
+  data        loader throughput by workers and transforms; step with vs without loader
 `
 
 func benchCmd(args []string, stdout, stderr io.Writer) error {
@@ -85,6 +86,8 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 		return bench.Step(rest, stdout)
 	case "optim":
 		return bench.Optim(rest, stdout)
+	case "data":
+		return bench.Data(rest, stdout)
 	case "affinity":
 		self, err := os.Executable()
 		if err != nil {
@@ -103,7 +106,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 		}
 		return err
 	}
-	return usageError{fmt.Errorf("unknown benchmark %q (gemm, step, allreduce, affinity, optim)", what)}
+	return usageError{fmt.Errorf("unknown benchmark %q (gemm, step, allreduce, affinity, optim, data)", what)}
 }
 
 // slurmCmd renders batch scripts: hpctrain slurm template -job job.toml.

@@ -218,7 +218,11 @@ func (w *World) serve(m *gompi.MPI, q *request) {
 	case opRawTimed:
 		// The calls a C program would make, back to back on this thread:
 		// the reference the wrapper's overhead is measured against.
-		send, recv := unsafe.Pointer(&q.f32[0]), unsafe.Pointer(&q.r[0])
+		send := unsafe.Pointer(&q.f32[0])
+		var recv unsafe.Pointer
+		if q.root == 0 {
+			recv = unsafe.Pointer(&q.r[0])
+		}
 		for i := 0; i < q.iters && q.err == nil; i++ {
 			if q.root == 1 {
 				q.err = mpiErr("MPI_Allreduce", C.hpc_allreduce_f32(send, C.int(len(q.f32))))

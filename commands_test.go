@@ -1,0 +1,131 @@
+package main
+
+import (
+	"image/png"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+func mustPNG(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	img, err := png.Decode(f)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	if b := img.Bounds(); b.Dx() < 200 || b.Dy() < 200 {
+		t.Errorf("%s is only %v", path, b)
+	}
+}
+
+func TestTopoCommand(t *testing.T) {
+	r := hpctrain(t, 0, 10*time.Second, "topo", "-np", "2")
+	if r.code != 0 || !strings.Contains(r.out, "local 1:") || !strings.Contains(r.out, "physical cores") {
+		t.Errorf("topo: %d\n%s", r.code, r.out)
+	}
+	r = hpctrain(t, 0, 10*time.Second, "topo", "-json", "-np", "1")
+	if r.code != 0 || !strings.Contains(r.out, `"plans"`) && !strings.Contains(r.out, `"Plans"`) {
+		t.Errorf("topo -json: %d\n%s", r.code, r.out)
+	}
+	r = hpctrain(t, 0, 10*time.Second, "topo", "-bind", "sideways")
+	if r.code != 2 || !strings.Contains(r.out, "sideways") {
+		t.Errorf("bad policy: %d\n%s", r.code, r.out)
+	}
+}
+
+// TestBadPlacement: a -cpu-list outside the mask and -threads 0 with
+// explicit nonsense give one clear line, no hang.
+func TestBadPlacement(t *testing.T) {
+	r := hpctrain(t, 2, time.Minute, "train", "-model", "mlp", "-limit", "640", "-cpu-list", "4000")
+	if r.code == 0 || !strings.Contains(r.out, "4000") || strings.Contains(r.out, "goroutine ") {
+		t.Errorf("cpu-list outside mask: %d\n%s", r.code, r.out)
+	}
+	r = hpctrain(t, 2, time.Minute, "train", "-model", "mlp", "-limit", "640", "-threads", "-1")
+	if r.code == 0 || !strings.Contains(r.out, "threads = -1") {
+		t.Errorf("threads -1: %d\n%s", r.code, r.out)
+	}
+}
+
+func TestBenchCommands(t *testing.T) {
+	dir := t.TempDir()
+	r := hpctrain(t, 0, time.Minute, "bench", "gemm", "-reps", "1")
+	if r.code != 0 || !strings.Contains(r.out, "2048^3") {
+		t.Errorf("bench gemm: %d\n%s", r.code, r.out)
+	}
+	r = hpctrain(t, 0, time.Minute, "bench", "step", "-model", "mlp", "-steps", "3", "-json", filepath.Join(dir, "step.json"))
+	if r.code != 0 || !strings.Contains(r.out, "samples/s") || !strings.Contains(r.out, "fc1") {
+		t.Errorf("bench step: %d\n%s", r.code, r.out)
+	}
+	r = hpctrain(t, 0, time.Minute, "bench", "optim", "-steps", "30", "-out", dir)
+	if r.code != 0 {
+		t.Fatalf("bench optim: %d\n%s", r.code, r.out)
+	}
+	mustPNG(t, filepath.Join(dir, "optim_trajectories.png"))
+	if b, _ := os.ReadFile(filepath.Join(dir, "optim_trajectories.csv")); !strings.HasPrefix(string(b), "optimizer,step,x,y,J") {
+		t.Errorf("csv starts %q", b[:min(40, len(b))])
+	}
+}
+
+// TestBenchAllreduce runs the collective benchmark under mpirun: every row
+// verified (#wrong 0), the training path and raw MPI side by side.
+func TestBenchAllreduce(t *testing.T) {
+	r := hpctrain(t, 2, 2*time.Minute, "bench", "allreduce", "-e", "262144", "-n", "5")
+	if r.code != 0 {
+		t.Fatalf("%d\n%s", r.code, r.out)
+	}
+	row := regexp.MustCompile(`(?m)^(hpctrain|mpi)\s+(in-place|out-of-place)\s+(\d+)\s+\d+\s+float32\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+(\d+)$`)
+	rows := row.FindAllStringSubmatch(r.out, -1)
+	if len(rows) != 3*17 { // 4 B .. 256 KiB: 17 sizes x 3 paths
+		t.Fatalf("%d rows\n%s", len(rows), r.out)
+	}
+	for _, m := range rows {
+		if m[4] != "0" {
+			t.Errorf("row %s %s %s: %s wrong", m[1], m[2], m[3], m[4])
+		}
+	}
+}
+
+func TestBenchAffinityGrid(t *testing.T) {
+	dir := t.TempDir()
+	r := hpctrain(t, 0, 5*time.Minute, "bench", "affinity", "-model", "mlp", "-limit", "1280", "-test-limit", "200", "-out", dir)
+	if r.code != 0 || !strings.Contains(r.out, "| instances x threads |") {
+		t.Fatalf("%d\n%s", r.code, r.out)
+	}
+	mustPNG(t, filepath.Join(dir, "affinity.png"))
+	for _, f := range []string{"affinity.csv", "affinity.json"} {
+		if st, err := os.Stat(filepath.Join(dir, f)); err != nil || st.Size() == 0 {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+}
+
+func TestSlurmTemplateAndPlot(t *testing.T) {
+	dir := t.TempDir()
+	r := hpctrain(t, 0, 10*time.Second, "slurm", "template", "-config", "job.toml", "-nodes", "2", "-tasks-per-node", "4", "-cpus-per-task", "2", "-time", "02:00:00")
+	for _, want := range []string{"#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=4", "#SBATCH --cpus-per-task=2", "--signal=B:USR1@", "scontrol requeue", "-config job.toml", "-resume auto"} {
+		if !strings.Contains(r.out, want) {
+			t.Errorf("template lacks %q:\n%s", want, r.out)
+		}
+	}
+	r = hpctrain(t, 0, 10*time.Second, "slurm", "template", "-config", "job.toml", "-time", "forever")
+	if r.code != 2 || !strings.Contains(r.out, "forever") {
+		t.Errorf("bad time: %d\n%s", r.code, r.out)
+	}
+	m := filepath.Join(dir, "m.jsonl")
+	if r := hpctrain(t, 0, time.Minute, "train", "-model", "mlp", "-epochs", "2", "-limit", "1280", "-test-limit", "200", "-metrics", m); r.code != 0 {
+		t.Fatalf("train: %s", r.out)
+	}
+	png := filepath.Join(dir, "c.png")
+	if r := hpctrain(t, 0, time.Minute, "plot", "-metrics", m+","+m, "-out", png); r.code != 0 {
+		t.Fatalf("plot: %s", r.out)
+	}
+	mustPNG(t, png)
+}
