@@ -12,7 +12,7 @@ import (
 // Run(w, lo, hi) handles items [lo, hi) on worker w. It is the same
 // interface as hpctrain/model.Task; pass a pointer to a struct so that
 // Workers.Run allocates nothing.
-type Task interface {
+type Task = interface {
 	Run(w, lo, hi int)
 }
 

@@ -6,7 +6,7 @@ import (
 )
 
 // Task is one parallel loop: Run handles elements [lo, hi) as worker w.
-type Task interface {
+type Task = interface {
 	Run(w, lo, hi int)
 }
 
