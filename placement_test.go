@@ -1,0 +1,129 @@
+package main
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"hpctrain/affinity"
+	"hpctrain/internal/mpitest"
+)
+
+// threadMasks reads Cpus_allowed_list of every thread of pid.
+func threadMasks(pid int) map[int]affinity.CPUSet {
+	tasks, _ := filepath.Glob("/proc/" + strconv.Itoa(pid) + "/task/*/status")
+	m := map[int]affinity.CPUSet{}
+	for _, f := range tasks {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "Cpus_allowed_list:"); ok {
+				if s, err := affinity.Parse(strings.TrimSpace(v)); err == nil {
+					tid, _ := strconv.Atoi(filepath.Base(filepath.Dir(f)))
+					m[tid] = s
+				}
+			}
+		}
+	}
+	return m
+}
+
+// lastCPU is the processor a thread last ran on and the CPU time it has
+// used (/proc/PID/task/TID/stat fields 39, 14 and 15).
+func lastCPU(pid, tid int) (cpu, ticks int) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/task/" + strconv.Itoa(tid) + "/stat")
+	if err != nil {
+		return -1, 0
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:]) // fields from 3 on
+	cpu, _ = strconv.Atoi(f[36])
+	ut, _ := strconv.Atoi(f[11])
+	st, _ := strconv.Atoi(f[12])
+	return cpu, ut + st
+}
+
+// TestRanksPinnedUnderMPI: under mpirun -np 2 --bind-to none (the placement
+// is hpctrain's own), every thread of each rank is confined to the rank's
+// planned core, the two ranks' cores are disjoint, and the threads pinned to
+// a core are seen running there while training.
+func TestRanksPinnedUnderMPI(t *testing.T) {
+	mask, err := affinity.Allowed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mask.Len() < 2 {
+		t.Fatalf("this test needs 2 cpus in the mask, have %s", mask)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := mpitest.Command(ctx, 2, bin, "train", "-model", "cnn", "-limit", "12800", "-epochs", "3", "-progress", "0", "-threads", "1")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	time.Sleep(5 * time.Second) // start-up and placement done; training
+	out, _ := exec.Command("pgrep", "-f", "^"+bin+" train").Output()
+	var pids []int
+	for _, f := range strings.Fields(string(out)) {
+		if p, err := strconv.Atoi(f); err == nil {
+			pids = append(pids, p)
+		}
+	}
+	if len(pids) != 2 {
+		t.Fatalf("found %d ranks: %q", len(pids), out)
+	}
+	var cores []affinity.CPUSet
+	for _, pid := range pids {
+		masks := threadMasks(pid)
+		if len(masks) < 3 {
+			t.Fatalf("pid %d: %d threads", pid, len(masks))
+		}
+		var core affinity.CPUSet
+		for tid, m := range masks {
+			if m.Len() != 1 {
+				t.Errorf("pid %d thread %d: mask %s, want the rank's one core", pid, tid, m)
+			}
+			if core.IsEmpty() {
+				core = m
+			} else if !core.Equal(m) {
+				t.Errorf("pid %d: threads on %s and %s", pid, core, m)
+			}
+		}
+		// Sample where the threads run while training. A thread asleep since
+		// before the rank placed itself still shows the cpu it last ran on
+		// then, so only threads that used cpu time meanwhile count.
+		start := map[int]int{}
+		for tid := range masks {
+			_, start[tid] = lastCPU(pid, tid)
+		}
+		seen := 0
+		for i := 0; i < 30; i++ {
+			time.Sleep(20 * time.Millisecond)
+			for tid := range masks {
+				c, ticks := lastCPU(pid, tid)
+				if ticks == start[tid] || c < 0 {
+					continue
+				}
+				seen++
+				if !core.Contains(c) {
+					t.Errorf("pid %d thread %d ran on cpu %d, outside %s", pid, tid, c, core)
+				}
+			}
+		}
+		if seen == 0 {
+			t.Errorf("pid %d: no thread seen running while training", pid)
+		}
+		cores = append(cores, core)
+	}
+	if cores[0].Equal(cores[1]) {
+		t.Errorf("both ranks on cores %s", cores[0])
+	}
+}
