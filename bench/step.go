@@ -117,7 +117,7 @@ func StepRate(name string, batch, threads, steps int) (StepReport, error) {
 	if err != nil {
 		return StepReport{}, err
 	}
-	flop := 6 * float64(net.MACs()) * float64(batch) // forward 2 + backward 4 flops per MAC
+	flop := 2 * float64(net.TrainMACs()) * float64(batch) // 2 flops per multiply-add
 	rep := StepReport{
 		Model: name, Batch: batch, Threads: threads,
 		SamplesPerSecond: float64(batch) / med.Seconds(), StepMillis: 1e3 * med.Seconds(),

@@ -319,6 +319,11 @@ func TestReferenceCNNSize(t *testing.T) {
 	if got := net.MACs(); got != 5449216 {
 		t.Errorf("cnn forward MACs %d, want 5,449,216 (shared/BASELINES.md)", got)
 	}
+	// BASELINES.md: backward repeats every layer's MACs for the weights and
+	// all but the first layer's for the inputs: 16.1 M MACs in all.
+	if got := net.TrainMACs(); got != 2*5449216+5449216-225792 {
+		t.Errorf("cnn training-step MACs %d, want %d", got, 2*5449216+5449216-225792)
+	}
 	mlp, _ := New("mlp", Shape{}, 10, 4, 1)
 	if got := len(mlp.Params); got != 784*512+512+512*10+10 {
 		t.Errorf("mlp has %d parameters", got)

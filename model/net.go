@@ -234,15 +234,41 @@ func argmax(z []float32) int {
 	return b
 }
 
+// firstParam is the index of the first layer with parameters: no layer up
+// to it needs an input gradient.
+func (n *Net) firstParam() int {
+	for i, l := range n.Layers {
+		if l.NumParams() > 0 {
+			return i
+		}
+	}
+	return len(n.Layers)
+}
+
+// TrainMACs is the number of multiply-adds of one sample's training step:
+// forward, weight gradients, and input gradients of every layer after the
+// first one with parameters (shared/BASELINES.md counts the same way).
+func (n *Net) TrainMACs() int {
+	t := 0
+	for i, l := range n.Layers {
+		t += 2 * l.MACs()
+		if i > n.firstParam() {
+			t += l.MACs()
+		}
+	}
+	return t
+}
+
 // Backward computes every gradient from the last Forward and Loss. If hook
 // is not nil it is told, layer by layer from the last, which suffix of Grads
 // is final.
 func (n *Net) Backward(hook GradHook) {
 	nb := n.n
+	first := n.firstParam()
 	for i := len(n.Layers) - 1; i >= 0; i-- {
 		l := n.Layers[i]
 		var dx []float32
-		if i > 0 {
+		if i > first {
 			dx = n.dacts[i]
 		}
 		l.backward(n.acts[i], n.acts[i+1], n.dacts[i+1], dx, nb)
@@ -291,9 +317,10 @@ func (n *Net) TimeLayers(nb int, labels []int32, fwd, bwd []time.Duration) {
 		fwd[i] += time.Since(t)
 	}
 	n.Loss(labels)
+	first := n.firstParam()
 	for i := len(n.Layers) - 1; i >= 0; i-- {
 		var dx []float32
-		if i > 0 {
+		if i > first {
 			dx = n.dacts[i]
 		}
 		t := time.Now()
