@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"image/color"
 	"io"
 	"os"
 	"os/exec"
@@ -210,7 +211,7 @@ func gridChart(path string, cells []GridCell) error {
 			}
 		}
 	}
-	panel := func(title, ylabel string, pin, free plotter.Values) (*plot.Plot, error) {
+	panel := func(title, ylabel string, pin, free plotter.Values, zoom bool) (*plot.Plot, error) {
 		p := plot.New()
 		p.Title.Text, p.Y.Label.Text, p.X.Label.Text = title, ylabel, "instances x threads"
 		w := vg.Points(18)
@@ -222,21 +223,31 @@ func gridChart(path string, cells []GridCell) error {
 		if err != nil {
 			return nil, err
 		}
-		b1.Color, b2.Color = plotter.DefaultLineStyle.Color, nil
+		b1.Color = color.RGBA{R: 31, G: 119, B: 180, A: 255}
+		b2.Color = color.RGBA{R: 255, G: 127, B: 14, A: 255}
+		b1.LineStyle.Width, b2.LineStyle.Width = 0, 0
 		b1.Offset, b2.Offset = -w/2, w/2
-		b2.LineStyle.Width = vg.Points(1)
-		p.Add(b1, b2)
+		p.Add(b1, b2, plotter.NewGrid())
 		p.Legend.Add("bound to cores", b1)
 		p.Legend.Add("not bound", b2)
-		p.Legend.Top = true
+		p.Legend.Top, p.Legend.Left = false, true
+		p.Legend.YOffs = -vg.Points(4)
 		p.NominalX(labels...)
+		if zoom { // accuracy differs by points: show the differences
+			lo := 100.0
+			for _, v := range append(append(plotter.Values{}, pin...), free...) {
+				lo = min(lo, v)
+			}
+			p.Y.Min = max(0, lo-5)
+			p.Legend.Top = true
+		}
 		return p, nil
 	}
-	pt, err := panel("training time", "seconds", tPin, tFree)
+	pt, err := panel("training time (lower is better)", "seconds", tPin, tFree, false)
 	if err != nil {
 		return err
 	}
-	pa, err := panel("test accuracy", "%", aPin, aFree)
+	pa, err := panel("test accuracy", "%", aPin, aFree, true)
 	if err != nil {
 		return err
 	}

@@ -114,7 +114,7 @@ func Defaults() Config {
 		ScheduleConfig: optim.ScheduleConfig{Name: "constant", LRScaling: "none"},
 		Model:          "cnn", Epochs: 1, Batch: 64,
 		Seed: 1, DataDir: "/usr/share/datasets/fashion-mnist", Progress: 2 * time.Second,
-		Bind: "cores", BucketMB: 1, TimelineSteps: 20, CollectiveTimeout: 5 * time.Minute,
+		Bind: "cores", BucketMB: -1, TimelineSteps: 20, CollectiveTimeout: 5 * time.Minute,
 	}
 }
 
@@ -159,7 +159,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.CheckpointEvery, "checkpoint-every", c.CheckpointEvery, "periodic checkpoints: every `N` steps (500) or a duration (10m); empty: on signals and at the end")
 	fs.IntVar(&c.Keep, "keep", c.Keep, "keep the newest `N` checkpoints (0: all)")
 	fs.StringVar(&c.Resume, "resume", c.Resume, "resume from `auto` (the newest valid checkpoint in -checkpoint-dir, if any) or a checkpoint file")
-	fs.Float64Var(&c.BucketMB, "bucket-mb", c.BucketMB, "gradient bucket size in MB; buckets are all-reduced during backward (0: one all-reduce after backward)")
+	fs.Float64Var(&c.BucketMB, "bucket-mb", c.BucketMB, "gradient bucket size in MB; buckets are all-reduced during backward (0: one all-reduce after backward; -1: auto, 1 MB when a rank has 2 or more threads, else 0)")
 	fs.IntVar(&c.CheckEvery, "check-every", c.CheckEvery, "every `N` steps the ranks compare a checksum of their parameters and stop on divergence (0: never)")
 	fs.StringVar(&c.Timeline, "timeline", c.Timeline, "write a Chrome trace (chrome://tracing, Perfetto) of the step's phases per rank to `FILE` (rank inserted before the extension)")
 	fs.IntVar(&c.TimelineSteps, "timeline-steps", c.TimelineSteps, "steps the timeline records, from the 10th step on")
@@ -255,8 +255,8 @@ func (c *Config) Validate() error {
 		return bad("keep", c.Keep, ">= 0")
 	case c.Resume == "auto" && c.CheckpointDir == "":
 		return fmt.Errorf("config: resume = \"auto\" needs checkpoint_dir")
-	case c.BucketMB < 0:
-		return bad("bucket_mb", c.BucketMB, ">= 0")
+	case c.BucketMB < 0 && c.BucketMB != -1:
+		return bad("bucket_mb", c.BucketMB, ">= 0, or -1 (auto)")
 	case c.CheckEvery < 0:
 		return bad("check_every", c.CheckEvery, ">= 0")
 	case c.TimelineSteps < 1:

@@ -139,7 +139,7 @@ func RunWith(cfg Config, c mpi.Comm, out, errOut io.Writer) (Result, error) {
 	prog := newProgress(out, c.Rank() == 0, cfg.Progress, total-startStep, cfg.Batch*c.Size())
 	wd := newWatchdog(cfg.CollectiveTimeout, fmt.Sprintf("rank %d on host %s (%s)", c.Rank(), c.Host(), pl.plan), errOut, c.Abort)
 	defer wd.close()
-	bk := newBuckets(c, net.Grads, layerStarts(net), int(cfg.BucketMB*(1<<20)), wd)
+	bk := newBuckets(c, net.Grads, layerStarts(net), bucketBytes(cfg.BucketMB, threads), wd)
 	var tl *timeline
 	if cfg.Timeline != "" {
 		tl = newTimeline(c.Rank(), min(10, total/2), cfg.TimelineSteps)
@@ -282,6 +282,23 @@ func loadData(cfg Config) (train, test data.Dataset, err error) {
 		return nil, nil, err
 	}
 	return data.Limit(tr, cfg.Limit), data.Limit(te, cfg.TestLimit), nil
+}
+
+// bucketBytes resolves -bucket-mb. Auto (-1) overlaps the all-reduce with
+// backward only when the rank has a second core: Open MPI's shared-memory
+// all-reduce busy-polls while it waits for the peer, and on a rank with one
+// core that polling takes the core from backward. Measured on 2 cores,
+// 2 ranks x 1 thread, CNN: 2292 samples/s with one all-reduce after
+// backward, 1906 with 1 MB buckets overlapped (the step waited only 23% of
+// the all-reduce time, but the all-reduce took 13.4 ms instead of 3.5).
+func bucketBytes(mb float64, threads int) int {
+	if mb < 0 {
+		if threads >= 2 {
+			return 1 << 20
+		}
+		return 0
+	}
+	return int(mb * (1 << 20))
 }
 
 // layerStarts lists where each layer's parameters begin in the flat
