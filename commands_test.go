@@ -48,6 +48,10 @@ func TestBadPlacement(t *testing.T) {
 	if r.code == 0 || !strings.Contains(r.out, "4000") || strings.Contains(r.out, "goroutine ") {
 		t.Errorf("cpu-list outside mask: %d\n%s", r.code, r.out)
 	}
+	r = hpctrain(t, 2, time.Minute, "train", "-model", "mlp", "-limit", "640", "-threads", "0")
+	if r.code != 2 || !strings.Contains(r.out, "threads = 0") {
+		t.Errorf("threads 0: %d\n%s", r.code, r.out)
+	}
 	r = hpctrain(t, 2, time.Minute, "train", "-model", "mlp", "-limit", "640", "-threads", "-1")
 	if r.code == 0 || !strings.Contains(r.out, "threads = -1") {
 		t.Errorf("threads -1: %d\n%s", r.code, r.out)

@@ -150,7 +150,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "directory with the Fashion-MNIST (or MNIST) IDX files, raw or .gz")
 	fs.IntVar(&c.Limit, "limit", c.Limit, "train on the first `N` training samples only (0: all)")
 	fs.IntVar(&c.TestLimit, "test-limit", c.TestLimit, "evaluate on the first `N` test samples only (0: all)")
-	fs.IntVar(&c.Threads, "threads", c.Threads, "compute threads `per rank` (0: cores on the node / local ranks)")
+	fs.IntVar(&c.Threads, "threads", c.Threads, "compute threads `per rank` (default: cores in the allowed mask / local ranks)")
 	fs.StringVar(&c.Bind, "bind", c.Bind, "placement of each rank's threads: cores (disjoint physical cores by local rank), numa (the rank's NUMA node), none")
 	fs.StringVar(&c.CPUList, "cpu-list", c.CPUList, "this rank's cpus, e.g. 0-3,8 (overrides the automatic plan; must lie inside the allowed mask)")
 	fs.BoolVar(&c.UseSMT, "use-smt", c.UseSMT, "let a rank's threads use SMT siblings of its cores")
@@ -188,6 +188,12 @@ func Parse(args []string, stderr io.Writer) (Config, bool, error) {
 	}
 	if fs.NArg() > 0 {
 		return cfg, false, fmt.Errorf("unexpected argument %q (flags start with -)", fs.Arg(0))
+	}
+	// Leaving -threads out means automatic; asking for 0 threads is a mistake.
+	var zeroThreads bool
+	fs.Visit(func(f *flag.Flag) { zeroThreads = zeroThreads || (f.Name == "threads" && f.Value.String() == "0") })
+	if zeroThreads {
+		return cfg, false, fmt.Errorf("config: threads = 0: must be >= 1 (leave -threads out for cores / local ranks)")
 	}
 	if *path != "" {
 		// Re-apply the command line over the file: remember what was set.
