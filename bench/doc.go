@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -49,22 +50,10 @@ func peakRSS() int64 {
 		return 0
 	}
 	var kb int64
-	for _, line := range splitLines(string(b)) {
+	for _, line := range strings.Split(string(b), "\n") {
 		if n, _ := fmt.Sscanf(line, "VmHWM: %d kB", &kb); n == 1 {
 			return kb << 10
 		}
 	}
 	return 0
-}
-
-func splitLines(s string) []string {
-	var out []string
-	start := 0
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\n' {
-			out = append(out, s[start:i])
-			start = i + 1
-		}
-	}
-	return out
 }

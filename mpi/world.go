@@ -218,13 +218,14 @@ func (w *World) serve(m *gompi.MPI, q *request) {
 	case opRawTimed:
 		// The calls a C program would make, back to back on this thread:
 		// the reference the wrapper's overhead is measured against.
+		// No receive buffer means in place.
 		send := unsafe.Pointer(&q.f32[0])
 		var recv unsafe.Pointer
-		if q.root == 0 {
+		if q.r != nil {
 			recv = unsafe.Pointer(&q.r[0])
 		}
 		for i := 0; i < q.iters && q.err == nil; i++ {
-			if q.root == 1 {
+			if recv == nil {
 				q.err = mpiErr("MPI_Allreduce", C.hpc_allreduce_f32(send, C.int(len(q.f32))))
 			} else {
 				q.err = mpiErr("MPI_Allreduce", C.hpc_allreduce_oop(send, recv, C.int(len(q.f32))))
@@ -235,23 +236,30 @@ func (w *World) serve(m *gompi.MPI, q *request) {
 
 // call runs the request on the MPI thread and returns its error.
 func (w *World) call(q request) error {
+	_, err := w.timedCall(q)
+	return err
+}
+
+// timedCall runs the request on the MPI thread and returns how long the
+// MPI thread spent on it, and its error.
+func (w *World) timedCall(q request) (time.Duration, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
-		return ErrClosed
+		return 0, ErrClosed
 	}
 	done := w.sync.done
 	w.sync = q
 	w.sync.done = done
 	w.queue <- &w.sync
 	<-done
-	err := w.sync.err
+	d, err := w.sync.end.Sub(w.sync.start), w.sync.err
 	w.sync = request{done: done}
 	if q.op == opFinalize {
 		w.closed = true
 		close(w.queue)
 	}
-	return err
+	return d, err
 }
 
 // IallreduceSum queues an in-place sum of buf behind every call queued
@@ -322,23 +330,10 @@ func (w *World) RawAllreduce(send, recv []float32, iters int) (time.Duration, er
 	if len(send) == 0 || iters < 1 || (recv != nil && len(recv) != len(send)) {
 		panic("mpi: bad RawAllreduce arguments")
 	}
-	q := request{op: opRawTimed, f32: send, iters: iters, root: 1}
+	q := request{op: opRawTimed, f32: send, iters: iters}
 	if recv != nil {
-		q.root = 0
 		q.r = unsafe.Slice((*byte)(unsafe.Pointer(&recv[0])), 4*len(recv))
 	}
-	w.mu.Lock()
-	if w.closed {
-		w.mu.Unlock()
-		return 0, ErrClosed
-	}
-	done := w.sync.done
-	w.sync = q
-	w.sync.done = done
-	w.queue <- &w.sync
-	<-done
-	d, err := w.sync.end.Sub(w.sync.start), w.sync.err
-	w.sync = request{done: done}
-	w.mu.Unlock()
+	d, err := w.timedCall(q)
 	return d / time.Duration(iters), err
 }
