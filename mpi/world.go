@@ -165,8 +165,11 @@ func (w *World) loop(started chan<- error) {
 		q.start = time.Now()
 		w.serve(m, q)
 		q.end = time.Now()
+		// Read op before signalling: once done is sent, the caller owns q
+		// again and may already be filling it with its next request.
+		last := q.op == opFinalize
 		q.done <- struct{}{}
-		if q.op == opFinalize {
+		if last {
 			return
 		}
 	}
