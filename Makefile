@@ -28,6 +28,8 @@ vet:
 test: build vet
 	$(GO) test -count=1 -timeout 40m ./...
 	$(GO) test -count=1 -tags purego ./internal/openblas ./model
+	# The MPI thread hand-off under the race detector, ranks under real mpirun.
+	$(GO) test -count=1 -race ./mpi
 
 clean:
 	rm -rf hpctrain out
