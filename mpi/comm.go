@@ -87,15 +87,11 @@ type Request struct {
 	pending bool
 }
 
-func (r *Request) begin() {
+func (r *Request) begin(a args) {
 	if r.pending {
 		panic("mpi: request reused before Wait")
 	}
-	if r.q.done == nil {
-		r.q.done = make(chan struct{}, 1)
-	}
-	done := r.q.done
-	r.q = request{done: done}
+	r.q.reset(a)
 	r.pending = true
 }
 
@@ -104,8 +100,9 @@ func (r *Request) Wait() error {
 	if !r.pending {
 		panic("mpi: Wait on a request not started")
 	}
-	<-r.q.done
+	r.q.wait()
 	r.pending = false
+	r.q.args = args{} // drop the caller's buffer
 	return r.q.err
 }
 
@@ -117,5 +114,5 @@ func (r *Request) Span() (start, end time.Time) { return r.q.start, r.q.end }
 // background thread).
 func (r *Request) finish(start time.Time, err error) {
 	r.q.start, r.q.end, r.q.err = start, time.Now(), err
-	r.q.done <- struct{}{}
+	r.q.complete()
 }

@@ -105,7 +105,7 @@ func (f *Fake) AllreduceSum(buf []float32) error {
 // IallreduceSum runs the sum at once: the fake has no background thread,
 // so every rank must start its calls in the same order, as with MPI.
 func (f *Fake) IallreduceSum(buf []float32, r *Request) {
-	r.begin()
+	r.begin(args{op: opAllreduce32, f32: buf})
 	start := time.Now()
 	r.finish(start, f.AllreduceSum(buf))
 }

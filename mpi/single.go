@@ -30,7 +30,7 @@ func (s *Single) check() error {
 
 func (s *Single) AllreduceSum(buf []float32) error { return s.check() }
 func (s *Single) IallreduceSum(buf []float32, r *Request) {
-	r.begin()
+	r.begin(args{op: opAllreduce32, f32: buf})
 	r.finish(time.Now(), s.check())
 }
 func (s *Single) AllreduceSum64(buf []float64) error { return s.check() }

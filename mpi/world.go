@@ -42,6 +42,10 @@ static void hpc_error_string(int code, char *buf) {
 	buf[n] = 0;
 }
 static void hpc_abort(int code) { MPI_Abort(MPI_COMM_WORLD, code); }
+static int hpc_init(int *provided) {
+	return MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, provided);
+}
+static int hpc_serialized(int provided) { return provided >= MPI_THREAD_SERIALIZED; }
 */
 import "C"
 
@@ -68,7 +72,7 @@ type World struct {
 
 	mu     sync.Mutex // guards sync and closed
 	sync   request    // the blocking call in flight, reused
-	queue  chan *request
+	queue  *queue
 	closed bool
 }
 
@@ -84,21 +88,6 @@ const (
 	opFinalize
 	opRawTimed
 )
-
-// request is one MPI call for the MPI thread. Requests are served in the
-// order they are queued, so ranks that queue the same calls in the same order
-// run matching collectives. Requests are reused: a call allocates nothing.
-type request struct {
-	op         opKind
-	f32        []float32
-	f64        []float64
-	b, r       []byte
-	root       int
-	err        error
-	start, end time.Time // when the MPI thread began and finished the call
-	iters      int       // opRawTimed: calls to time
-	done       chan struct{}
-}
 
 // Error is an error code returned by the MPI library.
 type Error struct {
@@ -124,8 +113,7 @@ func mpiErr(op string, rc C.int) error {
 // OMPI_COMM_WORLD_LOCAL_RANK/LOCAL_SIZE (Open MPI), MPI_LOCALRANKID/
 // MPI_LOCALNRANKS (MPICH), else MPI_Comm_split_type(MPI_COMM_TYPE_SHARED).
 func Start() (*World, error) {
-	w := &World{queue: make(chan *request, 256), host: hostname()}
-	w.sync.done = make(chan struct{}, 1)
+	w := &World{queue: newQueue(), host: hostname()}
 	started := make(chan error)
 	go w.loop(started)
 	if err := <-started; err != nil {
@@ -137,11 +125,14 @@ func Start() (*World, error) {
 // loop owns the MPI thread: it initialises MPI and then serves requests.
 func (w *World) loop(started chan<- error) {
 	runtime.LockOSThread() // never unlocked: MPI stays on this thread.
-	m, err := gompi.Start()
-	if err != nil {
-		started <- fmt.Errorf("MPI_Init: %w", err)
+	// MPI_THREAD_SERIALIZED: this thread serves the queue, and a caller
+	// waiting for a request nobody has started yet may run it itself.
+	var provided C.int
+	if err := mpiErr("MPI_Init_thread", C.hpc_init(&provided)); err != nil {
+		started <- err
 		return
 	}
+	m := &gompi.MPI{}
 	if err := mpiErr("MPI_Comm_set_errhandler", C.hpc_errors_return()); err != nil {
 		started <- err
 		return
@@ -160,15 +151,23 @@ func (w *World) loop(started chan<- error) {
 		}
 		w.localRank, w.localSize, w.localFrom = int(r), int(s), "MPI_Comm_split_type"
 	}
-	started <- nil
-	for q := range w.queue {
+	run := func(q *request) {
 		q.start = time.Now()
 		w.serve(m, q)
 		q.end = time.Now()
-		// Read op before signalling: once done is sent, the caller owns q
-		// again and may already be filling it with its next request.
+	}
+	if C.hpc_serialized(provided) != 0 {
+		w.queue.run = run
+	}
+	started <- nil
+	for {
+		q := w.queue.pop()
+		run(q)
+		w.queue.served()
+		// Read op before completing: from then on the caller owns q and
+		// may already be filling it with its next request.
 		last := q.op == opFinalize
-		q.done <- struct{}{}
+		q.complete()
 		if last {
 			return
 		}
@@ -237,30 +236,28 @@ func (w *World) serve(m *gompi.MPI, q *request) {
 	}
 }
 
-// call runs the request on the MPI thread and returns its error.
-func (w *World) call(q request) error {
-	_, err := w.timedCall(q)
+// call runs a on the MPI thread and returns its error.
+func (w *World) call(a args) error {
+	_, err := w.timedCall(a)
 	return err
 }
 
-// timedCall runs the request on the MPI thread and returns how long the
-// MPI thread spent on it, and its error.
-func (w *World) timedCall(q request) (time.Duration, error) {
+// timedCall runs a on the MPI thread and returns how long the MPI thread
+// spent on it, and its error.
+func (w *World) timedCall(a args) (time.Duration, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
 		return 0, ErrClosed
 	}
-	done := w.sync.done
-	w.sync = q
-	w.sync.done = done
-	w.queue <- &w.sync
-	<-done
-	d, err := w.sync.end.Sub(w.sync.start), w.sync.err
-	w.sync = request{done: done}
-	if q.op == opFinalize {
+	q := &w.sync
+	q.reset(a)
+	w.queue.push(q)
+	q.wait()
+	d, err := q.end.Sub(q.start), q.err
+	q.args = args{} // drop the caller's buffers
+	if a.op == opFinalize {
 		w.closed = true
-		close(w.queue)
 	}
 	return d, err
 }
@@ -269,17 +266,15 @@ func (w *World) timedCall(q request) (time.Duration, error) {
 // before it and returns at once; r.Wait returns when it is done. buf must
 // not be touched until then.
 func (w *World) IallreduceSum(buf []float32, r *Request) {
-	r.begin()
-	r.q.op, r.q.f32 = opAllreduce32, buf
+	r.begin(args{op: opAllreduce32, f32: buf})
 	w.mu.Lock()
 	closed := w.closed
 	w.mu.Unlock()
 	if closed {
-		r.q.err = ErrClosed
-		r.q.done <- struct{}{}
+		r.finish(time.Now(), ErrClosed)
 		return
 	}
-	w.queue <- &r.q
+	w.queue.push(&r.q)
 }
 
 func (w *World) Rank() int      { return w.rank }
@@ -292,33 +287,33 @@ func (w *World) Host() string   { return w.host }
 func (w *World) LocalSource() string { return w.localFrom }
 
 func (w *World) AllreduceSum(buf []float32) error {
-	return w.call(request{op: opAllreduce32, f32: buf})
+	return w.call(args{op: opAllreduce32, f32: buf})
 }
 func (w *World) AllreduceSum64(buf []float64) error {
-	return w.call(request{op: opAllreduce64, f64: buf})
+	return w.call(args{op: opAllreduce64, f64: buf})
 }
 func (w *World) Bcast(buf []float32, root int) error {
 	w.checkRoot(root)
-	return w.call(request{op: opBcast32, f32: buf, root: root})
+	return w.call(args{op: opBcast32, f32: buf, root: root})
 }
 func (w *World) BcastBytes(buf []byte, root int) error {
 	w.checkRoot(root)
-	return w.call(request{op: opBcastBytes, b: buf, root: root})
+	return w.call(args{op: opBcastBytes, b: buf, root: root})
 }
 func (w *World) Allgather(send, recv []byte) error {
 	if len(recv) != len(send)*w.size {
 		panic("mpi: allgather recv length is not size*len(send)")
 	}
-	return w.call(request{op: opAllgather, b: send, r: recv})
+	return w.call(args{op: opAllgather, b: send, r: recv})
 }
-func (w *World) Barrier() error { return w.call(request{op: opBarrier}) }
+func (w *World) Barrier() error { return w.call(args{op: opBarrier}) }
 
 // Abort calls MPI_Abort directly from the calling thread, so that it works
 // even while the MPI thread is stuck in a collective.
 func (w *World) Abort(code int) { C.hpc_abort(C.int(code)) }
 
 // Close finalises MPI. The World cannot be used afterwards.
-func (w *World) Close() error { return w.call(request{op: opFinalize}) }
+func (w *World) Close() error { return w.call(args{op: opFinalize}) }
 
 func (w *World) checkRoot(root int) {
 	if root < 0 || root >= w.size {
@@ -333,7 +328,7 @@ func (w *World) RawAllreduce(send, recv []float32, iters int) (time.Duration, er
 	if len(send) == 0 || iters < 1 || (recv != nil && len(recv) != len(send)) {
 		panic("mpi: bad RawAllreduce arguments")
 	}
-	q := request{op: opRawTimed, f32: send, iters: iters}
+	q := args{op: opRawTimed, f32: send, iters: iters}
 	if recv != nil {
 		q.r = unsafe.Slice((*byte)(unsafe.Pointer(&recv[0])), 4*len(recv))
 	}

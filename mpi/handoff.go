@@ -1,0 +1,222 @@
+package mpi
+
+import (
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// The MPI thread and its callers hand requests and completions to each
+// other the way MPI libraries wait for the network: spin on a flag for a
+// short while (yielding the core each round, so an oversubscribed node
+// still progresses), then sleep. A futex wake-up of a sleeping thread costs
+// tens of microseconds on a busy node, as much as a 64 KiB all-reduce
+// itself; the spin keeps back-to-back calls off that path.
+
+// Spin budgets. The MPI thread spins for the next request after each call
+// (backward produces gradient buckets a few milliseconds apart, so it sleeps
+// in between); a caller spins for its own call's completion.
+const (
+	serveSpin = 20 * time.Microsecond
+	waitSpin  = 500 * time.Microsecond
+)
+
+// args is what one MPI call needs: plain values, copied freely.
+type args struct {
+	op    opKind
+	f32   []float32
+	f64   []float64
+	b, r  []byte
+	root  int
+	iters int // opRawTimed: calls to time
+}
+
+// request is one MPI call for the MPI thread. Requests are served in the
+// order they are queued, so ranks that queue the same calls in the same order
+// run matching collectives. Requests are reused: a call allocates nothing.
+type request struct {
+	args
+	err        error
+	start, end time.Time // when the MPI thread began and finished the call
+
+	state atomic.Int32  // reqPending, reqDone or reqSleeping
+	done  chan struct{} // capacity 1: the wake-up of a sleeping waiter
+	owner *queue        // set when the waiter may run the request itself
+}
+
+const (
+	reqPending int32 = iota
+	reqDone
+	reqSleeping // the waiter gave up spinning and sleeps on done
+)
+
+// reset prepares q for a new call of a.
+func (q *request) reset(a args) {
+	if q.done == nil {
+		q.done = make(chan struct{}, 1)
+	}
+	q.args, q.err, q.start, q.end, q.owner = a, nil, time.Time{}, time.Time{}, nil
+	q.state.Store(reqPending)
+}
+
+// complete marks q done, waking its waiter if it sleeps. The waiter owns q
+// from here on: complete must be the last touch.
+func (q *request) complete() {
+	if q.state.Swap(reqDone) == reqSleeping {
+		q.done <- struct{}{}
+	}
+}
+
+// wait returns once q is complete. A request still waiting at the head of
+// its queue while nothing else is being served is run by the waiter itself
+// (MPI_THREAD_SERIALIZED allows any one thread at a time): no hand-off at
+// all when the MPI thread has nothing to overlap.
+func (q *request) wait() {
+	if q.owner != nil && q.owner.steal(q) {
+		return
+	}
+	if spinUntil(waitSpin, func() bool { return q.state.Load() == reqDone }) {
+		return
+	}
+	if q.state.CompareAndSwap(reqPending, reqSleeping) {
+		<-q.done
+	}
+}
+
+// queue is the FIFO of requests for the MPI thread: any number of
+// producers, one consumer, and waiters that may take their own request.
+type queue struct {
+	mu       sync.Mutex
+	items    []*request // items[head:] are waiting
+	head     int
+	n        atomic.Int32 // len(items) - head, for polling without the lock
+	busy     atomic.Bool  // a request is being served; written under mu
+	sleeping atomic.Bool  // the consumer is (about to be) asleep on wake
+	wake     chan struct{}
+
+	// run serves one request on the calling thread; nil while waiters may
+	// not (MPI below MPI_THREAD_SERIALIZED).
+	run func(*request)
+}
+
+func newQueue() *queue { return &queue{items: make([]*request, 0, 64), wake: make(chan struct{}, 1)} }
+
+func (qu *queue) push(q *request) {
+	if qu.run != nil && q.op != opFinalize && q.op != opRawTimed {
+		q.owner = qu
+	}
+	qu.mu.Lock()
+	qu.items = append(qu.items, q)
+	qu.n.Add(1)
+	qu.mu.Unlock()
+	// Sequentially consistent atomics: either the consumer sees n > 0
+	// after announcing sleep, or this sees sleeping and wakes it.
+	if qu.sleeping.Load() {
+		select {
+		case qu.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// takeLocked removes the head request and marks the queue busy; mu held.
+func (qu *queue) takeLocked() *request {
+	q := qu.items[qu.head]
+	qu.items[qu.head] = nil
+	qu.head++
+	if qu.head == len(qu.items) {
+		qu.items, qu.head = qu.items[:0], 0
+	}
+	qu.n.Add(-1)
+	qu.busy.Store(true)
+	return q
+}
+
+// ready reports whether the consumer could take a request now.
+func (qu *queue) ready() bool { return qu.n.Load() > 0 && !qu.busy.Load() }
+
+func (qu *queue) tryPop() *request {
+	if !qu.ready() {
+		return nil
+	}
+	qu.mu.Lock()
+	defer qu.mu.Unlock()
+	if qu.busy.Load() || qu.head == len(qu.items) {
+		return nil
+	}
+	return qu.takeLocked()
+}
+
+// served ends the busy period of the request just served.
+func (qu *queue) served() {
+	qu.mu.Lock()
+	qu.busy.Store(false)
+	more := qu.head < len(qu.items)
+	qu.mu.Unlock()
+	if more && qu.sleeping.Load() {
+		select {
+		case qu.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// steal runs q on the calling thread if it is next and nothing is being
+// served, and reports whether it did.
+func (qu *queue) steal(q *request) bool {
+	if !qu.ready() {
+		return false
+	}
+	qu.mu.Lock()
+	if qu.busy.Load() || qu.head == len(qu.items) || qu.items[qu.head] != q {
+		qu.mu.Unlock()
+		return false
+	}
+	qu.takeLocked()
+	qu.mu.Unlock()
+	qu.run(q)
+	qu.served()
+	q.complete()
+	return true
+}
+
+// pop returns the next request, spinning and then sleeping until one comes.
+// The caller serves it, then calls served and completes it.
+func (qu *queue) pop() *request {
+	for {
+		if q := qu.tryPop(); q != nil {
+			return q
+		}
+		if spinUntil(serveSpin, qu.ready) {
+			continue
+		}
+		qu.sleeping.Store(true)
+		if q := qu.tryPop(); q != nil {
+			qu.sleeping.Store(false)
+			return q
+		}
+		<-qu.wake // a stale token only costs one more round
+		qu.sleeping.Store(false)
+	}
+}
+
+// spinUntil polls ready for up to budget, yielding the core between polls,
+// and reports whether it became true.
+func spinUntil(budget time.Duration, ready func() bool) bool {
+	var deadline time.Time
+	for i := 0; ; i++ {
+		if ready() {
+			return true
+		}
+		if i&15 == 15 {
+			now := time.Now()
+			if deadline.IsZero() {
+				deadline = now.Add(budget)
+			} else if now.After(deadline) {
+				return false
+			}
+			syscall.Syscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
+		}
+	}
+}
