@@ -23,6 +23,7 @@ import (
 
 	_ "hpctrain/internal/openblas"
 	"hpctrain/mpi"
+	"hpctrain/slurm"
 	"hpctrain/train"
 )
 
@@ -125,11 +126,35 @@ func trainCmd(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	who = fmt.Sprintf("rank %d (%s): ", comm.Rank(), comm.Host())
+	if cfg.Verbose {
+		if err := printLaunch(comm, stderr); err != nil {
+			comm.Close()
+			return err
+		}
+	}
 	_, err = train.RunWith(cfg, comm, stdout, stderr)
 	if cerr := comm.Close(); err == nil {
 		err = cerr
 	}
 	return err
+}
+
+// printLaunch prints, for -v, where this rank's place in the job came from:
+// MPI itself, then the launcher's variables (OMPI_*, PMI_*/PMIX_*, SLURM_*),
+// in the order slurm.Resolve trusts them, naming any that disagree.
+func printLaunch(comm mpi.Comm, out io.Writer) error {
+	mpiSize := 0
+	local := "no MPI: a job of one process"
+	if w, ok := comm.(*mpi.World); ok {
+		mpiSize = comm.Size()
+		local = fmt.Sprintf("local rank %d of %d from the %s", w.LocalRank(), w.LocalSize(), w.LocalSource())
+	}
+	li, err := slurm.Resolve(comm.Rank(), mpiSize, os.Getenv)
+	if err != nil {
+		return usageError{err}
+	}
+	fmt.Fprintf(out, "hpctrain: %slaunch: %s; using %s\n", who, li.Decision, local)
+	return nil
 }
 
 // connect returns the job's communicator: MPI when a launcher started us,

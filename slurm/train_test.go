@@ -1,0 +1,205 @@
+package slurm
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"hpctrain/checkpoint"
+	"hpctrain/internal/mpitest"
+)
+
+// TestSbatchTrain runs the committed scripts/train.sbatch with the real
+// hpctrain on a real one-host SLURM: once to completion, and once
+// preempted mid-run (`scancel --signal=USR1 --batch`), requeued and
+// resumed, whose final parameters must equal an uninterrupted run's bit for
+// bit. It takes about a minute; -short skips it.
+func TestSbatchTrain(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: not starting a SLURM cluster")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	repo, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "hpctrain")
+	if out, err := exec.Command("go", "build", "-o", bin, repo).CombinedOutput(); err != nil {
+		t.Fatalf("building hpctrain: %v\n%s", err, out)
+	}
+	env := append(os.Environ(), "SLURMCTLD_PORT="+freePort(t), "SLURMD_PORT="+freePort(t))
+	run := func(t *testing.T, wd, name string, args ...string) string {
+		t.Helper()
+		cmd := exec.CommandContext(ctx, name, args...)
+		cmd.Env, cmd.Dir = env, wd
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("%s %s: %v\n%s%s", name, strings.Join(args, " "), err, out.String(), errb.String())
+		}
+		return out.String()
+	}
+	clusterDir := filepath.Join(dir, "cluster")
+	t.Cleanup(func() {
+		cmd := exec.Command(filepath.Join(repo, "scripts/slurm/down.sh"), clusterDir)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("down.sh: %v\n%s", err, out)
+		}
+	})
+	run(t, dir, filepath.Join(repo, "scripts/slurm/up.sh"), clusterDir)
+	env = append(env, "SLURM_CONF="+filepath.Join(clusterDir, "slurm.conf"))
+
+	// A job directory as a user has it: the binary and scripts/train.toml
+	// (here a short configuration) beside it; the script is the committed
+	// one, unchanged.
+	jobDir := func(t *testing.T, name, config string) string {
+		d := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Join(d, "scripts"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, filepath.Join(d, "scripts", "train.toml"), 0o644, config)
+		if err := os.Symlink(bin, filepath.Join(d, "hpctrain")); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	sbatch := func(t *testing.T, d string) (id, out string) {
+		out = filepath.Join(d, "job.out")
+		id = strings.TrimSpace(run(t, d, "sbatch", "--parsable", "-D", d, "-o", out, "-e", out, filepath.Join(repo, "scripts/train.sbatch")))
+		t.Cleanup(func() {
+			c := exec.Command("scancel", id)
+			c.Env = env
+			c.Run()
+		})
+		return id, out
+	}
+
+	t.Run("completes", func(t *testing.T) {
+		d := jobDir(t, "short", `model = "cnn"
+epochs = 1
+limit = 3200
+test_limit = 1000
+threads = 1
+progress = "1s"
+verbose = true
+`)
+		_, out := sbatch(t, d)
+		waitFor(ctx, t, out, "trainer exited with status 0")
+		b, _ := os.ReadFile(out)
+		m := regexp.MustCompile(`final: test accuracy ([0-9.]+)%`).FindSubmatch(b)
+		if m == nil {
+			t.Fatalf("no accuracy line:\n%s", b)
+		}
+		// 50 steps of 2 x 64: far above chance (10%).
+		if acc, _ := strconv.ParseFloat(string(m[1]), 64); acc < 60 {
+			t.Errorf("test accuracy %.2f%% after one short epoch, want >= 60%%:\n%s", acc, b)
+		}
+		// -v: each rank says where its place in the job came from; inside
+		// the allocation the batch shell's SLURM_PROCID is not trusted.
+		for _, want := range []string{"rank 0 (", "rank 1 (", "from MPI_Comm_rank/size", "ignored SLURM_PROCID"} {
+			if !bytes.Contains(b, []byte(want)) {
+				t.Errorf("output lacks %q:\n%s", want, b)
+			}
+		}
+	})
+
+	t.Run("srun --mpi=pmix", func(t *testing.T) {
+		if !strings.Contains(run(t, dir, "srun", "--mpi=list"), "pmix") {
+			t.Skip("this SLURM has no PMIx plugin (srun --mpi=list)")
+		}
+		cmd := exec.CommandContext(ctx, "srun", "--mpi=pmix", "-n", "2", bin, "train", "-v", "-model", "cnn", "-epochs", "1",
+			"-limit", "1280", "-test-limit", "200", "-threads", "1", "-progress", "0")
+		cmd.Env, cmd.Dir = env, dir
+		b, err := cmd.CombinedOutput()
+		out := string(b)
+		if err != nil {
+			t.Fatalf("srun: %v\n%s", err, out)
+		}
+		for _, want := range []string{"rank 0 of 2 (local 0 of 2) from MPI_Comm_rank/size", "rank 1 of 2 (local 1 of 2) from MPI_Comm_rank/size",
+			"2 ranks x 1 threads", "final: test accuracy"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("srun output lacks %q:\n%s", want, out)
+			}
+		}
+	})
+
+	t.Run("preempted, requeued, resumed", func(t *testing.T) {
+		config := `model = "cnn"
+epochs = 2
+limit = 9600
+test_limit = 500
+threads = 1
+progress = "500ms"
+checkpoint_every = "40"
+`
+		// The uninterrupted reference, same configuration, same world size.
+		ref := jobDir(t, "reference", config)
+		refCk := filepath.Join(ref, "checkpoints")
+		mpitest.Run(t, 3*time.Minute, 2, bin, "train", "-config", filepath.Join(ref, "scripts/train.toml"), "-checkpoint-dir", refCk)
+
+		d := jobDir(t, "preempted", config)
+		id, out := sbatch(t, d)
+		waitFor(ctx, t, out, "checkpoint ")
+		run(t, d, "scancel", "--signal=USR1", "--batch", id)
+		waitFor(ctx, t, out, "trainer exited with status 85")
+		waitFor(ctx, t, out, "requeueing job "+id)
+		// SLURM holds a requeued job for a while (BeginTime); an
+		// administrator's "start now" keeps the test short.
+		// (The job passes through COMPLETING and REQUEUE first.)
+		for {
+			show := run(t, d, "scontrol", "show", "job", id)
+			if strings.Contains(show, "Restarts=1") && (strings.Contains(show, "JobState=RUNNING") || strings.Contains(show, "JobState=COMPLETED")) {
+				break
+			}
+			if strings.Contains(show, "Restarts=1") && strings.Contains(show, "JobState=PENDING") {
+				// It may have started in between: then this fails, harmlessly.
+				upd := exec.CommandContext(ctx, "scontrol", "update", "JobId="+id, "StartTime=now")
+				upd.Env = env
+				upd.Run()
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("requeued job %s never ran again:\n%s", id, show)
+			}
+			time.Sleep(300 * time.Millisecond)
+		}
+		waitFor(ctx, t, out, "resuming from")
+		waitFor(ctx, t, out, "trainer exited with status 0")
+
+		a, _, err := checkpoint.Latest(refCk, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _, err := checkpoint.Latest(filepath.Join(d, "checkpoints"), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.Step != b.Step || len(a.Sections) != len(b.Sections) {
+			t.Fatalf("final checkpoints: step %d vs %d, %d vs %d sections", a.Step, b.Step, len(a.Sections), len(b.Sections))
+		}
+		// Parameters and optimizer state, bit for bit.
+		for k, sa := range a.Sections {
+			sb := b.Sections[k]
+			if sa.Name != sb.Name || len(sa.Data) != len(sb.Data) {
+				t.Fatalf("section %d: %s[%d] vs %s[%d]", k, sa.Name, len(sa.Data), sb.Name, len(sb.Data))
+			}
+			for i := range sa.Data {
+				if sa.Data[i] != sb.Data[i] {
+					log, _ := os.ReadFile(out)
+					t.Fatalf("%s[%d]: uninterrupted %v, preempted and resumed %v\n%s", sa.Name, i, sa.Data[i], sb.Data[i], log)
+				}
+			}
+		}
+		if len(a.Lookup("params")) == 0 {
+			t.Fatalf("no parameters in the final checkpoint")
+		}
+	})
+}
