@@ -11,11 +11,12 @@ import (
 	"hpctrain/affinity"
 	"hpctrain/bench"
 	"hpctrain/chart"
+	"hpctrain/gpu"
 	"hpctrain/slurm"
 )
 
 // topoCmd prints this node's topology and the plan for -np local ranks,
-// without MPI.
+// without MPI; with -gpu, its GPUs and each local rank's GPU and cores.
 func topoCmd(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("hpctrain topo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -25,6 +26,9 @@ func topoCmd(args []string, stdout, stderr io.Writer) error {
 	smt := fs.Bool("use-smt", false, "use SMT siblings")
 	sys := fs.String("sysfs", "/", "root of the sysfs tree to read (fixtures for tests)")
 	js := fs.Bool("json", false, "print JSON for scripts")
+	gpuMatrix := fs.Bool("gpu", false, "print the GPUs instead: the GPU-GPU and GPU-CPU matrix in nvidia-smi topo -m notation, then each of -np local ranks' GPU and cores")
+	gpus := fs.String("gpus", "", "with -gpu: GPU of each local rank, e.g. 0,1, or none (as for train)")
+	gpuShare := fs.Bool("gpu-share", false, "with -gpu: let local ranks share GPUs (as for train)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -44,6 +48,26 @@ func topoCmd(args []string, stdout, stderr io.Writer) error {
 		mask = topo.Online
 	}
 	req := affinity.Request{Threads: *threads, Policy: policy, UseSMT: *smt, PreferNUMA: -1, LocalSize: *np}
+	if *gpuMatrix {
+		spec, err := gpu.ParseSpec(*gpus, *gpuShare)
+		if err != nil {
+			return usageError{fmt.Errorf("-gpus %q: %w", *gpus, err)}
+		}
+		g, err := gpu.Discover(*sys).Visible(os.LookupEnv("CUDA_VISIBLE_DEVICES"))
+		if err != nil {
+			return err
+		}
+		if *js {
+			enc := json.NewEncoder(stdout)
+			enc.SetIndent("", "  ")
+			return enc.Encode(g)
+		}
+		if err := g.Write(stdout); err != nil || len(g.Devices) == 0 {
+			return err
+		}
+		fmt.Fprintln(stdout)
+		return g.WritePlans(stdout, topo, mask, *np, req, spec)
+	}
 	if *js {
 		plans, err := topo.PlanAll(mask, req)
 		if err != nil {

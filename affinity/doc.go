@@ -50,7 +50,8 @@
 // done.
 //
 // Non-goals: memory binding (mbind/numactl --membind; first touch by a
-// pinned worker places its pages locally anyway), GPU topology (the caller
-// passes a GPU's NUMA node as Request.PreferNUMA), cache-level grouping
-// (L3/CCX) and hot-plugged CPUs after start. Linux only.
+// pinned worker places its pages locally anyway), GPU topology (package
+// gpu finds each rank's GPU and passes the CPUs nearest it as
+// Request.Near; Plan.Device carries its name into the report), cache-level
+// grouping (L3/CCX) and hot-plugged CPUs after start. Linux only.
 package affinity

@@ -75,6 +75,13 @@ type Request struct {
 	// PreferNUMA, when >= 0, is the NUMA node laid out first: rank 0 (and
 	// every rank, if they all fit) lands there. -1 means no preference.
 	PreferNUMA int `json:"prefer_numa"`
+	// Near, when not nil, holds for every local rank (Near[i] for local
+	// rank i, so len(Near) == LocalSize) the CPUs nearest the device it
+	// drives: its GPU's CPU affinity or NUMA node (package gpu fills it).
+	// Under policy cores each rank's cores are taken from its Near set
+	// first (see Topology.Plan); under policy numa the rank lands on the
+	// node holding most of it. An empty Near[i] means no preference.
+	Near []CPUSet `json:"near,omitempty"`
 }
 
 // Plan is one rank's binding, the result of Topology.Plan.
@@ -95,19 +102,27 @@ type Plan struct {
 	Threads int `json:"threads"`
 	// Warning, when not empty, says why the plan is not what was asked.
 	Warning string `json:"warning,omitempty"`
+	// Device is set by the caller, not by Plan: the device this rank
+	// drives, as String and ReportLine print it after the cores
+	// ("gpu 0 (bus 0000:07:00.0, numa 0)"); empty for none.
+	Device string `json:"device,omitempty"`
 }
 
 // String describes p in the style of Open MPI's --report-bindings:
-// "cores 0-1 numa 0 threads 2".
+// "cores 0-1 numa 0 threads 2", followed by ", " and p.Device when set.
 func (p Plan) String() string {
+	dev := ""
+	if p.Device != "" {
+		dev = ", " + p.Device
+	}
 	if p.Policy == None || p.CPUs.IsEmpty() {
-		return fmt.Sprintf("not bound threads %d", p.Threads)
+		return fmt.Sprintf("not bound threads %d%s", p.Threads, dev)
 	}
 	nodes := make([]string, len(p.Nodes))
 	for i, n := range p.Nodes {
 		nodes[i] = fmt.Sprint(n)
 	}
-	return fmt.Sprintf("cores %s numa %s threads %d", p.CPUs, strings.Join(nodes, ","), p.Threads)
+	return fmt.Sprintf("cores %s numa %s threads %d%s", p.CPUs, strings.Join(nodes, ","), p.Threads, dev)
 }
 
 // Plan lays out r.LocalSize ranks on the CPUs of mask and returns rank
@@ -136,6 +151,15 @@ func (p Plan) String() string {
 // Ranks sharing a node share its CPUs, so CheckDisjoint applies only to
 // policy cores.
 //
+// With r.Near (a device per rank, such as a GPU) policy cores lays the
+// ranks out one after another in local-rank order instead of in blocks:
+// each takes the first Threads free CPUs of its Near set, then, if that
+// runs short, free CPUs on the NUMA nodes its Near set touches, then any
+// free CPU (and says so in Warning). Threads then defaults to the fewest
+// CPUs any group of ranks sharing a Near set has per rank inside it, so
+// that by default every rank's cores are its device's nearest ones. Under
+// policy numa a rank with a Near set lands on the node holding most of it.
+//
 // Policy none: nothing is bound; Threads defaults as for cores.
 //
 // An explicit r.CPUList must lie inside mask; Threads defaults to its
@@ -153,6 +177,9 @@ func (t *Topology) Plan(mask CPUSet, r Request) (Plan, error) {
 	}
 	if r.Policy < 0 || r.Policy > None {
 		return Plan{}, fmt.Errorf("plan cpu binding: unknown policy %d", int(r.Policy))
+	}
+	if r.Near != nil && len(r.Near) != r.LocalSize {
+		return Plan{}, fmt.Errorf("plan cpu binding: %d near-cpu sets for %d local ranks", len(r.Near), r.LocalSize)
 	}
 	if mask.IsEmpty() {
 		mask = t.Online
@@ -264,6 +291,9 @@ func (t *Topology) planCores(nodes []avail, usable CPUSet, r Request) (Plan, err
 		unit = "logical cpus"
 	}
 	T := defaultThreads(r.Threads, nslots, L)
+	if r.Threads == 0 && r.Near != nil {
+		T = min(T, nearThreads(nodes, slotsOf, usable, r.Near))
+	}
 	warning := ""
 	switch {
 	case L*T <= nslots:
@@ -281,36 +311,132 @@ func (t *Topology) planCores(nodes []avail, usable CPUSet, r Request) (Plan, err
 			L, phys, usable, logical)
 	}
 
-	// Lay out every local rank; this rank keeps its own.
+	var mine []int
+	if r.Near != nil {
+		var far string
+		mine, far = t.layoutNear(nodes, slotsOf, usable, r, T)
+		if warning == "" {
+			warning = far
+		} else if far != "" {
+			warning += "; " + far
+		}
+	} else {
+		mine = layoutBlocks(nodes, slotsOf, r, T)
+	}
+	p := Plan{Policy: Cores, LocalRank: r.LocalRank, LocalSize: L,
+		CPUs: NewCPUSet(mine...), WorkerCPUs: slices.Clone(mine), Threads: T, Warning: warning}
+	p.Nodes = t.nodesOf(p.CPUs)
+	return p, nil
+}
+
+// layoutBlocks lays out every local rank in contiguous blocks per node
+// (see Topology.Plan) and returns rank r.LocalRank's T slots.
+func layoutBlocks(nodes []avail, slotsOf func(avail) []int, r Request, T int) []int {
 	slots := make([][]int, len(nodes))
 	caps := make([]int, len(nodes))
 	for i, a := range nodes {
 		slots[i] = slotsOf(a)
 		caps[i] = len(slots[i]) / T
 	}
-	per, _ := blocks(L, caps)
-	var mine []int
+	per, _ := blocks(r.LocalSize, caps)
 	rank := 0
 	for i := range nodes {
 		for range per[i] {
 			if rank == r.LocalRank {
-				mine = slots[i][:T]
+				return slots[i][:T]
 			}
 			slots[i] = slots[i][T:]
 			rank++
 		}
 	}
-	if mine == nil { // a rank that fits in no node: the leftovers, in order
-		var rest []int
-		for i := range slots {
-			rest = append(rest, slots[i]...)
-		}
-		mine = rest[(r.LocalRank-rank)*T : (r.LocalRank-rank+1)*T]
+	// A rank that fits in no node: the leftovers, in order.
+	var rest []int
+	for i := range slots {
+		rest = append(rest, slots[i]...)
 	}
-	p := Plan{Policy: Cores, LocalRank: r.LocalRank, LocalSize: L,
-		CPUs: NewCPUSet(mine...), WorkerCPUs: slices.Clone(mine), Threads: T, Warning: warning}
-	p.Nodes = t.nodesOf(p.CPUs)
-	return p, nil
+	return rest[(r.LocalRank-rank)*T : (r.LocalRank-rank+1)*T]
+}
+
+// nearThreads is the default thread count with r.Near: for every group of
+// ranks with the same Near set, the slots inside it per rank of the group;
+// the smallest of these, at least 1. Ranks whose Near set has fewer slots
+// than ranks, or none in the mask, do not count: they spill (layoutNear).
+func nearThreads(nodes []avail, slotsOf func(avail) []int, usable CPUSet, near []CPUSet) int {
+	var slots []int
+	for _, a := range nodes {
+		slots = append(slots, slotsOf(a)...)
+	}
+	ranks := make(map[string]int) // by the set's cpulist
+	sets := make(map[string]CPUSet)
+	for _, s := range near {
+		ranks[s.String()]++
+		sets[s.String()] = s
+	}
+	T := len(slots)
+	for key, k := range ranks {
+		s := sets[key]
+		n := 0
+		for _, c := range slots {
+			if s.Contains(c) {
+				n++
+			}
+		}
+		if n/k >= 1 {
+			T = min(T, n/k)
+		}
+	}
+	return max(T, 1)
+}
+
+// layoutNear lays out every local rank in local-rank order, each taking T
+// free slots: first those in its Near set, then those on the NUMA nodes
+// its Near set touches, then any, each in layout order. It returns rank
+// r.LocalRank's slots and, for that rank, a warning when some of them lie
+// outside its Near set. Every rank computes the same layout, so the ranks'
+// slots are disjoint.
+func (t *Topology) layoutNear(nodes []avail, slotsOf func(avail) []int, usable CPUSet, r Request, T int) ([]int, string) {
+	var order []int
+	for _, a := range nodes {
+		order = append(order, slotsOf(a)...)
+	}
+	used := make(map[int]bool, len(order))
+	var mine []int
+	warning := ""
+	for rank := range r.LocalSize {
+		near := r.Near[rank].Intersect(usable)
+		nearNodes := t.nodesOf(near)
+		tiers := []func(int) bool{
+			near.Contains,
+			func(c int) bool { return slices.Contains(nearNodes, t.NodeOf(c)) },
+			func(int) bool { return true },
+		}
+		if near.IsEmpty() {
+			tiers = tiers[2:]
+		}
+		var got []int
+		for _, in := range tiers {
+			for _, c := range order {
+				if len(got) < T && !used[c] && in(c) {
+					got = append(got, c)
+					used[c] = true
+				}
+			}
+		}
+		if rank != r.LocalRank {
+			continue
+		}
+		mine = got
+		switch far := NewCPUSet(got...).Minus(near); {
+		case r.Near[rank].IsEmpty() || far.IsEmpty():
+		case near.IsEmpty():
+			warning = fmt.Sprintf("local rank %d: none of the cpus %s nearest its device are in the allowed mask %s; using cpus %s",
+				rank, r.Near[rank], usable, NewCPUSet(got...))
+		default:
+			warning = fmt.Sprintf("local rank %d: cpus %s are not among the cpus %s nearest its device (%d threads per rank do not fit there beside the other ranks); use fewer -threads to keep every rank near its device",
+				rank, far, near, T)
+		}
+	}
+	return mine, warning
 }
 
 func (t *Topology) planNUMA(nodes []avail, r Request) Plan {
@@ -319,9 +445,26 @@ func (t *Topology) planNUMA(nodes []avail, r Request) Plan {
 		caps[i] = r.LocalSize // no capacity limit: ranks may share a node
 	}
 	per, _ := blocks(r.LocalSize, caps)
-	i, rank := 0, 0
-	for ; rank+per[i] <= r.LocalRank; i++ {
-		rank += per[i]
+	at := make([]int, 0, r.LocalSize) // at[rank] indexes nodes
+	for i := range nodes {
+		for range per[i] {
+			at = append(at, i)
+		}
+	}
+	for rank, near := range r.Near { // a rank with a device: the node holding most of its Near set
+		most := 0
+		for i, a := range nodes {
+			if n := a.cpus.Intersect(near).Len(); n > most {
+				at[rank], most = i, n
+			}
+		}
+	}
+	i := at[r.LocalRank]
+	sharing := 0
+	for _, j := range at {
+		if j == i {
+			sharing++
+		}
 	}
 	a := nodes[i]
 	cpus := len(a.first)
@@ -329,10 +472,10 @@ func (t *Topology) planNUMA(nodes []avail, r Request) Plan {
 		cpus = len(a.bySMTCore)
 	}
 	p := Plan{Policy: NUMA, LocalRank: r.LocalRank, LocalSize: r.LocalSize,
-		CPUs: a.cpus, Nodes: []int{a.node}, Threads: defaultThreads(r.Threads, cpus, per[i])}
-	if p.Threads*per[i] > cpus {
+		CPUs: a.cpus, Nodes: []int{a.node}, Threads: defaultThreads(r.Threads, cpus, sharing)}
+	if p.Threads*sharing > cpus {
 		p.Warning = fmt.Sprintf("%d ranks x %d threads on numa node %d, which has %d cpus in the mask: oversubscribed",
-			per[i], p.Threads, a.node, cpus)
+			sharing, p.Threads, a.node, cpus)
 	}
 	return p
 }

@@ -284,3 +284,74 @@ func TestWritePlansAndJSON(t *testing.T) {
 		t.Errorf("Topology.Write:\n%s", b.String())
 	}
 }
+
+// TestPlanNear: with Request.Near each rank's cores come from the cpus
+// nearest its device, ranks stay disjoint, and a rank pushed off them says
+// so.
+func TestPlanNear(t *testing.T) {
+	topo := readFixture(t, "dual2s64t") // node 0: 0-15,32-47; node 1: 16-31,48-63
+	n0, n1 := topo.Nodes[0].CPUs, topo.Nodes[1].CPUs
+	for _, tc := range []struct {
+		name string
+		mask string
+		r    Request
+		want []string // each rank's CPUs
+		warn []string // each rank's warning (substring); "" = none
+		thr  int
+	}{
+		{name: "two ranks near node 1, one near node 0",
+			r:    Request{LocalSize: 3, PreferNUMA: -1, Near: []CPUSet{n1, n1, n0}},
+			want: []string{"16-23", "24-31", "0-7"}, warn: []string{"", "", ""}, thr: 8},
+		{name: "four ranks near node 0 keep to it",
+			r:    Request{LocalSize: 4, PreferNUMA: -1, Near: []CPUSet{n0, n0, n0, n0}},
+			want: []string{"0-3", "4-7", "8-11", "12-15"}, warn: []string{"", "", "", ""}, thr: 4},
+		{name: "too many threads spill to the other node",
+			r:    Request{LocalSize: 2, Threads: 12, PreferNUMA: -1, Near: []CPUSet{n0, n0}},
+			want: []string{"0-11", "12-23"}, warn: []string{"", "local rank 1: cpus 16-23 are not among the cpus 0-15,32-47 nearest its device"}, thr: 12},
+		{name: "device's node outside the mask",
+			mask: "0-15", r: Request{LocalSize: 1, PreferNUMA: -1, Near: []CPUSet{n1}},
+			want: []string{"0-15"}, warn: []string{"none of the cpus 16-31,48-63 nearest its device are in the allowed mask 0-15"}, thr: 16},
+		{name: "empty near sets: no preference",
+			r:    Request{LocalSize: 2, PreferNUMA: -1, Near: []CPUSet{{}, {}}},
+			want: []string{"0-15", "16-31"}, warn: []string{"", ""}, thr: 16},
+		{name: "smt",
+			r:    Request{LocalSize: 1, UseSMT: true, PreferNUMA: -1, Near: []CPUSet{n1}},
+			want: []string{"16-31,48-63"}, warn: []string{""}, thr: 32},
+		{name: "numa policy follows the device",
+			r:    Request{LocalSize: 2, Policy: NUMA, PreferNUMA: -1, Near: []CPUSet{n1, n1}},
+			want: []string{"16-31,48-63", "16-31,48-63"}, warn: []string{"", ""}, thr: 8},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var mask CPUSet
+			if tc.mask != "" {
+				mask = mustParse(t, tc.mask)
+			}
+			plans, err := topo.PlanAll(mask, tc.r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, p := range plans {
+				if p.CPUs.String() != tc.want[i] || p.Threads != tc.thr {
+					t.Errorf("rank %d: cpus %s threads %d, want %s threads %d", i, p.CPUs, p.Threads, tc.want[i], tc.thr)
+				}
+				if (tc.warn[i] == "") != (p.Warning == "") || !strings.Contains(p.Warning, tc.warn[i]) {
+					t.Errorf("rank %d warning %q, want %q", i, p.Warning, tc.warn[i])
+				}
+				for j := range i {
+					if s := p.CPUs.Intersect(plans[j].CPUs); p.Policy == Cores && !s.IsEmpty() {
+						t.Errorf("ranks %d and %d share cpus %s", j, i, s)
+					}
+				}
+			}
+		})
+	}
+	if _, err := topo.Plan(CPUSet{}, Request{LocalSize: 2, Near: []CPUSet{n0}}); err == nil ||
+		!strings.Contains(err.Error(), "1 near-cpu sets for 2 local ranks") {
+		t.Errorf("short Near: %v", err)
+	}
+	p, _ := topo.Plan(CPUSet{}, Request{LocalSize: 1, Near: []CPUSet{n1}})
+	p.Device = "gpu 0 (bus 0000:3b:00.0, numa 1)"
+	if got := ReportLine("h", 0, p); got != "[h:rank 0 local 0] cores 16-31 numa 1 threads 16, gpu 0 (bus 0000:3b:00.0, numa 1)" {
+		t.Errorf("ReportLine with a device: %q", got)
+	}
+}

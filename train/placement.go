@@ -3,30 +3,62 @@ package train
 import (
 	"fmt"
 	"io"
+	"os"
 
 	"hpctrain/affinity"
+	"hpctrain/gpu"
 	"hpctrain/mpi"
 )
 
-// placement is where a rank's compute runs: its plan and its workers.
+// placement is where a rank's compute runs: its plan, its workers and its
+// GPU.
 type placement struct {
 	plan    affinity.Plan
 	workers *affinity.Workers
+	// gpu is the GPU this rank drives, in CUDA's numbering (after
+	// CUDA_VISIBLE_DEVICES); -1 on a node without one, or with -gpus
+	// none. Opening it is the compute backend's job.
+	gpu int
 }
 
-// place plans this rank's cores from the node's topology and the mask the
-// launcher gave the process, applies the plan, checks that no two ranks of
-// a node share a core, and starts the compute workers. It is collective:
-// every rank gets the same verdict, so a bad -cpu-list on one rank stops
-// all of them.
+// gpuChoice is the node's GPUs and which one each local rank drives.
+type gpuChoice struct {
+	top    *gpu.Topology // nil: no GPU used
+	assign gpu.Assignment
+}
+
+// place chooses this rank's GPU if the node has any (chooseGPU), plans
+// this rank's cores from the node's topology and the mask the launcher
+// gave the process (near its GPU), applies the plan, checks that no two
+// ranks of a node share a core, and starts the compute workers. It is
+// collective: every rank gets the same verdict, so a bad -cpu-list or
+// CUDA_VISIBLE_DEVICES on one rank stops all of them.
 //
 // More local ranks than CPUs in the mask (mpirun --oversubscribe) cannot be
 // bound disjointly: the rank then runs unbound (policy none) and rank 0
 // says so.
 func place(cfg Config, c mpi.Comm, log func(string, ...any)) (*placement, error) {
-	plan, err := planRank(cfg, c)
+	g, err := chooseGPU(cfg, c)
+	if err = agree(c, "choosing a GPU", err); err != nil {
+		return nil, err
+	}
+	if g.top != nil {
+		if g.top.Note != "" {
+			log("hpctrain: gpu: %s", g.top.Note)
+		}
+		log("hpctrain: gpu: %s", g.assign.Reason)
+		if g.assign.Warning != "" {
+			log("hpctrain: warning: %s", g.assign.Warning)
+		}
+	}
+	plan, err := planRank(cfg, c, g)
 	if err = agree(c, "planning cpu binding", err); err != nil {
 		return nil, err
+	}
+	p := &placement{gpu: -1}
+	if g.assign.GPUs != nil {
+		p.gpu = g.assign.GPUs[c.LocalRank()]
+		plan.Device = g.top.Label(p.gpu)
 	}
 	if plan.Warning != "" {
 		log("hpctrain: warning: %s", plan.Warning)
@@ -51,10 +83,35 @@ func place(cfg Config, c mpi.Comm, log func(string, ...any)) (*placement, error)
 	if err = agree(c, "starting compute workers", err); err != nil {
 		return nil, err
 	}
-	return &placement{plan: plan, workers: w}, nil
+	p.plan, p.workers = plan, w
+	return p, nil
 }
 
-func planRank(cfg Config, c mpi.Comm) (affinity.Plan, error) {
+// chooseGPU finds the node's GPUs (none is not an error: the CPU path runs
+// as on a node without them), applies CUDA_VISIBLE_DEVICES and assigns
+// every local rank its GPU. Every local rank computes the same assignment.
+func chooseGPU(cfg Config, c mpi.Comm) (gpuChoice, error) {
+	spec, err := gpu.ParseSpec(cfg.GPUs, cfg.GPUShare)
+	if err != nil {
+		return gpuChoice{}, fmt.Errorf("config: gpus = %q: %w", cfg.GPUs, err)
+	}
+	if spec.Off {
+		return gpuChoice{}, nil
+	}
+	top, err := gpu.Discover("/").Visible(os.LookupEnv("CUDA_VISIBLE_DEVICES"))
+	if err != nil {
+		return gpuChoice{}, err
+	}
+	a, err := top.Assign(c.LocalSize(), spec)
+	if err != nil || a.GPUs == nil {
+		return gpuChoice{}, err
+	}
+	return gpuChoice{top: top, assign: a}, nil
+}
+
+// planRank plans this rank's cores; with GPUs, each local rank's cores
+// are taken near its GPU (affinity.Request.Near).
+func planRank(cfg Config, c mpi.Comm, g gpuChoice) (affinity.Plan, error) {
 	policy, err := affinity.ParsePolicy(cfg.Bind)
 	if err != nil {
 		return affinity.Plan{}, err
@@ -69,6 +126,9 @@ func planRank(cfg Config, c mpi.Comm) (affinity.Plan, error) {
 	}
 	req := affinity.Request{LocalRank: c.LocalRank(), LocalSize: c.LocalSize(), Threads: cfg.Threads,
 		Policy: policy, UseSMT: cfg.UseSMT, PreferNUMA: -1}
+	if g.top != nil {
+		req.Near = g.top.Near(g.assign, topo)
+	}
 	if cfg.CPUList != "" {
 		if req.CPUList, err = affinity.Parse(cfg.CPUList); err != nil {
 			return affinity.Plan{}, fmt.Errorf("cpu_list: %w", err)
@@ -85,7 +145,7 @@ func planRank(cfg Config, c mpi.Comm) (affinity.Plan, error) {
 func (p *placement) close() { p.workers.Close() }
 
 // report prints every rank's binding on rank 0, in rank order, like Open
-// MPI's --report-bindings (collective).
+// MPI's --report-bindings, with its GPU (collective).
 func (p *placement) report(c mpi.Comm, out io.Writer) error {
 	lines, err := affinity.Report(c, p.plan)
 	if err != nil {
