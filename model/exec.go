@@ -43,15 +43,19 @@ func (x *exec) gemm(tA, tB blas.Transpose, m, n, k int, alpha float32, a []float
 // Run computes rows (or columns) [lo, hi) of C.
 func (g *gemmTask) Run(w, lo, hi int) {
 	if g.byRows {
-		a := g.a[lo*g.lda:] // A is (M, K): its rows lo.. start at lo*lda
-		if g.tA != blas.NoTrans {
+		var a []float32
+		if g.tA == blas.NoTrans {
+			a = g.a[lo*g.lda:] // A is (M, K): its rows lo.. start at lo*lda
+		} else {
 			a = g.a[lo:] // A is stored (K, M): columns lo..
 		}
 		gemm(g.tA, g.tB, hi-lo, g.n, g.k, g.alpha, a, g.lda, g.b, g.ldb, g.beta, g.c[lo*g.ldc:], g.ldc)
 		return
 	}
-	b := g.b[lo:] // B is (K, N): columns lo..
-	if g.tB != blas.NoTrans {
+	var b []float32
+	if g.tB == blas.NoTrans {
+		b = g.b[lo:] // B is (K, N): columns lo..
+	} else {
 		b = g.b[lo*g.ldb:] // B is stored (N, K): rows lo..
 	}
 	gemm(g.tA, g.tB, g.m, hi-lo, g.k, g.alpha, g.a, g.lda, b, g.ldb, g.beta, g.c[lo:], g.ldc)

@@ -26,7 +26,11 @@ func (p goPar) Run(n int, t Task) {
 }
 
 func stepOnce(t *testing.T, p Parallel, nb int) (*Net, float64) {
-	net, err := New("cnn", Shape{}, 10, 16, 11)
+	return stepShape(t, "cnn", Shape{}, p, nb)
+}
+
+func stepShape(t *testing.T, name string, in Shape, p Parallel, nb int) (*Net, float64) {
+	net, err := New(name, in, 10, 16, 11)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,6 +60,26 @@ func TestWorkersDoNotChangeResults(t *testing.T) {
 		}
 		if e := relErr(net.Grads, ref.Grads); e > 1e-5 {
 			t.Errorf("%d workers: gradients differ from serial by %.3g", w, e)
+		}
+	}
+}
+
+// TestWorkersSmallInputs: layers with fewer inputs than outputs (GEMMs
+// split by columns, transposed operands) on small images.
+func TestWorkersSmallInputs(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		in   Shape
+	}{{"mlp", Shape{8, 8, 3}}, {"mlp", Shape{16, 16, 1}}, {"cnn", Shape{8, 8, 1}}} {
+		ref, refLoss := stepShape(t, c.name, c.in, Serial{}, 13)
+		for _, w := range []int{2, 3} {
+			net, loss := stepShape(t, c.name, c.in, goPar(w), 13)
+			if d := loss - refLoss; d > 1e-6 || d < -1e-6 {
+				t.Errorf("%s %v, %d workers: loss %v, serial %v", c.name, c.in, w, loss, refLoss)
+			}
+			if e := relErr(net.Grads, ref.Grads); e > 1e-5 {
+				t.Errorf("%s %v, %d workers: gradients differ from serial by %.3g", c.name, c.in, w, e)
+			}
 		}
 	}
 }
