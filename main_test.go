@@ -2,9 +2,13 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"image"
+	"image/png"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -43,6 +47,12 @@ type result struct {
 // failing the test if it does not end within timeout (a hang).
 func hpctrain(t *testing.T, np int, timeout time.Duration, args ...string) result {
 	t.Helper()
+	return hpctrainEnv(t, np, timeout, nil, args...)
+}
+
+// hpctrainEnv is hpctrain with variables added to the environment.
+func hpctrainEnv(t *testing.T, np int, timeout time.Duration, env []string, args ...string) result {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	var cmd *exec.Cmd
@@ -50,6 +60,9 @@ func hpctrain(t *testing.T, np int, timeout time.Duration, args ...string) resul
 		cmd = exec.CommandContext(ctx, bin, args...)
 	} else {
 		cmd = mpitest.Command(ctx, np, bin, args...)
+	}
+	if env != nil {
+		cmd.Env = append(cmd.Environ(), env...)
 	}
 	out, err := cmd.CombinedOutput()
 	if ctx.Err() != nil {
@@ -70,7 +83,7 @@ func TestHelp(t *testing.T) {
 		t.Errorf("hpctrain -h: code %d\n%s", r.code, r.out)
 	}
 	r = hpctrain(t, 0, 10*time.Second, "train", "-h")
-	for _, f := range []string{"-config", "-model", "-epochs", "-batch", "-lr", "-momentum", "-optimizer", "-seed", "-data-dir", "-limit", "-threads", "-metrics", "-print-config"} {
+	for _, f := range []string{"-config", "-model", "-epochs", "-batch", "-lr", "-momentum", "-optimizer", "-seed", "-data-dir", "-limit", "-threads", "-metrics", "-print-config", "-dataset", "-data-workers", "-prefetch", "-augment", "-mean", "-std", "-bad-input", "-test-dir", "-val-split"} {
 		if !strings.Contains(r.out, "  "+f+" ") && !strings.Contains(r.out, "  "+f+"\n") {
 			t.Errorf("train -h does not explain %s", f)
 		}
@@ -275,5 +288,141 @@ func TestSignalCheckpointResume(t *testing.T) {
 	fa, fb := a[len(a)-1], b[len(b)-1]
 	if fa["test_loss"] != fb["test_loss"] || fa["step"] != fb["step"] {
 		t.Errorf("resumed final %v, uninterrupted %v", fb, fa)
+	}
+}
+
+// TestBadDataInput: bad files in the data sets of -dataset (a corrupt,
+// unreadable or wrong-size image in a folder, an empty class, a CIFAR-10
+// batch of the wrong size, a test set of another shape) end a run alone
+// with one error line naming the file or directory, a non-zero exit and
+// no panic trace; with -bad-input skip a corrupt image is skipped with a
+// counted warning and the run succeeds.
+func TestBadDataInput(t *testing.T) {
+	dir := t.TempDir()
+	at := func(parts ...string) string { return filepath.Join(append([]string{dir}, parts...)...) }
+	write := func(p string, b []byte) {
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pngOf := func(w, h int, v uint8) []byte {
+		m := image.NewRGBA(image.Rect(0, 0, w, h))
+		for i := range m.Pix {
+			m.Pix[i] = v + uint8(i)
+		}
+		var b bytes.Buffer
+		png.Encode(&b, m)
+		return b.Bytes()
+	}
+	// A good tree: 2 classes of 6 8x8 images; each bad tree is a copy
+	// with one fault.
+	tree := func(name string) string {
+		for _, cls := range []string{"ant", "bee"} {
+			for i := 0; i < 6; i++ {
+				write(at(name, cls, fmt.Sprintf("%d.png", i)), pngOf(8, 8, uint8(40*i)))
+			}
+		}
+		return at(name)
+	}
+	tree("good")
+	tree("corrupt")
+	write(at("corrupt", "ant", "bad.png"), []byte("\x89PNG\r\n\x1a\nthis is no image"))
+	tree("unreadable")
+	os.Symlink(at("nowhere.png"), at("unreadable", "bee", "gone.png"))
+	tree("empty")
+	os.MkdirAll(at("empty", "cow"), 0o755)
+	write(at("empty", "cow", "notes.txt"), []byte("no images here"))
+	tree("big")
+	write(at("big", "ant", "big.png"), pngOf(12, 10, 3))
+	tree("cut")
+	write(at("cut", "bee", "cut.png"), pngOf(8, 8, 5)[:60]) // passes the lazy header check
+	tree("other")
+	os.Rename(at("other", "bee"), at("other", "cat"))
+
+	// CIFAR-10: five training batches and a test batch of 4 records, one
+	// training batch cut short.
+	rec := make([]byte, 4*3073)
+	for i := 0; i < 4; i++ {
+		rec[i*3073] = byte(i)
+	}
+	for _, n := range []string{"data_batch_1.bin", "data_batch_2.bin", "data_batch_3.bin", "data_batch_4.bin", "data_batch_5.bin", "test_batch.bin"} {
+		write(at("cifar", n), rec)
+	}
+	write(at("cifar", "data_batch_3.bin"), rec[:len(rec)-7])
+
+	// IDX: 28x28 training images but 32x32 test images.
+	idx := func(p string, dims ...int) {
+		b := []byte{0, 0, 8, byte(len(dims))}
+		n := 1
+		for _, d := range dims {
+			b = binary.BigEndian.AppendUint32(b, uint32(d))
+			n *= d
+		}
+		write(p, append(b, make([]byte, n)...))
+	}
+	idx(at("idx", "train-images-idx3-ubyte"), 16, 28, 28)
+	idx(at("idx", "train-labels-idx1-ubyte"), 16)
+	idx(at("idx", "t10k-images-idx3-ubyte"), 8, 32, 32)
+	idx(at("idx", "t10k-labels-idx1-ubyte"), 8)
+
+	folder := func(root string, more ...string) []string {
+		return append([]string{"-dataset", "folder", "-data-dir", root, "-image-shape", "8x8x3"}, more...)
+	}
+	for _, c := range []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"corrupt image", folder(at("corrupt"), "-val-split", "0.25"), []string{at("corrupt", "ant", "bad.png"), "-bad-input skip"}},
+		{"unreadable image", folder(at("unreadable"), "-val-split", "0.25"), []string{at("unreadable", "bee", "gone.png")}},
+		{"empty class", folder(at("empty"), "-val-split", "0.25"), []string{at("empty", "cow"), "no .png"}},
+		{"wrong image size", folder(at("big"), "-val-split", "0.25", "-folder-resize", "none"), []string{at("big", "ant", "big.png"), "resizing is off"}},
+		{"corrupt in test tree", folder(at("good"), "-test-dir", at("corrupt")), []string{at("corrupt", "ant", "bad.png")}},
+		{"test tree of other classes", folder(at("good"), "-test-dir", at("other")), []string{at("other"), "same class directories"}},
+		{"lazy, cut short", folder(at("good"), "-test-dir", at("cut"), "-lazy"), []string{"reading images", at("cut", "bee", "cut.png")}},
+		{"CIFAR batch size", []string{"-dataset", "cifar10", "-data-dir", at("cifar")}, []string{at("cifar", "data_batch_3.bin"), "not a whole number"}},
+		{"test images of another shape", []string{"-dataset", "mnist", "-data-dir", at("idx")}, []string{at("idx"), "32x32x1", "28x28x1"}},
+		{"augmentation too large", []string{"-dataset", "synthetic", "-limit", "64", "-augment", "crop_pad=4:40x40"}, []string{"crop_pad=4:40x40"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			args := append([]string{"train", "-model", "mlp", "-batch", "4", "-progress", "0", "-threads", "1"}, c.args...)
+			r := hpctrain(t, 0, time.Minute, args...)
+			if r.code == 0 {
+				t.Fatalf("exit code 0\n%s", r.out)
+			}
+			if strings.Contains(r.out, "goroutine ") || strings.Contains(r.out, "panic:") {
+				t.Fatalf("panic trace:\n%s", r.out)
+			}
+			var lines []string
+			for _, l := range strings.Split(r.out, "\n") {
+				if strings.HasPrefix(l, "hpctrain: rank ") {
+					lines = append(lines, l)
+				}
+			}
+			if len(lines) != 1 {
+				t.Fatalf("%d error lines, want 1:\n%s", len(lines), r.out)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(lines[0], w) {
+					t.Errorf("error line does not say %q:\n%s", w, lines[0])
+				}
+			}
+		})
+	}
+
+	// Skipping: the corrupt image is named in a warning and counted, and
+	// training goes on; a lazy folder reads the cut image as zeros.
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{folder(at("corrupt"), "-val-split", "0.25", "-bad-input", "skip"), "1 bad images skipped at load"},
+		{folder(at("good"), "-test-dir", at("cut"), "-lazy", "-bad-input", "skip", "-epochs", "2"), "read as zeros in this epoch"},
+	} {
+		r := hpctrain(t, 0, time.Minute, append([]string{"train", "-model", "mlp", "-batch", "4", "-progress", "0", "-threads", "1", "-data-workers", "2"}, c.args...)...)
+		if r.code != 0 || !strings.Contains(r.out, "warning: ") || !strings.Contains(r.out, c.want) || !strings.Contains(r.out, "final: test accuracy") {
+			t.Errorf("%v: exit %d, want success with a warning %q:\n%s", c.args, r.code, c.want, r.out)
+		}
 	}
 }

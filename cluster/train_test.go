@@ -4,13 +4,17 @@ package cluster
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -99,4 +103,77 @@ func TestTrainAcrossHosts(t *testing.T) {
 	if !strings.Contains(out, "final: test accuracy") {
 		t.Errorf("no final line:\n%s", out)
 	}
+}
+
+// TestRankKilledAcrossHosts kills a rank on node2 mid-training: the job must
+// end within 30 s with a non-zero code and a message naming node2.
+func TestRankKilledAcrossHosts(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "hpctrain")
+	if out, err := exec.Command("go", "build", "-o", bin, "..").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	mpirun := upCluster(t, 2)
+	cmd := exec.Command(mpirun, "-np", "4", "--host", "node1:2,node2:2", bin, "train", "-model", "mlp", "-epochs", "50",
+		"-limit", "4096", "-test-limit", "256", "-threads", "1", "-progress", "300ms")
+	var out syncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	defer func() {
+		for _, pid := range netnsPids(t, "hpct-node2") {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+		cmd.Process.Kill()
+	}()
+	for deadline := time.Now().Add(time.Minute); !strings.Contains(out.String(), "step "); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no progress after a minute:\n%s", out.String())
+		}
+	}
+	victim := 0
+	for _, pid := range netnsPids(t, "hpct-node2") {
+		env, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+		if strings.Contains("\x00"+string(env), "\x00OMPI_COMM_WORLD_RANK=3\x00") {
+			victim = pid
+		}
+	}
+	if victim == 0 {
+		t.Fatalf("rank 3 not found in node2's namespace")
+	}
+	syscall.Kill(victim, syscall.SIGKILL)
+	start := time.Now()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("job still running 30 s after rank 3 on node2 was killed:\n%s", out.String())
+	}
+	t.Logf("job ended %v after SIGKILL of rank 3 on node2, exit %d", time.Since(start).Round(time.Millisecond), code(err))
+	if code(err) == 0 {
+		t.Errorf("exit 0 after a rank was killed:\n%s", out.String())
+	}
+	if !strings.Contains(out.String(), "node2") || !strings.Contains(out.String(), "rank 3") {
+		t.Errorf("no message naming rank 3 and node2:\n%s", out.String())
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

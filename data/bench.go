@@ -66,29 +66,42 @@ func BenchChains() []BenchChain {
 	}
 }
 
+// LoaderResult is one row of BenchLoader.
+type LoaderResult struct {
+	Chain         string  `json:"chain"`
+	Workers       int     `json:"workers"`
+	Batch         int     `json:"batch"`
+	SamplesPerSec float64 `json:"samples_per_second"`
+	MBPerSec      float64 `json:"mb_per_second"` // float32 batches delivered, 1e6 bytes
+	Speedup       float64 `json:"speedup"`       // over the chain's first worker count
+}
+
 // BenchLoader measures every chain of BenchChains with each worker count
-// and writes one row per pair to w, in the form of nccl-tests:
+// (MeasureLoader, seconds per row after warm-up), writes a Markdown table
+// to w and returns its rows:
 //
-//	#  chain  workers  batch   samples/s    MB/s  speedup
+//	| chain | workers | batch | samples/s | MB/s | speedup |
 //
 // MB/s counts the float32 batches delivered; speedup is relative to the
-// chain's first worker count. Each row runs for seconds after warm-up.
-func BenchLoader(w io.Writer, ds Dataset, batch int, workers []int, seconds float64) error {
-	s := ds.Shape()
-	fmt.Fprintf(w, "# loader: %d samples of %dx%dx%d, batch %d, %.1f s per row\n", ds.Len(), s.H, s.W, s.C, batch, seconds)
-	fmt.Fprintf(w, "# %6s %8s %6s %12s %9s %8s\n", "chain", "workers", "batch", "samples/s", "MB/s", "speedup")
+// chain's first worker count.
+func BenchLoader(w io.Writer, ds Dataset, batch int, workers []int, seconds float64) ([]LoaderResult, error) {
+	size := ds.Shape().Size()
+	fmt.Fprintf(w, "| chain | workers | batch | samples/s | MB/s | speedup |\n|---|---:|---:|---:|---:|---:|\n")
+	var rows []LoaderResult
 	for _, c := range BenchChains() {
 		var base float64
 		for k, nw := range workers {
 			rate, err := MeasureLoader(ds, LoaderOptions{Workers: nw, Transforms: c.Transforms, Seed: 1}, batch, seconds)
 			if err != nil {
-				return fmt.Errorf("bench loader %s, %d workers: %w", c.Name, nw, err)
+				return rows, fmt.Errorf("bench loader %s, %d workers: %w", c.Name, nw, err)
 			}
 			if k == 0 {
 				base = rate
 			}
-			fmt.Fprintf(w, "  %6s %8d %6d %12.0f %9.1f %8.2f\n", c.Name, nw, batch, rate, rate*float64(4*s.Size())/1e6, rate/base)
+			r := LoaderResult{Chain: c.Name, Workers: nw, Batch: batch, SamplesPerSec: rate, MBPerSec: rate * float64(4*size) / 1e6, Speedup: rate / base}
+			rows = append(rows, r)
+			fmt.Fprintf(w, "| %s | %d | %d | %.0f | %.1f | %.2f |\n", r.Chain, r.Workers, r.Batch, r.SamplesPerSec, r.MBPerSec, r.Speedup)
 		}
 	}
-	return nil
+	return rows, nil
 }

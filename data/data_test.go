@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"encoding/binary"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -230,5 +231,51 @@ func TestFashionMNIST(t *testing.T) {
 		if n != 1000 {
 			t.Errorf("test class %d has %d samples, want 1000", c, n)
 		}
+	}
+}
+
+// Split holds out about frac of every class, disjointly, the same way for
+// the same seed.
+func TestSplit(t *testing.T) {
+	ds := NewSynthetic(500, Shape{2, 2, 1}, 7, 3)
+	tr, va := Split(ds, 0.2, 1)
+	if tr.Len()+va.Len() != 500 || tr.Classes() != 7 || va.Shape() != ds.Shape() {
+		t.Fatalf("split into %d + %d", tr.Len(), va.Len())
+	}
+	count := func(d Dataset) []int {
+		c := make([]int, 7)
+		buf := make([]byte, 4)
+		for i := 0; i < d.Len(); i++ {
+			c[d.Sample(i, buf)]++
+		}
+		return c
+	}
+	all, held := count(ds), count(va)
+	for k := range all {
+		if want := math.Round(0.2 * float64(all[k])); math.Abs(float64(held[k])-want) > 1 {
+			t.Errorf("class %d: %d of %d held out, want about %v", k, held[k], all[k], want)
+		}
+	}
+	// Disjoint and in order: the views' indices interleave into 0..N-1.
+	seen := map[int]bool{}
+	for _, v := range []Dataset{tr, va} {
+		idx := v.(subset).idx
+		for j, i := range idx {
+			if seen[i] || (j > 0 && idx[j-1] >= i) {
+				t.Fatalf("index %d twice or out of order", i)
+			}
+			seen[i] = true
+		}
+	}
+	tr2, _ := Split(ds, 0.2, 1)
+	tr3, _ := Split(ds, 0.2, 2)
+	if !equalInts(tr.(subset).idx, tr2.(subset).idx) || equalInts(tr.(subset).idx, tr3.(subset).idx) {
+		t.Error("split is not a function of the seed")
+	}
+	// A class of one sample stays in training.
+	one, _ := NewImages(Shape{1, 1, 1}, 2, []byte{1, 2, 3}, []uint8{0, 0, 1})
+	tr, va = Split(one, 0.5, 1)
+	if tr.Len() != 2 || va.Len() != 1 {
+		t.Errorf("3 samples, classes of 2 and 1: %d + %d", tr.Len(), va.Len())
 	}
 }

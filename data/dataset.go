@@ -1,6 +1,10 @@
 package data
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+)
 
 // Shape is the shape of one sample: height, width, channels.
 type Shape struct{ H, W, C int }
@@ -69,3 +73,72 @@ type limited struct {
 }
 
 func (l limited) Len() int { return l.n }
+
+// Label is sample i's label, without reading its pixels.
+func (d *Images) Label(i int) int32 { return int32(d.labels[i]) }
+
+// Labeled is a data set that can tell a sample's label without reading
+// its pixels (a lazy image folder would have to decode the image).
+type Labeled interface {
+	Dataset
+	Label(i int) int32
+}
+
+// Subset returns the view of d whose sample k is d's sample idx[k]. idx is
+// kept, not copied.
+func Subset(d Dataset, idx []int) Dataset {
+	for _, i := range idx {
+		if i < 0 || i >= d.Len() {
+			panic("data: Subset index outside the data set")
+		}
+	}
+	return subset{d, idx}
+}
+
+type subset struct {
+	Dataset
+	idx []int
+}
+
+func (s subset) Len() int                       { return len(s.idx) }
+func (s subset) Sample(i int, dst []byte) int32 { return s.Dataset.Sample(s.idx[i], dst) }
+
+// Split holds out a fraction of d for validation, class by class: of each
+// class's n samples, round(frac*n) (at least one when n >= 2, never all)
+// go to held, the rest to train, chosen by a shuffle drawn from seed.
+// Both views keep d's order. The split depends only on (d's labels, frac,
+// seed), so every rank computes the same one. It panics unless 0 < frac < 1.
+func Split(d Labeled, frac float64, seed uint64) (train, held Dataset) {
+	if !(frac > 0 && frac < 1) {
+		panic("data: Split fraction outside (0, 1)")
+	}
+	byClass := make([][]int, d.Classes())
+	for i := 0; i < d.Len(); i++ {
+		l := d.Label(i)
+		byClass[l] = append(byClass[l], i)
+	}
+	out := make([]bool, d.Len())
+	rng := rand.New(rand.NewPCG(seed, 0x73706c6974)) // "split"
+	for _, idx := range byClass {
+		n := len(idx)
+		k := int(math.Round(frac * float64(n)))
+		if n >= 2 {
+			k = min(max(k, 1), n-1)
+		} else {
+			k = 0
+		}
+		rng.Shuffle(n, func(i, j int) { idx[i], idx[j] = idx[j], idx[i] })
+		for _, i := range idx[:k] {
+			out[i] = true
+		}
+	}
+	var tr, ho []int
+	for i, o := range out {
+		if o {
+			ho = append(ho, i)
+		} else {
+			tr = append(tr, i)
+		}
+	}
+	return subset{d, tr}, subset{d, ho}
+}

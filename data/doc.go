@@ -32,18 +32,40 @@
 //
 // Loader workers are goroutines, not processes: they share the data set
 // in memory, so a batch costs no serialisation and no copy between
-// processes. They are not locked to OS threads. Go runs them on the rank's
-// GOMAXPROCS threads, which the affinity package confines to the rank's
-// cores, so loading never spills onto another rank's cores. Pinning is per
-// OS thread: the trainer's compute workers, each locked to its own thread
-// and pinned to one core, keep their pinning; a loader goroutine that the
-// scheduler places on a pinned thread's core merely time-shares that core
-// while it works. Loading therefore competes with compute for the rank's
-// cores: Workers 0 assembles in the trainer's goroutine between steps (no
-// overlap, no contention); Workers 1 or 2 overlap loading with compute and
-// pay off when a batch's augmentation costs a noticeable fraction of a
-// step. More workers than the rank's spare cores only add contention; as
-// measured in class, 8 workers give far less than 8x.
+// processes. They run on the rank's cores and leave the compute workers'
+// pinning alone, by three rules (affinity and train/placement.go set up
+// the first two, the trainer the third):
+//
+//   - Confined, not pinned. affinity.Apply gives every thread of the
+//     process the rank's CPU mask (Plan.CPUs), and threads the Go runtime
+//     creates later inherit it. Loader goroutines run on those ordinary
+//     threads, so they run on the rank's cores and never on another
+//     rank's. They are not locked to threads or pinned to a core.
+//   - Compute threads are private. Each compute worker (affinity.Workers)
+//     is a goroutine locked to its own OS thread, pinned to one core, and
+//     a locked thread runs nothing but its goroutine: no loader goroutine
+//     ever runs on it, and nothing changes its one-CPU mask.
+//   - A P each. Go runs at most GOMAXPROCS goroutines at once, and
+//     affinity.Apply sets GOMAXPROCS to the compute threads. A loader
+//     goroutine could then take the P of a compute worker that had gone
+//     into a BLAS call or a futex wait, and on return the worker would
+//     wait for a P, up to the scheduler's 10 ms time slice, while its
+//     chunk of the step stalled. With workers the trainer therefore
+//     raises GOMAXPROCS to threads + workers (Procs): a P is left for
+//     every compute worker while all loaders run, and loaders and compute
+//     threads share the rank's cores through the kernel's scheduler, which
+//     switches threads far more finely than Go's 10 ms slice.
+//     hpctrain bench data -gomaxprocs threads measures the alternative.
+//
+// Loading still costs CPU time on the rank's cores. Workers 0 assembles
+// each batch in the trainer's goroutine between steps, on one core, while
+// the compute workers wait: the step grows by the whole assembly time.
+// With workers the assembly overlaps the step and spreads over the rank's
+// cores, so the step grows by at most about the assembly time divided by
+// the cores; CPUs in the rank's mask that no compute worker is pinned to
+// (-cpu-list 0-3 -threads 3) absorb it entirely. More workers than that
+// only add contention; as measured in class, 8 workers give far less than
+// 8x. hpctrain bench data measures the step with and without the loader.
 //
 // # Laziness
 //

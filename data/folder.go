@@ -1,12 +1,14 @@
 package data
 
 import (
+	"errors"
 	"fmt"
 	"image"
 	"image/color"
 	_ "image/gif" // register decoders for image.Decode
 	_ "image/jpeg"
 	_ "image/png"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -59,6 +61,27 @@ type Folder struct {
 	mu       sync.Mutex // guards lazyErr and Warn calls
 	lazyErr  error
 	lazyBads int
+}
+
+// ImageError is a bad image file: unreadable, corrupt, or of the wrong
+// size with resizing off. Errors from LoadImageFolder and Folder.Err about
+// one file wrap one (errors.As), so that a caller can offer to skip.
+type ImageError struct {
+	Path string
+	Err  error
+}
+
+func (e *ImageError) Error() string { return e.Path + ": " + e.Err.Error() }
+func (e *ImageError) Unwrap() error { return e.Err }
+
+// badImage wraps err about path, dropping an *fs.PathError's repetition of
+// the path.
+func badImage(path string, err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		err = fmt.Errorf("%s: %w", pe.Op, pe.Err)
+	}
+	return &ImageError{Path: path, Err: err}
 }
 
 // LoadImageFolder lists root's class directories and their images and,
@@ -147,22 +170,22 @@ func (f *Folder) check() error {
 func (f *Folder) checkOne(path string) error {
 	r, err := os.Open(path)
 	if err != nil {
-		return err
+		return badImage(path, err)
 	}
 	defer r.Close()
 	cfg, _, err := image.DecodeConfig(r)
 	if err != nil {
-		return fmt.Errorf("%s: %w", path, err)
+		return badImage(path, err)
 	}
 	return f.checkSize(path, cfg.Width, cfg.Height)
 }
 
 func (f *Folder) checkSize(path string, w, h int) error {
 	if w < 1 || h < 1 {
-		return fmt.Errorf("%s: empty image (%dx%d)", path, w, h)
+		return badImage(path, fmt.Errorf("empty image (%dx%d)", w, h))
 	}
 	if f.opts.NoResize && (w != f.shape.W || h != f.shape.H) {
-		return fmt.Errorf("%s: image is %dx%d (WxH), want %dx%d: resizing is off", path, w, h, f.shape.W, f.shape.H)
+		return badImage(path, fmt.Errorf("image is %dx%d (WxH), want %dx%d: resizing is off", w, h, f.shape.W, f.shape.H))
 	}
 	return nil
 }
@@ -186,7 +209,7 @@ func (f *Folder) dropBad(bad []error, pix []byte) error {
 	for i, err := range bad {
 		if err != nil {
 			if !f.opts.SkipBad {
-				return fmt.Errorf("image folder: %w (FolderOptions.SkipBad skips bad images)", err)
+				return fmt.Errorf("image folder: %w", err)
 			}
 			f.skipped++
 			if f.opts.Warn != nil {
@@ -230,17 +253,17 @@ func (f *Folder) decode(path string, dst []byte) (err error) {
 		// The standard decoders return errors for corrupt input; this
 		// guards the contract that bad files never crash a run.
 		if r := recover(); r != nil {
-			err = fmt.Errorf("%s: decoder panicked: %v", path, r)
+			err = badImage(path, fmt.Errorf("decoder panicked: %v", r))
 		}
 	}()
 	r, err := os.Open(path)
 	if err != nil {
-		return err
+		return badImage(path, err)
 	}
 	defer r.Close()
 	img, _, err := image.Decode(r)
 	if err != nil {
-		return fmt.Errorf("%s: %w", path, err)
+		return badImage(path, err)
 	}
 	b := img.Bounds()
 	if err := f.checkSize(path, b.Dx(), b.Dy()); err != nil {
@@ -305,6 +328,9 @@ func toBytes(dst []byte, img image.Image, c int) {
 func (f *Folder) Len() int     { return len(f.labels) }
 func (f *Folder) Shape() Shape { return f.shape }
 func (f *Folder) Classes() int { return len(f.names) }
+
+// Label is sample i's label (no decoding).
+func (f *Folder) Label(i int) int32 { return f.labels[i] }
 
 // ClassNames returns the class directory names; label k is ClassNames()[k].
 func (f *Folder) ClassNames() []string { return f.names }

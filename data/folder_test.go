@@ -2,6 +2,7 @@ package data
 
 import (
 	"bytes"
+	"errors"
 	"image"
 	"image/color"
 	"image/color/palette"
@@ -155,6 +156,10 @@ func TestImageFolderBadInput(t *testing.T) {
 	_, err := LoadImageFolder(root, shape, FolderOptions{NoResize: true})
 	if err == nil || !strings.Contains(err.Error(), p("dog/c.jpg")) || !strings.Contains(err.Error(), "resizing is off") {
 		t.Errorf("wrong size without resizing: %v", err)
+	}
+	var ie *ImageError
+	if !errors.As(err, &ie) || ie.Path != p("dog/c.jpg") {
+		t.Errorf("wrong size: %v does not wrap an ImageError for the file", err)
 	}
 	// ... and with SkipBad the dog class is left empty.
 	var warnings []string

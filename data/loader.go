@@ -176,14 +176,23 @@ func (l *Loader) Steps() int { return l.steps }
 // Start begins training epoch epoch: the sampler's permutation, with
 // Transforms seeded by (Seed, epoch, sample index). It abandons any run in
 // progress. Next then returns Steps() batches in step order.
-func (l *Loader) Start(epoch int) {
+func (l *Loader) Start(epoch int) { l.StartAt(epoch, 0) }
+
+// StartAt is Start from step first of the epoch: Next returns the batches
+// of steps first, first+1, ..., exactly as Start's run would, and the
+// batches before first are never assembled. A run resumed from a
+// checkpoint in mid-epoch uses it; Steps() still counts the whole epoch.
+func (l *Loader) StartAt(epoch, first int) {
 	if l.sampler == nil {
 		panic("data: Loader.Start without a sampler")
 	}
 	l.stop()
 	l.sampler.SetEpoch(epoch)
 	l.isEval, l.epoch, l.steps = false, epoch, l.sampler.Steps()
-	l.run()
+	if first < 0 || first > l.steps {
+		panic("data: Loader.StartAt step outside [0, Steps()]")
+	}
+	l.run(first)
 }
 
 // StartRange begins an evaluation pass over samples [lo, hi) in order,
@@ -196,16 +205,17 @@ func (l *Loader) StartRange(lo, hi int) {
 	l.stop()
 	l.isEval, l.lo, l.hi = true, lo, hi
 	l.steps = (hi - lo + l.batch - 1) / l.batch
-	l.run()
+	l.run(0)
 }
 
-// run launches the workers of a run set up by Start or StartRange.
-func (l *Loader) run() {
+// run launches the workers of a run set up by Start or StartRange, from
+// step first.
+func (l *Loader) run(first int) {
 	if l.closed {
 		panic("data: Loader used after Close")
 	}
-	l.running, l.taken = true, 0
-	l.next.Store(0)
+	l.running, l.taken = true, first
+	l.next.Store(int64(first))
 	if l.opts.Workers == 0 {
 		return
 	}
@@ -299,6 +309,22 @@ func (l *Loader) Release(b *Batch) {
 	l.free <- b
 }
 
+// Queued is the number of assembled batches waiting for Next. With
+// workers it rises to Prefetch+1 (every buffer the caller does not hold)
+// or to the steps left in the run; it is always 0 without workers.
+func (l *Loader) Queued() int {
+	n := 0
+	for _, r := range l.ring {
+		n += len(r)
+	}
+	return n
+}
+
+// Stop ends the current run: the workers exit and the batches they had
+// assembled ahead are dropped. Next panics until the next Start. Held
+// batches may still be released.
+func (l *Loader) Stop() { l.stop() }
+
 // Close stops the workers. Batches still held may be released afterwards.
 func (l *Loader) Close() {
 	l.stop()
@@ -358,3 +384,11 @@ func (l *Loader) normalise(dst []float32, src []byte) {
 		}
 	}
 }
+
+// Procs is the GOMAXPROCS for a rank with threads compute workers and
+// workers loader workers: one P (the Go scheduler's right to run Go code)
+// for each, so that a loader goroutine never holds a P that a compute
+// worker, back from BLAS or a futex wait, needs. The cores stay the
+// rank's: see "Loader workers and the trainer's compute threads" in the
+// package documentation.
+func Procs(threads, workers int) int { return threads + workers }

@@ -5,6 +5,7 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"time"
 )
 
 // epochBatches runs one epoch (or range when lo >= 0) and copies out every
@@ -290,7 +291,7 @@ func TestMeasureLoader(t *testing.T) {
 		t.Error("batch larger than the data set accepted")
 	}
 	var sb strings.Builder
-	if err := BenchLoader(&sb, ds, 16, []int{0, 1}, 0.01); err != nil || strings.Count(sb.String(), "\n") != 2+2*len(BenchChains()) {
+	if rows, err := BenchLoader(&sb, ds, 16, []int{0, 1}, 0.01); err != nil || len(rows) != 2*len(BenchChains()) || strings.Count(sb.String(), "\n") != 2+2*len(BenchChains()) {
 		t.Errorf("BenchLoader: %v\n%s", err, sb.String())
 	}
 }
@@ -325,5 +326,78 @@ func BenchmarkLoader(b *testing.B) {
 				b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "samples/s")
 			})
 		}
+	}
+}
+
+// StartAt(e, k) continues the epoch exactly where Start(e) was at step k,
+// for any number of workers: what a resumed training run relies on.
+func TestLoaderStartAt(t *testing.T) {
+	ds := NewSynthetic(90, Shape{6, 6, 3}, 3, 2)
+	opts := LoaderOptions{Transforms: heavyChain()[2:], Seed: 5}
+	ref, _ := NewLoader(ds, NewSampler(90, 7, 0, 1, 4), opts)
+	wantX, wantY := epochBatches(t, ref, 2, -1, 0)
+	for _, workers := range []int{0, 1, 3} {
+		opts.Workers = workers
+		l, err := NewLoader(ds, NewSampler(90, 7, 0, 1, 4), opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, first := range []int{0, 1, 5, len(wantX) - 1, len(wantX)} {
+			l.StartAt(2, first)
+			var xs [][]float32
+			var ys [][]int32
+			for step := first; ; step++ {
+				b, ok := l.Next()
+				if !ok {
+					break
+				}
+				if b.Step != step {
+					t.Fatalf("%d workers, from %d: batch of step %d, want %d", workers, first, b.Step, step)
+				}
+				xs = append(xs, append([]float32(nil), b.X...))
+				ys = append(ys, append([]int32(nil), b.Y...))
+				l.Release(b)
+			}
+			if err := sameBatches(wantX[first:], wantY[first:], xs, ys); err != nil {
+				t.Errorf("%d workers, from step %d: %v", workers, first, err)
+			}
+		}
+		l.Close()
+	}
+	defer func() {
+		if r := recover(); r == nil {
+			t.Error("StartAt past the epoch's end did not panic")
+		}
+	}()
+	ref.StartAt(1, len(wantX)+1)
+}
+
+// Queued counts assembled batches: workers fill every free buffer, and
+// Next takes from them; without workers nothing is queued.
+func TestLoaderQueued(t *testing.T) {
+	ds := NewSynthetic(64, Shape{4, 4, 1}, 2, 1)
+	for _, workers := range []int{0, 2} {
+		l, _ := NewLoader(ds, NewSampler(64, 4, 0, 1, 1), LoaderOptions{Workers: workers, Prefetch: 3})
+		l.Start(1)
+		want := 0
+		if workers > 0 {
+			want = 4 // Prefetch+1 buffers, none held
+		}
+		for t0 := time.Now(); l.Queued() < want && time.Since(t0) < 5*time.Second; {
+			time.Sleep(time.Millisecond)
+		}
+		if got := l.Queued(); got != want {
+			t.Errorf("%d workers: %d queued, want %d", workers, got, want)
+		}
+		b, _ := l.Next()
+		if got := l.Queued(); workers > 0 && got != want-1 {
+			t.Errorf("%d workers: %d queued while the caller holds one, want %d", workers, got, want-1)
+		}
+		l.Release(b)
+		l.Stop()
+		if l.Queued() != 0 {
+			t.Errorf("%d workers: %d queued after Stop", workers, l.Queued())
+		}
+		l.Close()
 	}
 }

@@ -362,3 +362,36 @@ func FuzzTransforms(f *testing.F) {
 		p.Apply(dst, src, s)
 	})
 }
+
+// Evaluation chains keep the preprocessing and the training chain's
+// output shape, and drop the randomness.
+func TestEvalTransforms(t *testing.T) {
+	in := Shape{10, 10, 3}
+	for _, c := range []struct{ train, eval string }{
+		{"", ""},
+		{"flip,rotate_deg=10,blur_sigma=1", ""},
+		{"crop_pad=4,flip", ""},
+		{"resize=14x14,crop_pad=2:12x12,flip", "resize=14x14,center_crop=12x12"},
+		{"center_crop=8x8,rotate_deg=5", "center_crop=8x8"},
+	} {
+		ts, err := ParseTransforms([]string{c.train})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev, err := EvalTransforms(ts, in)
+		if err != nil {
+			t.Fatalf("%s: %v", c.train, err)
+		}
+		pt, _ := NewPipeline(in, ts)
+		pe, err := NewPipeline(in, ev)
+		if err != nil || pe.Out() != pt.Out() {
+			t.Errorf("%s: eval chain gives %v, training chain %v (%v)", c.train, pe.Out(), pt.Out(), err)
+		}
+		if got := pe.String(); got != c.eval && !(c.eval == "" && got == "none") {
+			t.Errorf("%s: eval chain %s, want %s", c.train, got, c.eval)
+		}
+	}
+	if _, err := EvalTransforms([]Transform{RandomCrop(2, 12, 12)}, in); err == nil || !strings.Contains(err.Error(), "crop_pad=2:12x12") {
+		t.Errorf("window larger than the image: %v", err)
+	}
+}

@@ -14,12 +14,12 @@ import (
 //	center_crop = [32, 32]
 //	crop_pad = 4        # random crop after zero padding
 //	crop = [32, 32]     # random crop size; default the input size
-//	flip = true         # horizontal flip with probability 0.5
 //	rotate_deg = 10     # uniform angle in [-10, 10] degrees
+//	flip = true         # horizontal flip with probability 0.5
 //	blur_sigma = 0.5    # Gaussian blur, pixels
 //	interp = "bilinear" # or "nearest", for resize and rotate
 //
-// Transforms apply in the fixed order of the fields above. The zero value
+// Transforms apply in the fixed order of the lines above. The zero value
 // is no augmentation.
 type TransformConfig struct {
 	Resize     []int   `toml:"resize"`
@@ -240,4 +240,35 @@ func parseHW(s string) (h, w int, err error) {
 		return 0, 0, fmt.Errorf("size %q, want HxW or one number, 1 to 32768", s)
 	}
 	return h, w, nil
+}
+
+// EvalTransforms derives, from a training chain, the chain that validation
+// and test samples go through: the same shapes without the augmentation.
+// Resize and center_crop are kept (they are preprocessing); a random crop
+// becomes a center crop of its size, or is dropped when it keeps the
+// shape; flips, rotations and blurs are dropped. The result gives the same
+// output shape as ts for input in, so that one model takes both. A random
+// crop larger than its input (a window reaching into the padding) has no
+// center-crop twin and is an error, as is a chain that does not fit in.
+func EvalTransforms(ts []Transform, in Shape) ([]Transform, error) {
+	var ev []Transform
+	for _, t := range ts {
+		out, err := t.Out(in)
+		if err != nil {
+			return nil, fmt.Errorf("transform %s on %dx%dx%d: %w", t, in.H, in.W, in.C, err)
+		}
+		switch t.(type) {
+		case resizeT, centerCrop:
+			ev = append(ev, t)
+		case randomCrop:
+			if out.H > in.H || out.W > in.W {
+				return nil, fmt.Errorf("transform %s: a %dx%d window of a %dx%d image has no deterministic twin for evaluation (resize first, or crop at most the image size)", t, out.H, out.W, in.H, in.W)
+			}
+			if out != in {
+				ev = append(ev, CenterCrop(out.H, out.W))
+			}
+		}
+		in = out
+	}
+	return ev, nil
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"hpctrain/gpu"
 	"hpctrain/optim"
 )
 
@@ -79,14 +80,38 @@ type Config struct {
 	Steps     int    `toml:"steps" json:"steps"`
 	Batch     int    `toml:"batch" json:"batch"`
 	Seed      uint64 `toml:"seed" json:"seed"`
-	DataDir   string `toml:"data_dir" json:"data_dir"`
 	Limit     int    `toml:"limit" json:"limit"`
 	TestLimit int    `toml:"test_limit" json:"test_limit"`
 	Threads   int    `toml:"threads" json:"threads"`
 
+	// The data pipeline (train/data.go, package data): what is read, how
+	// it is augmented and normalised, and how many goroutines load it.
+	Dataset      string    `toml:"dataset" json:"dataset"`
+	DataDir      string    `toml:"data_dir" json:"data_dir"`
+	TestDir      string    `toml:"test_dir" json:"test_dir"`
+	ValSplit     float64   `toml:"val_split" json:"val_split"`
+	ImageShape   string    `toml:"image_shape" json:"image_shape"`
+	FolderResize string    `toml:"folder_resize" json:"folder_resize"`
+	Lazy         bool      `toml:"lazy" json:"lazy"`
+	BadInput     string    `toml:"bad_input" json:"bad_input"`
+	Mean         []float64 `toml:"mean" json:"mean"`
+	Std          []float64 `toml:"std" json:"std"`
+	Augment      Augment   `toml:"augment" json:"augment"`
+	// The batches are the same for any number of loader workers and any
+	// prefetch depth, so these stay out of the hash: ranks, and a run and
+	// its resumption, may differ in them.
+	DataWorkers int `toml:"data_workers" json:"-"`
+	Prefetch    int `toml:"prefetch" json:"-"`
+
 	Bind    string `toml:"bind" json:"bind"`
 	CPUList string `toml:"cpu_list" json:"cpu_list"`
 	UseSMT  bool   `toml:"use_smt" json:"use_smt"`
+
+	// GPU placement (package gpu). Left out of the configuration hash: the
+	// GPU a rank drives does not change the arithmetic, and checkpoints
+	// resume on another node layout.
+	GPUs     string `toml:"gpus" json:"-"`
+	GPUShare bool   `toml:"gpu_share" json:"-"`
 
 	CheckpointDir   string `toml:"checkpoint_dir" json:"-"`
 	CheckpointEvery string `toml:"checkpoint_every" json:"-"`
@@ -113,7 +138,8 @@ func Defaults() Config {
 		Config:         optim.Config{Name: "sgd", LR: 0.01, Momentum: 0.9},
 		ScheduleConfig: optim.ScheduleConfig{Name: "constant", LRScaling: "none"},
 		Model:          "cnn", Epochs: 1, Batch: 64,
-		Seed: 1, DataDir: "/usr/share/datasets/fashion-mnist", Progress: 2 * time.Second,
+		Seed: 1, Progress: 2 * time.Second,
+		Dataset: "fashion-mnist", DataDir: "/usr/share/datasets/fashion-mnist", FolderResize: "bilinear", BadInput: "stop",
 		Bind: "cores", BucketMB: -1, TimelineSteps: 20, CollectiveTimeout: 5 * time.Minute,
 	}
 }
@@ -147,14 +173,28 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.LRScaling, "lr-scaling", c.LRScaling, "scale -lr by global batch / -base-batch: linear, sqrt or none (Goyal et al. 2017)")
 	fs.IntVar(&c.BaseBatch, "base-batch", c.BaseBatch, "the batch -lr was tuned for (needed by -lr-scaling)")
 	fs.Uint64Var(&c.Seed, "seed", c.Seed, "seed of parameter initialisation and data shuffling")
-	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "directory with the Fashion-MNIST (or MNIST) IDX files, raw or .gz")
+	fs.StringVar(&c.Dataset, "dataset", c.Dataset, "data set: fashion-mnist or mnist (IDX files), cifar10 (binary batches), folder (root/<class>/<image>, PNG, JPEG, GIF), synthetic (generated, no files)")
+	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "directory of the data set: the IDX files (raw or .gz), the CIFAR-10 .bin batches, or the folder's training tree")
+	fs.StringVar(&c.TestDir, "test-dir", c.TestDir, "folder: the test/validation tree, with the same class directories as -data-dir")
+	fs.Float64Var(&c.ValSplit, "val-split", c.ValSplit, "folder without -test-dir: hold out this `fraction` of each class for evaluation")
+	fs.StringVar(&c.ImageShape, "image-shape", c.ImageShape, "folder and synthetic: sample shape `HxWxC`, C 1 or 3 (default 32x32x3 for folder, 28x28x1 for synthetic)")
+	fs.StringVar(&c.FolderResize, "folder-resize", c.FolderResize, "folder: resize images to -image-shape, bilinear or nearest; none makes an image of another size bad input")
+	fs.BoolVar(&c.Lazy, "lazy", c.Lazy, "folder: decode each image when it is sampled instead of all at start (sets larger than memory)")
+	fs.StringVar(&c.BadInput, "bad-input", c.BadInput, "unreadable, corrupt or wrong-size images in a folder: stop (an error naming the file) or skip (a counted warning)")
 	fs.IntVar(&c.Limit, "limit", c.Limit, "train on the first `N` training samples only (0: all)")
 	fs.IntVar(&c.TestLimit, "test-limit", c.TestLimit, "evaluate on the first `N` test samples only (0: all)")
+	fs.Var(floatList{&c.Mean}, "mean", "per-channel `means` subtracted from pixels scaled to [0, 1], e.g. 0.49,0.48,0.45 (default by data set: none for fashion-mnist, mnist and synthetic; CIFAR-10's; ImageNet's for colour folders)")
+	fs.Var(floatList{&c.Std}, "std", "per-channel standard `deviations` the pixels are then divided by (with -mean)")
+	fs.Var(&c.Augment, "augment", "training augmentation `chain`, applied in order, seeded per sample, e.g. crop_pad=4,flip,rotate_deg=10,blur_sigma=0.5,resize=32x32,center_crop=28x28; evaluation keeps only resizes and centre crops (TOML: this string or an [augment] table)")
+	fs.IntVar(&c.DataWorkers, "data-workers", c.DataWorkers, "goroutines assembling batches ahead of the step (0: assemble on the training goroutine between steps); results do not depend on it")
+	fs.IntVar(&c.Prefetch, "prefetch", c.Prefetch, "batches assembled ahead of the step (0: 2 x data-workers, at least 1)")
 	fs.IntVar(&c.Threads, "threads", c.Threads, "compute threads `per rank` (default: cores in the allowed mask / local ranks)")
 	fs.StringVar(&c.Bind, "bind", c.Bind, "placement of each rank's threads: cores (disjoint physical cores by local rank), numa (the rank's NUMA node), none")
 	fs.StringVar(&c.CPUList, "cpu-list", c.CPUList, "this rank's cpus, e.g. 0-3,8 (overrides the automatic plan; must lie inside the allowed mask)")
 	fs.BoolVar(&c.UseSMT, "use-smt", c.UseSMT, "let a rank's threads use SMT siblings of its cores")
-	fs.BoolVar(&c.ReportBindings, "report-bindings", c.ReportBindings, "rank 0 prints every rank's host, rank, local rank, cores and NUMA node")
+	fs.StringVar(&c.GPUs, "gpus", c.GPUs, "GPU of each local rank, e.g. 0,1,2,3 (numbered as CUDA_VISIBLE_DEVICES leaves them), or none; empty: local rank mod GPUs, the best-linked GPUs when there are more GPUs than local ranks")
+	fs.BoolVar(&c.GPUShare, "gpu-share", c.GPUShare, "let several local ranks drive one GPU (e.g. under MPS); without it more local ranks than GPUs is an error")
+	fs.BoolVar(&c.ReportBindings, "report-bindings", c.ReportBindings, "rank 0 prints every rank's host, rank, local rank, cores and NUMA node, and its GPU (index, bus id, NUMA node)")
 	fs.StringVar(&c.CheckpointDir, "checkpoint-dir", c.CheckpointDir, "rank 0 writes checkpoints here; SIGUSR1/SIGTERM then checkpoint and exit 85 (requeue)")
 	fs.StringVar(&c.CheckpointEvery, "checkpoint-every", c.CheckpointEvery, "periodic checkpoints: every `N` steps (500) or a duration (10m); empty: on signals and at the end")
 	fs.IntVar(&c.Keep, "keep", c.Keep, "keep the newest `N` checkpoints (0: all)")
@@ -272,7 +312,11 @@ func (c *Config) Validate() error {
 	case c.Progress < 0:
 		return bad("progress", c.Progress, ">= 0")
 	}
-	return nil
+	// GPU placement: syntax and duplicates here; the GPUs exist only on the node.
+	if _, err := gpu.ParseSpec(c.GPUs, c.GPUShare); err != nil {
+		return fmt.Errorf("config: gpus = %q: %w", c.GPUs, err)
+	}
+	return c.validateData()
 }
 
 // Hash is a digest of every field that must agree across ranks (all but the

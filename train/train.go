@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"runtime"
 	"strings"
 	"time"
 	"unsafe"
@@ -61,11 +62,19 @@ func RunWith(cfg Config, c mpi.Comm, out, errOut io.Writer) (Result, error) {
 	if err := agreeConfig(c, &cfg); err != nil {
 		return Result{}, err
 	}
-	trainSet, testSet, err := loadData(cfg)
+	// The data and its loaders; the model takes the loader's sample shape
+	// (after transforms) and the data set's classes.
+	pipe, err := loadData(cfg, c)
 	if err = agree(c, "loading data", err); err != nil {
+		if pipe != nil {
+			pipe.close()
+		}
 		return Result{}, err
 	}
-	net, err := model.New(cfg.Model, model.Shape(trainSet.Shape()), trainSet.Classes(), cfg.Batch, cfg.Seed)
+	defer pipe.close()
+	pipe.warn.flush(log, "skipped at load")
+	trainSet := pipe.train
+	net, err := model.New(cfg.Model, model.Shape(pipe.trainLoad.Shape()), trainSet.Classes(), cfg.Batch, cfg.Seed)
 	if err = agree(c, "building the model", err); err != nil {
 		return Result{}, err
 	}
@@ -96,6 +105,12 @@ func RunWith(cfg Config, c mpi.Comm, out, errOut io.Writer) (Result, error) {
 		}
 	}
 	threads := pl.plan.Threads
+	if cfg.DataWorkers > 0 {
+		// Loader goroutines get Ps of their own beside the compute
+		// workers' (package data, Procs); their threads are confined to
+		// this rank's cores like every unpinned thread.
+		runtime.GOMAXPROCS(data.Procs(threads, cfg.DataWorkers))
+	}
 	net.SetParallel(pl.workers)
 	opt.SetParallel(pl.workers)
 	var metrics *os.File
@@ -124,21 +139,25 @@ func RunWith(cfg Config, c mpi.Comm, out, errOut io.Writer) (Result, error) {
 		return Result{}, err
 	}
 
-	sampler := data.NewSampler(trainSet.Len(), cfg.Batch, c.Rank(), c.Size(), cfg.Seed)
-	steps := sampler.Steps()
+	loader := pipe.trainLoad
+	steps := trainSet.Len() / (cfg.Batch * c.Size()) // the sampler's Steps: drop-last
 	if steps == 0 {
 		return Result{}, fmt.Errorf("%d training samples do not fill one global batch of %d x %d ranks; lower -batch or raise -limit", trainSet.Len(), cfg.Batch, c.Size())
 	}
 	log("hpctrain: model %s, %d parameters, %d ranks x %d threads, batch %d per rank (%d global), %d steps per epoch, %s lr %g (%s schedule)",
 		cfg.Model, len(net.Params), c.Size(), threads, cfg.Batch, cfg.Batch*c.Size(), steps, opt.Name(), lr, cfg.ScheduleConfig.Name)
+	log("hpctrain: %s", pipe.desc)
 
-	batcher := data.NewBatcher(trainSet, nil, nil)
 	labels := make([]int32, cfg.Batch)
 	inv := 1 / float32(c.Size())
 	total := totalSteps(cfg, trainSet.Len(), c.Size())
 	prog := newProgress(out, c.Rank() == 0, cfg.Progress, total-startStep, cfg.Batch*c.Size())
 	wd := newWatchdog(cfg.CollectiveTimeout, fmt.Sprintf("rank %d on host %s (%s)", c.Rank(), c.Host(), pl.plan), errOut, c.Abort)
 	defer wd.close()
+	flt, err := faultsFromEnv(c.Rank())
+	if err != nil {
+		return Result{}, err
+	}
 	bk := newBuckets(c, net.Grads, layerStarts(net), bucketBytes(cfg.BucketMB, threads), wd)
 	var tl *timeline
 	if cfg.Timeline != "" {
@@ -148,15 +167,26 @@ func RunWith(cfg Config, c mpi.Comm, out, errOut io.Writer) (Result, error) {
 	var trainTime, commTime, waitTime time.Duration
 	step := startStep
 	for epoch := step/steps + 1; epoch <= cfg.Epochs && !(cfg.Steps > 0 && step >= cfg.Steps); epoch++ {
-		sampler.SetEpoch(epoch)
+		// The epoch's batches depend only on (seed, epoch, step), so a
+		// resumed run starts the loader at the checkpoint's step and sees
+		// what the uninterrupted run saw.
+		loader.StartAt(epoch, step%steps)
 		start := time.Now()
 		var lossSum float64
 		first := step
 		for s := step % steps; s < steps && !(cfg.Steps > 0 && step >= cfg.Steps); s++ {
 			t0 := time.Now()
-			batcher.Fill(sampler.Batch(s), net.Input(), labels)
+			b, ok := loader.Next()
+			if !ok {
+				panic("train: loader ended before the epoch's last step") // Steps() said otherwise
+			}
+			copy(net.Input(), b.X)
+			copy(labels, b.Y)
+			loader.Release(b) // the buffer goes back to the workers at once
+			tIn := time.Now()
 			net.Forward(cfg.Batch)
 			loss, _ := net.Loss(labels)
+			loss = flt.loss(step+1, loss)
 			bk.poison = math.IsNaN(loss) || math.IsInf(loss, 0)
 			t1 := time.Now()
 			// Backward starts each bucket's all-reduce as soon as its layers
@@ -178,6 +208,7 @@ func RunWith(cfg Config, c mpi.Comm, out, errOut io.Writer) (Result, error) {
 			}
 			scale(net.Grads, inv)
 			opt.Step(net.Params, net.Grads, sched.LR(step))
+			flt.perturb(step+1, net.Params)
 			t4 := time.Now()
 			if cfg.CheckEvery > 0 && (step+1)%cfg.CheckEvery == 0 {
 				if err := checkParams(c, net.Params, step+1); err != nil {
@@ -187,7 +218,8 @@ func RunWith(cfg Config, c mpi.Comm, out, errOut io.Writer) (Result, error) {
 			commTime += comm
 			waitTime += t3.Sub(t2)
 			if tl.on(step) {
-				tl.span(step, "forward+loss", laneCompute, t0, t1)
+				tl.span(step, "wait for batch", laneCompute, t0, tIn)
+				tl.span(step, "forward+loss", laneCompute, tIn, t1)
 				tl.span(step, "backward", laneCompute, t1, t2)
 				tl.span(step, "wait for all-reduce", laneCompute, t2, t3)
 				tl.span(step, "optimizer step", laneCompute, t3, t4)
@@ -225,8 +257,14 @@ func RunWith(cfg Config, c mpi.Comm, out, errOut io.Writer) (Result, error) {
 		if err := c.AllreduceSum64(tl); err != nil {
 			return res, err
 		}
-		testLoss, acc, err := evaluate(c, net, testSet)
+		testLoss, acc, err := evaluate(c, net, pipe.testLoad, pipe.test.Len())
 		if err != nil {
+			return res, err
+		}
+		// Images a lazy folder failed to decode were read as zeros; under
+		// bad_input = "stop" every rank stops here, together.
+		pipe.warn.flush(log, "read as zeros in this epoch (lazy decoding)")
+		if err := agree(c, "reading images", pipe.lazyErr(cfg)); err != nil {
 			return res, err
 		}
 		res = Result{
@@ -270,18 +308,6 @@ func totalSteps(cfg Config, n, ranks int) int {
 		t = min(t, cfg.Steps)
 	}
 	return max(t, 1)
-}
-
-func loadData(cfg Config) (train, test data.Dataset, err error) {
-	tr, err := data.LoadMNIST(cfg.DataDir, true)
-	if err != nil {
-		return nil, nil, err
-	}
-	te, err := data.LoadMNIST(cfg.DataDir, false)
-	if err != nil {
-		return nil, nil, err
-	}
-	return data.Limit(tr, cfg.Limit), data.Limit(te, cfg.TestLimit), nil
 }
 
 // bucketBytes resolves -bucket-mb. Auto (-1) overlaps the all-reduce with
@@ -351,21 +377,25 @@ func scale(a []float32, s float32) {
 	}
 }
 
-// evaluate computes the mean loss and accuracy over the whole test set:
-// each rank takes a contiguous shard, and the sums are reduced.
-func evaluate(c mpi.Comm, net *model.Net, ds data.Dataset) (loss, acc float64, err error) {
-	lo, hi := data.Shard(ds.Len(), c.Rank(), c.Size())
-	b := data.NewBatcher(ds, nil, nil)
-	labels := make([]int32, net.Batch())
+// evaluate computes the mean loss and accuracy over the whole test set of
+// n samples: each rank takes a contiguous shard, read through the
+// evaluation loader (no augmentation), and the sums are reduced.
+func evaluate(c mpi.Comm, net *model.Net, ld *data.Loader, n int) (loss, acc float64, err error) {
+	lo, hi := data.Shard(n, c.Rank(), c.Size())
+	ld.StartRange(lo, hi)
 	sums := make([]float64, 3) // loss*n, correct, n
-	for i := lo; i < hi; i += net.Batch() {
-		n := min(net.Batch(), hi-i)
-		b.FillRange(i, i+n, net.Input(), labels)
-		net.Forward(n)
-		l, correct := net.Loss(labels)
-		sums[0] += l * float64(n)
+	for {
+		b, ok := ld.Next()
+		if !ok {
+			break
+		}
+		copy(net.Input(), b.X)
+		net.Forward(b.N)
+		l, correct := net.Loss(b.Y)
+		sums[0] += l * float64(b.N)
 		sums[1] += float64(correct)
-		sums[2] += float64(n)
+		sums[2] += float64(b.N)
+		ld.Release(b)
 	}
 	if err := c.AllreduceSum64(sums); err != nil {
 		return 0, 0, fmt.Errorf("reducing test results: %w", err)

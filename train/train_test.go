@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"hpctrain/data"
 	"hpctrain/internal/mpitest"
 	_ "hpctrain/internal/openblas"
 	"hpctrain/mpi"
@@ -255,5 +256,226 @@ func TestResumeIsExact(t *testing.T) {
 	other.LR = 0.05
 	if _, err := Run(other, mpi.NewSingle(), io.Discard); err == nil || !strings.Contains(err.Error(), "config") {
 		t.Errorf("resuming with another lr: %v, want a configuration refusal", err)
+	}
+}
+
+// TestResumeIsExactWithLoader: as TestResumeIsExact, with loader workers
+// and a random transform: the resumed run starts the loader in mid-epoch
+// and continues with exactly the uninterrupted run's batches, hence its
+// losses and parameters, whatever the number of workers after resuming.
+func TestResumeIsExactWithLoader(t *testing.T) {
+	cfg, _, err := Parse(strings.Fields("-model mlp -limit 640 -test-limit 64 -progress 0 -batch 32 -epochs 2 -steps 30 -data-workers 2 -augment crop_pad=2,flip,rotate_deg=10 -data-dir "+dataDir), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	full, err := Run(cfg, mpi.NewSingle(), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, workers := range []int{2, 0} {
+		dir := t.TempDir()
+		first := cfg
+		first.Steps, first.CheckpointDir = 13, dir
+		if _, err := Run(first, mpi.NewSingle(), io.Discard); err != nil {
+			t.Fatal(err)
+		}
+		second := cfg
+		second.CheckpointDir, second.Resume, second.DataWorkers = dir, "auto", workers
+		res, err := Run(second, mpi.NewSingle(), io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.StepLosses) != 17 {
+			t.Fatalf("resumed run took %d steps, want 17", len(res.StepLosses))
+		}
+		for i, l := range res.StepLosses {
+			if l != full.StepLosses[13+i] {
+				t.Fatalf("resumed with %d workers: step %d: loss %v, uninterrupted %v", workers, 14+i, l, full.StepLosses[13+i])
+			}
+		}
+		for i := range res.Params {
+			if res.Params[i] != full.Params[i] {
+				t.Fatalf("resumed with %d workers: parameter %d: %v, uninterrupted %v", workers, i, res.Params[i], full.Params[i])
+			}
+		}
+		if res.TestLoss != full.TestLoss {
+			t.Errorf("resumed with %d workers: test loss %v, uninterrupted %v", workers, res.TestLoss, full.TestLoss)
+		}
+	}
+	// Another augmentation is another run: no resuming from it.
+	other := cfg
+	other.CheckpointDir, other.Resume, other.Augment = t.TempDir(), "auto", "flip"
+	first := other
+	first.Steps = 3
+	if _, err := Run(first, mpi.NewSingle(), io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	other.Augment = "crop_pad=2,flip,rotate_deg=10"
+	if _, err := Run(other, mpi.NewSingle(), io.Discard); err == nil || !strings.Contains(err.Error(), "config") {
+		t.Errorf("resuming with another augmentation: %v, want a configuration refusal", err)
+	}
+}
+
+// TestDeterministicAcrossDataWorkers: the loss of every step, the final
+// parameters and the test metrics of a short run with augmentation are
+// bit for bit the same with 0, 1 and 3 loader workers (same seed), and
+// another seed changes them.
+func TestDeterministicAcrossDataWorkers(t *testing.T) {
+	run := func(extra string) Result {
+		t.Helper()
+		cfg, _, err := Parse(strings.Fields("-model cnn -limit 384 -test-limit 100 -progress 0 -batch 32 -epochs 2 -steps 16 -threads 1 -augment crop_pad=2,flip,blur_sigma=0.6 -data-dir "+dataDir+" "+extra), io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := Run(cfg, mpi.NewSingle(), io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	ref := run("-data-workers 0")
+	if len(ref.StepLosses) != 16 {
+		t.Fatalf("%d steps", len(ref.StepLosses))
+	}
+	for _, extra := range []string{"-data-workers 1", "-data-workers 3", "-data-workers 3 -prefetch 1"} {
+		res := run(extra)
+		for i := range ref.StepLosses {
+			if res.StepLosses[i] != ref.StepLosses[i] {
+				t.Fatalf("%s: step %d loss %v, with 0 workers %v", extra, i+1, res.StepLosses[i], ref.StepLosses[i])
+			}
+		}
+		if maxRelErr(res.Params, ref.Params) != 0 || res.TestLoss != ref.TestLoss || res.TestAccuracy != ref.TestAccuracy {
+			t.Errorf("%s: parameters or test metrics differ from 0 workers", extra)
+		}
+	}
+	if other := run("-data-workers 3 -seed 2"); other.StepLosses[3] == ref.StepLosses[3] {
+		t.Error("another seed gives the same losses: the comparison cannot tell runs apart")
+	}
+}
+
+// TestDataConfig: the data keys from TOML (augment as a string or a
+// table), their validation naming the key, and which of them the
+// configuration hash covers.
+func TestDataConfig(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "job.toml")
+	os.WriteFile(p, []byte("dataset = \"synthetic\"\nimage_shape = \"32x32x3\"\ndata_workers = 2\nprefetch = 3\nmean = [0.5, 0.5, 0.5]\nstd = [0.25, 0.25, 0.25]\n[augment]\nflip = true\ncrop_pad = 4\n"), 0o644)
+	cfg, _, err := Parse([]string{"-config", p, "-data-workers", "3"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Dataset != "synthetic" || cfg.DataWorkers != 3 || cfg.Prefetch != 3 || len(cfg.Std) != 3 || cfg.Augment != "crop_pad=4,flip" {
+		t.Errorf("file then flags gave %+v", cfg)
+	}
+	// The string form, in order, and its round trip through -print-config.
+	os.WriteFile(p, []byte("augment = \"flip, rotate_deg=5:nearest\"\n"), 0o644)
+	cfg, _, err = Parse([]string{"-config", p}, io.Discard)
+	if err != nil || cfg.Augment != "flip,rotate_deg=5:nearest" {
+		t.Fatalf("augment string: %q, %v", cfg.Augment, err)
+	}
+	var out strings.Builder
+	cfg.WriteTOML(&out)
+	os.WriteFile(p, []byte(out.String()), 0o644)
+	again, _, err := Parse([]string{"-config", p}, io.Discard)
+	if err != nil || again.Hash() != cfg.Hash() {
+		t.Errorf("-print-config does not round-trip: %v\n%s", err, out.String())
+	}
+	for _, c := range []struct{ file, want string }{
+		{"dataset = \"imagenet\"\n", "dataset = \"imagenet\": must be fashion-mnist, mnist, cifar10, folder, synthetic"},
+		{"data_workers = -1\n", "data_workers = -1"},
+		{"prefetch = -2\n", "prefetch = -2"},
+		{"mean = [0.5]\n", "give both"},
+		{"mean = [0.5]\nstd = [0.0]\n", "stds > 0"},
+		{"augment = \"sharpen=1\"\n", "unknown transform \"sharpen\""},
+		{"[augment]\nflip = true\nsharpen = 2\n", "augment: unknown key sharpen"},
+		{"[augment]\ncrop_pad = -1\n", "augment.crop_pad"},
+		{"bad_input = \"ignore\"\n", "bad_input = \"ignore\""},
+		{"dataset = \"folder\"\n", "needs test_dir"},
+		{"dataset = \"folder\"\nval_split = 1.5\n", "val_split = 1.5"},
+		{"val_split = 0.1\n", "val_split applies to dataset folder only"},
+		{"dataset = \"folder\"\nval_split = 0.1\nimage_shape = \"32x32x2\"\n", "channels must be 1 or 3"},
+		{"image_shape = \"32x32x3\"\n", "image_shape applies"},
+		{"dataset = \"folder\"\nval_split = 0.1\nfolder_resize = \"cubic\"\n", "folder_resize = \"cubic\""},
+		{"lazy = true\n", "lazy applies to dataset folder only"},
+	} {
+		os.WriteFile(p, []byte(c.file), 0o644)
+		if _, _, err := Parse([]string{"-config", p}, io.Discard); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: %v, want %q", c.file, err, c.want)
+		}
+	}
+	a, b := Defaults(), Defaults()
+	b.DataWorkers, b.Prefetch = 4, 9
+	if a.Hash() != b.Hash() {
+		t.Error("data_workers or prefetch change the configuration hash: results do not depend on them")
+	}
+	for _, change := range []func(*Config){
+		func(c *Config) { c.Augment = "flip" },
+		func(c *Config) { c.Mean, c.Std = []float64{0.3}, []float64{0.3} },
+		func(c *Config) { c.Dataset = "mnist" },
+		func(c *Config) { c.BadInput = "skip" },
+	} {
+		b := Defaults()
+		change(&b)
+		if a.Hash() == b.Hash() {
+			t.Errorf("%+v does not change the configuration hash", b)
+		}
+	}
+}
+
+// TestLoadData: the model's input follows the loader (CIFAR-shaped
+// samples give the CNN 3 input channels), training batches are augmented
+// and evaluation batches are not.
+func TestLoadData(t *testing.T) {
+	cfg := Defaults()
+	cfg.Dataset, cfg.ImageShape, cfg.Limit, cfg.TestLimit, cfg.Batch = "synthetic", "32x32x3", 64, 20, 16
+	cfg.Augment, cfg.DataWorkers = "flip=1", 2 // always flip: easy to check
+	pipe, err := loadData(cfg, mpi.NewSingle())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pipe.close()
+	if s := pipe.trainLoad.Shape(); s.H != 32 || s.W != 32 || s.C != 3 {
+		t.Fatalf("loader shape %v", s)
+	}
+	// Raw sample 0 of the test set against the evaluation loader's first
+	// sample: unflipped, scaled to [0, 1].
+	raw := make([]byte, 32*32*3)
+	pipe.test.Sample(0, raw)
+	pipe.testLoad.StartRange(0, pipe.test.Len())
+	b, _ := pipe.testLoad.Next()
+	for j, p := range raw {
+		if b.X[j] != float32(p)*(1.0/255) {
+			t.Fatalf("evaluation value %d is %v, want the unaugmented %v", j, b.X[j], float32(p)/255)
+		}
+	}
+	pipe.testLoad.Release(b)
+	// The training loader's samples are mirrored.
+	pipe.trainLoad.Start(1)
+	b, _ = pipe.trainLoad.Next()
+	idx := data.NewSampler(64, 16, 0, 1, cfg.Seed)
+	idx.SetEpoch(1)
+	pipe.train.Sample(idx.Batch(0)[0], raw)
+	for x := 0; x < 32; x++ {
+		if got, want := b.X[3*x], float32(raw[3*(31-x)])*(1.0/255); got != want {
+			t.Fatalf("training sample column %d is %v, want the mirrored %v", x, got, want)
+		}
+	}
+	pipe.trainLoad.Release(b)
+
+	// The reference CNN on 32x32x3 input: conv1 3->32 (896), conv2 (18,496),
+	// fc 4096->512 (2,097,664), fc 512->10 (5,130).
+	cfg.Model, cfg.Steps, cfg.Progress = "cnn", 2, 0
+	cfg.Augment = "crop_pad=4,flip"
+	res, err := Run(cfg, mpi.NewSingle(), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Params) != 2122186 || res.Step != 2 {
+		t.Errorf("CNN on 32x32x3: %d parameters, %d steps", len(res.Params), res.Step)
+	}
+	// A crop to 28x28 feeds the model 28x28x3; evaluation centre-crops.
+	cfg.Augment = "crop_pad=2:28x28"
+	if res, err = Run(cfg, mpi.NewSingle(), io.Discard); err != nil || len(res.Params) != 1630090+2*9*32 {
+		t.Errorf("CNN on 28x28x3 crops: %d parameters, %v", len(res.Params), err)
 	}
 }

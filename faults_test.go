@@ -1,0 +1,238 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"hpctrain/checkpoint"
+	"hpctrain/internal/mpitest"
+)
+
+// The failure paths of issue 5, each under the real mpirun: a rank killed,
+// a rank stuck, a NaN on one rank, a replica that drifts.
+
+// job is an mpirun started in the background.
+type job struct {
+	cmd  *exec.Cmd
+	out  syncBuffer
+	done chan struct{}
+	err  error
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func startJob(t *testing.T, np int, env []string, args ...string) *job {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	j := &job{cmd: mpitest.Command(ctx, np, bin, args...), done: make(chan struct{})}
+	j.cmd.Env = append(j.cmd.Env, env...)
+	j.cmd.Stdout, j.cmd.Stderr = &j.out, &j.out
+	if err := j.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { j.err = j.cmd.Wait(); close(j.done) }()
+	t.Cleanup(func() {
+		// Nothing may outlive the test: stopped ranks included.
+		for _, pid := range descendants(j.cmd.Process.Pid) {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+		j.cmd.Process.Kill()
+		<-j.done
+	})
+	return j
+}
+
+// waitFor waits until the job's output contains s, failing after timeout.
+func (j *job) waitFor(t *testing.T, s string, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !strings.Contains(j.out.String(), s) {
+		select {
+		case <-j.done:
+			t.Fatalf("job ended before printing %q:\n%s", s, j.out.String())
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %q after %v:\n%s", s, timeout, j.out.String())
+		}
+	}
+}
+
+// end waits for the job to end within limit and returns its exit code and
+// how long it took.
+func (j *job) end(t *testing.T, limit time.Duration) (int, time.Duration) {
+	t.Helper()
+	start := time.Now()
+	select {
+	case <-j.done:
+	case <-time.After(limit):
+		t.Fatalf("job still running %v after the fault:\n%s", limit, j.out.String())
+	}
+	code := 0
+	if ee, ok := j.err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	}
+	return code, time.Since(start)
+}
+
+// rankPID returns the process of rank r among the job's processes.
+func (j *job) rankPID(t *testing.T, r int) int {
+	t.Helper()
+	want := "OMPI_COMM_WORLD_RANK=" + strconv.Itoa(r)
+	for _, pid := range descendants(j.cmd.Process.Pid) {
+		env, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+		if err != nil {
+			continue
+		}
+		for _, kv := range strings.Split(string(env), "\x00") {
+			if kv == want {
+				return pid
+			}
+		}
+	}
+	t.Fatalf("rank %d not found among the job's processes", r)
+	return 0
+}
+
+// descendants lists every process below pid.
+func descendants(pid int) []int {
+	children := map[int][]int{}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces, so cut at ')'.
+		i := bytes.LastIndexByte(stat, ')')
+		f := strings.Fields(string(stat[i+1:]))
+		if len(f) > 1 {
+			pp, _ := strconv.Atoi(f[1])
+			children[pp] = append(children[pp], p)
+		}
+	}
+	var out []int
+	for todo := children[pid]; len(todo) > 0; todo = todo[1:] {
+		out = append(out, todo[0])
+		todo = append(todo, children[todo[0]]...)
+	}
+	return out
+}
+
+// longRun trains long enough for a fault to strike mid-run.
+var longRun = []string{"train", "-model", "cnn", "-epochs", "20", "-limit", "6400", "-test-limit", "200", "-threads", "1", "-progress", "500ms"}
+
+func TestRankKilled(t *testing.T) {
+	j := startJob(t, 3, nil, longRun...)
+	j.waitFor(t, "step ", time.Minute)
+	if err := syscall.Kill(j.rankPID(t, 1), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	code, took := j.end(t, 30*time.Second)
+	host, _ := os.Hostname()
+	out := j.out.String()
+	t.Logf("job ended %v after SIGKILL of rank 1, exit %d", took.Round(time.Millisecond), code)
+	if code == 0 {
+		t.Errorf("exit code 0 after a rank was killed:\n%s", out)
+	}
+	// Open MPI names the lost rank and its node.
+	if !strings.Contains(out, "rank 1") || !strings.Contains(out, host) {
+		t.Errorf("no message naming rank 1 and host %s:\n%s", host, out)
+	}
+}
+
+func TestStuckRankWatchdog(t *testing.T) {
+	j := startJob(t, 2, nil, append(longRun, "-collective-timeout", "3s")...)
+	j.waitFor(t, "step ", time.Minute)
+	// A stopped process neither answers nor dies: the peer's collective
+	// never completes, only the watchdog ends the job.
+	if err := syscall.Kill(j.rankPID(t, 1), syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	code, took := j.end(t, 30*time.Second)
+	out := j.out.String()
+	t.Logf("job ended %v after SIGSTOP of rank 1, exit %d", took.Round(time.Millisecond), code)
+	if code == 0 {
+		t.Errorf("exit code 0 with a stuck rank:\n%s", out)
+	}
+	host, _ := os.Hostname()
+	for _, want := range []string{"collective timeout", "rank 0 on host " + host, "step ", "cores"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("watchdog message lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestNaNStopsAllRanks(t *testing.T) {
+	ck := filepath.Join(t.TempDir(), "ck")
+	args := []string{"train", "-model", "cnn", "-epochs", "1", "-limit", "3200", "-test-limit", "200", "-threads", "1",
+		"-progress", "0", "-checkpoint-dir", ck, "-checkpoint-every", "2"}
+	r := hpctrainEnv(t, 3, time.Minute, []string{"HPCTRAIN_FAULT=nan@2:5"}, args...)
+	if r.code == 0 {
+		t.Fatalf("exit 0 with a NaN loss on rank 2:\n%s", r.out)
+	}
+	// Every rank stops at the same step, each with one line.
+	for rank, want := range []string{
+		"rank 0 (", "rank 1 (", "rank 2 (",
+	} {
+		line := ""
+		for _, l := range strings.Split(r.out, "\n") {
+			if strings.HasPrefix(l, "hpctrain: "+want) {
+				line = l
+			}
+		}
+		if !strings.Contains(line, "step 5:") || !strings.Contains(line, "NaN") {
+			t.Errorf("rank %d: no NaN stop at step 5 in %q:\n%s", rank, line, r.out)
+		}
+	}
+	// The newest checkpoint is the last good one, step 4, and it loads.
+	st, path, err := checkpoint.Latest(ck, func(msg string) { t.Log(msg) })
+	if err != nil {
+		t.Fatalf("newest checkpoint: %v\n%s", err, r.out)
+	}
+	if st.Step != 4 {
+		t.Errorf("newest checkpoint %s is step %d, want 4", path, st.Step)
+	}
+}
+
+func TestDivergenceCheck(t *testing.T) {
+	args := []string{"train", "-model", "cnn", "-epochs", "1", "-limit", "3200", "-test-limit", "200", "-threads", "1",
+		"-progress", "0", "-check-every", "2"}
+	r := hpctrainEnv(t, 2, time.Minute, []string{"HPCTRAIN_FAULT=perturb@1:3"}, args...)
+	if r.code == 0 || !strings.Contains(r.out, "step 4: parameters of rank 1 differ") {
+		t.Fatalf("exit %d, want a divergence stop at step 4:\n%s", r.code, r.out)
+	}
+	// Without the fault the same run passes every check.
+	if r := hpctrain(t, 2, time.Minute, args...); r.code != 0 {
+		t.Fatalf("healthy run: exit %d\n%s", r.code, r.out)
+	}
+}
