@@ -5,6 +5,7 @@
 //
 //	hpctrain train [flags]     train a model (see hpctrain train -h)
 //	hpctrain topo [-np N]      show the node and the placement plan
+//	hpctrain topo -gpu         the GPU matrix (nvidia-smi topo -m) and GPU per local rank
 //	hpctrain bench WHAT        measure gemm, step, allreduce, affinity, optim
 //	hpctrain slurm template    render an sbatch script
 //	hpctrain plot -metrics F   draw training curves
@@ -34,7 +35,8 @@ Usage:
 
 Commands:
   train     train a model on Fashion-MNIST (hpctrain train -h for its flags)
-  topo      this node's cores, SMT siblings, NUMA nodes and the plan for -np ranks
+  topo      this node's cores, SMT siblings, NUMA nodes and the plan for -np ranks;
+            -gpu: the GPU-GPU/GPU-CPU matrix and each local rank's GPU and cores
   bench     gemm | step | allreduce | affinity | optim (hpctrain bench -h)
   slurm     template: render an sbatch script from flags or a job TOML
   plot      loss and accuracy curves of -metrics files to PNG
