@@ -4,7 +4,6 @@ package cluster
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -13,7 +12,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -116,7 +114,7 @@ func TestRankKilledAcrossHosts(t *testing.T) {
 	mpirun := upCluster(t, 2)
 	cmd := exec.Command(mpirun, "-np", "4", "--host", "node1:2,node2:2", bin, "train", "-model", "mlp", "-epochs", "50",
 		"-limit", "4096", "-test-limit", "256", "-threads", "1", "-progress", "300ms")
-	var out syncBuffer
+	var out mpitest.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -159,21 +157,4 @@ func TestRankKilledAcrossHosts(t *testing.T) {
 	if !strings.Contains(out.String(), "node2") || !strings.Contains(out.String(), "rank 3") {
 		t.Errorf("no message naming rank 3 and node2:\n%s", out.String())
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -3,10 +3,12 @@
 package mpitest
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"os/exec"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 )
@@ -51,4 +53,22 @@ func Run(t testing.TB, timeout time.Duration, np int, prog string, args ...strin
 		t.Fatalf("mpirun -np %d %s %v: %v\n%s", np, prog, args, err, out)
 	}
 	return string(out)
+}
+
+// Buffer collects a running job's output: safe to read while mpirun writes.
+type Buffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *Buffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *Buffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
