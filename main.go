@@ -83,7 +83,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case errors.Is(err, train.ErrPreempted):
 		return train.ExitRequeue // checkpoint written: the batch script requeues
 	}
-	fmt.Fprintf(stderr, "hpctrain: %s%v\n", where(), err)
+	if !errors.As(err, new(reported)) {
+		fmt.Fprintf(stderr, "hpctrain: %s%v\n", where(), err)
+	}
 	var ue usageError
 	if errors.As(err, &ue) {
 		return 2
@@ -135,11 +137,22 @@ func trainCmd(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	_, err = train.RunWith(cfg, comm, stdout, stderr)
+	if err != nil && !errors.Is(err, train.ErrPreempted) {
+		// Say it before MPI_Finalize: once one rank has exited non-zero,
+		// mpirun kills the others, and a line not yet written is lost.
+		fmt.Fprintf(stderr, "hpctrain: %s%v\n", where(), err)
+		err = reported{err}
+	}
 	if cerr := comm.Close(); err == nil {
 		err = cerr
 	}
 	return err
 }
+
+// reported marks an error already printed.
+type reported struct{ error }
+
+func (e reported) Unwrap() error { return e.error }
 
 // printLaunch prints, for -v, where this rank's place in the job came from:
 // MPI itself, then the launcher's variables (OMPI_*, PMI_*/PMIX_*, SLURM_*),
