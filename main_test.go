@@ -184,18 +184,7 @@ func TestBadInput(t *testing.T) {
 	} {
 		t.Run(c.want, func(t *testing.T) {
 			r := hpctrain(t, 2, time.Minute, append([]string{"train", "-limit", "640"}, c.args...)...)
-			if r.code == 0 {
-				t.Fatalf("exit code 0\n%s", r.out)
-			}
-			if strings.Contains(r.out, "goroutine ") || strings.Contains(r.out, "panic:") {
-				t.Fatalf("panic trace:\n%s", r.out)
-			}
-			var lines []string
-			for _, l := range strings.Split(r.out, "\n") {
-				if strings.HasPrefix(l, "hpctrain: rank ") {
-					lines = append(lines, l)
-				}
-			}
+			lines := errorLines(t, r)
 			if len(lines) != 2 {
 				t.Fatalf("%d error lines, want one per rank:\n%s", len(lines), r.out)
 			}
@@ -388,18 +377,7 @@ func TestBadDataInput(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			args := append([]string{"train", "-model", "mlp", "-batch", "4", "-progress", "0", "-threads", "1"}, c.args...)
 			r := hpctrain(t, 0, time.Minute, args...)
-			if r.code == 0 {
-				t.Fatalf("exit code 0\n%s", r.out)
-			}
-			if strings.Contains(r.out, "goroutine ") || strings.Contains(r.out, "panic:") {
-				t.Fatalf("panic trace:\n%s", r.out)
-			}
-			var lines []string
-			for _, l := range strings.Split(r.out, "\n") {
-				if strings.HasPrefix(l, "hpctrain: rank ") {
-					lines = append(lines, l)
-				}
-			}
+			lines := errorLines(t, r)
 			if len(lines) != 1 {
 				t.Fatalf("%d error lines, want 1:\n%s", len(lines), r.out)
 			}
@@ -425,4 +403,23 @@ func TestBadDataInput(t *testing.T) {
 			t.Errorf("%v: exit %d, want success with a warning %q:\n%s", c.args, r.code, c.want, r.out)
 		}
 	}
+}
+
+// errorLines fails t unless the run failed without a panic trace, and
+// returns its "hpctrain: rank ..." error lines.
+func errorLines(t *testing.T, r result) []string {
+	t.Helper()
+	if r.code == 0 {
+		t.Fatalf("exit code 0\n%s", r.out)
+	}
+	if strings.Contains(r.out, "goroutine ") || strings.Contains(r.out, "panic:") {
+		t.Fatalf("panic trace:\n%s", r.out)
+	}
+	var lines []string
+	for _, l := range strings.Split(r.out, "\n") {
+		if strings.HasPrefix(l, "hpctrain: rank ") {
+			lines = append(lines, l)
+		}
+	}
+	return lines
 }

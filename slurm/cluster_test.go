@@ -27,38 +27,16 @@ func TestCluster(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 55*time.Second)
 	defer cancel()
 	dir := t.TempDir()
-	scripts, err := filepath.Abs("../scripts/slurm")
-	if err != nil {
-		t.Fatal(err)
+	c := startCluster(ctx, t, dir)
+	conf := filepath.Join(dir, "cluster", "slurm.conf")
+	if want := "export SLURM_CONF=" + conf; !strings.Contains(c.up, want) {
+		t.Fatalf("up.sh printed %q, want %q", c.up, want)
 	}
-	// Own ports, so that a cluster someone already runs on 6817/6818 is left alone.
-	env := append(os.Environ(), "SLURMCTLD_PORT="+freePort(t), "SLURMD_PORT="+freePort(t))
 	run := func(name string, args ...string) string {
 		t.Helper()
-		cmd := exec.CommandContext(ctx, name, args...)
-		cmd.Env, cmd.Dir = env, dir
-		var out, errb bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errb
-		if err := cmd.Run(); err != nil {
-			t.Fatalf("%s %s: %v\n%s%s", name, strings.Join(args, " "), err, out.String(), errb.String())
-		}
-		return out.String()
+		return c.run(t, dir, name, args...)
 	}
-
-	clusterDir := filepath.Join(dir, "cluster")
-	t.Cleanup(func() {
-		cmd := exec.Command(filepath.Join(scripts, "down.sh"), clusterDir)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Errorf("down.sh: %v\n%s", err, out)
-		}
-	})
-	up := run(filepath.Join(scripts, "up.sh"), clusterDir)
-	conf := filepath.Join(clusterDir, "slurm.conf")
-	if want := "export SLURM_CONF=" + conf; !strings.Contains(up, want) {
-		t.Fatalf("up.sh printed %q, want %q", up, want)
-	}
-	env = append(env, "SLURM_CONF="+conf)
-	run(filepath.Join(scripts, "up.sh"), clusterDir) // idempotent
+	run(filepath.Join(c.scripts, "up.sh"), filepath.Join(dir, "cluster")) // idempotent
 
 	t.Run("hostlist matches scontrol", func(t *testing.T) {
 		for _, c := range hostlistCases {
@@ -113,6 +91,51 @@ for i in $(seq 400); do sleep 0.1; done
 		time.Sleep(200 * time.Millisecond)
 	}
 	run("scancel", id)
+}
+
+// testCluster is a one-host SLURM started for one test.
+type testCluster struct {
+	ctx     context.Context
+	scripts string   // scripts/slurm
+	env     []string // the cluster's own ports and SLURM_CONF
+	up      string   // what up.sh printed
+}
+
+// startCluster starts a cluster in dir/cluster with scripts/slurm/up.sh, on
+// its own ports (a cluster someone already runs on 6817/6818 is left
+// alone), and stops it with down.sh when t ends.
+func startCluster(ctx context.Context, t *testing.T, dir string) *testCluster {
+	t.Helper()
+	scripts, err := filepath.Abs("../scripts/slurm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &testCluster{ctx: ctx, scripts: scripts,
+		env: append(os.Environ(), "SLURMCTLD_PORT="+freePort(t), "SLURMD_PORT="+freePort(t))}
+	clusterDir := filepath.Join(dir, "cluster")
+	t.Cleanup(func() {
+		cmd := exec.Command(filepath.Join(scripts, "down.sh"), clusterDir)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("down.sh: %v\n%s", err, out)
+		}
+	})
+	c.up = c.run(t, dir, filepath.Join(scripts, "up.sh"), clusterDir)
+	c.env = append(c.env, "SLURM_CONF="+filepath.Join(clusterDir, "slurm.conf"))
+	return c
+}
+
+// run runs name with args in wd with the cluster's environment and returns
+// its standard output; it fails t with both outputs if the command fails.
+func (c *testCluster) run(t *testing.T, wd, name string, args ...string) string {
+	t.Helper()
+	cmd := exec.CommandContext(c.ctx, name, args...)
+	cmd.Env, cmd.Dir = c.env, wd
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%s %s: %v\n%s%s", name, strings.Join(args, " "), err, out.String(), errb.String())
+	}
+	return out.String()
 }
 
 func freePort(t *testing.T) string {

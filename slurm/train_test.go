@@ -36,27 +36,8 @@ func TestSbatchTrain(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", bin, repo).CombinedOutput(); err != nil {
 		t.Fatalf("building hpctrain: %v\n%s", err, out)
 	}
-	env := append(os.Environ(), "SLURMCTLD_PORT="+freePort(t), "SLURMD_PORT="+freePort(t))
-	run := func(t *testing.T, wd, name string, args ...string) string {
-		t.Helper()
-		cmd := exec.CommandContext(ctx, name, args...)
-		cmd.Env, cmd.Dir = env, wd
-		var out, errb bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errb
-		if err := cmd.Run(); err != nil {
-			t.Fatalf("%s %s: %v\n%s%s", name, strings.Join(args, " "), err, out.String(), errb.String())
-		}
-		return out.String()
-	}
-	clusterDir := filepath.Join(dir, "cluster")
-	t.Cleanup(func() {
-		cmd := exec.Command(filepath.Join(repo, "scripts/slurm/down.sh"), clusterDir)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Errorf("down.sh: %v\n%s", err, out)
-		}
-	})
-	run(t, dir, filepath.Join(repo, "scripts/slurm/up.sh"), clusterDir)
-	env = append(env, "SLURM_CONF="+filepath.Join(clusterDir, "slurm.conf"))
+	c := startCluster(ctx, t, dir)
+	run, env := c.run, c.env
 
 	// A job directory as a user has it: the binary and scripts/train.toml
 	// (here a short configuration) beside it; the script is the committed
