@@ -245,27 +245,18 @@ func TestSignalCheckpointResume(t *testing.T) {
 		t.Fatalf("reference run: %d\n%s", r.code, r.out)
 	}
 	ck := filepath.Join(dir, "ck")
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cmd := mpitest.Command(ctx, 2, bin, append(args, "-checkpoint-dir", ck)...)
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	// Wait for training to run, then signal one rank (the last hpctrain
-	// process started).
-	time.Sleep(4 * time.Second)
+	j := startJob(t, 2, nil, append(args, "-checkpoint-dir", ck)...)
+	// Rank 0 prints the data line once every rank has its signal handler
+	// and training begins: signal one rank (the last hpctrain started) then,
+	// not after a fixed sleep that a loaded machine can outlast.
+	j.waitFor(t, "hpctrain: data ", time.Minute)
 	pids, _ := exec.Command("pgrep", "-n", "-f", bin+" train").Output()
 	if len(pids) == 0 {
-		t.Fatalf("no rank found\n%s", out.String())
+		t.Fatalf("no rank found\n%s", j.out.String())
 	}
 	exec.Command("kill", "-USR1", strings.TrimSpace(string(pids))).Run()
-	err := cmd.Wait()
-	code := -1
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	}
+	code, _ := j.end(t, 3*time.Minute)
+	out := &j.out
 	if code != 85 || !strings.Contains(out.String(), "checkpointed step") {
 		t.Fatalf("exit %d (want 85)\n%s", code, out.String())
 	}
