@@ -3,29 +3,60 @@ package model
 import (
 	"fmt"
 	"math/rand/v2"
+
+	"hpctrain/internal/kernels"
 )
 
+// chunkBudget bounds a chunk's im2col block plus its output (or output
+// gradient): small enough that both stay in a core's L2 cache between the
+// kernels that write and read them.
+const chunkBudget = 640 << 10
+
 // Conv2D is a 2-D convolution with square kernel K, stride S and zero
-// padding P, computed as im2col followed by one GEMM over the whole batch:
+// padding P, computed chunk by chunk over the batch: for a chunk of a few
+// samples,
 //
-//	col (N*Ho*Wo, K*K*C) = im2col(x)
-//	y   (N*Ho*Wo, O)     = col W^T + b
+//	col (n*Ho*Wo, K*K*C) = im2col(x)
+//	y   (n*Ho*Wo, O)     = col W^T + b
 //
-// The backward pass reuses the col buffer: dW = dy^T col, then
-// dcol = dy W overwrites col, and col2im scatters dcol into dx.
+// and backward, recomputing col for the chunk rather than keeping the
+// whole batch's,
+//
+//	dW_chunk = dy^T col, db_chunk = column sums of dy
+//	dcol     = dy W, dx = col2im(dcol)
+//
+// Chunks are sized so col stays in cache (chunkBudget) and are shared out
+// to the workers, each with its own col block. The per-chunk weight
+// gradients are summed in chunk order afterwards, so the result does not
+// depend on the number of workers.
 type Conv2D struct {
 	name    string
 	in, out Shape
 	k, s, p int
-	kkc     int       // K*K*C: one row of col
-	hwo     int       // Ho*Wo: rows of col per sample
+	kkc     int // K*K*C: one row of col
+	hwo     int // Ho*Wo: rows of col per sample
+	win     kernels.Window
 	w, b    []float32 // (O, K, K, C), (O)
-	dw, db  []float32
-	col     []float32 // (N*Ho*Wo, K*K*C) workspace
+	grad    []float32 // dW then db, contiguous
+	chunk   int       // samples per chunk
+	cols    [][]float32
+	// direct: K*K*C is so small (few input channels: the first layer)
+	// that a direct convolution beats im2col and the BLAS. It wants W^T
+	// (K*K*C, O) and, per worker, a padded sample and a chunk's dW^T.
+	direct   bool
+	wT       []float32
+	pads     [][]float32
+	dwT      [][]float32
+	part     []float32 // (chunks, O*K*K*C + O): each chunk's dW and db
+	x        *exec
+	cx, cy   []float32 // the current call's buffers, for the tasks
+	cdy, cdx []float32
+	n        int
+	// biasLater: a following max-pool adds the bias (see MaxPool2D), so
+	// forward leaves it out.
+	biasLater bool
 
-	x                      *exec
-	cur, dcur              []float32 // the batch's x or dx, for the tasks
-	im2colTask, col2imTask samples
+	fwdTask, bwdTask, dwTask perWorker
 }
 
 // Conv returns the Spec of a convolution with o output channels, a k x k
@@ -37,11 +68,12 @@ func Conv(o, k, s, p int) Spec {
 		}
 		ho := (in.H+2*p-k)/s + 1
 		wo := (in.W+2*p-k)/s + 1
-		if ho < 1 || wo < 1 {
+		if ho < 1 || wo < 1 || p >= k {
 			return nil, fmt.Errorf("%s: kernel %d does not fit input %v with padding %d", name, k, in, p)
 		}
 		l := &Conv2D{name: name, in: in, out: Shape{ho, wo, o}, k: k, s: s, p: p}
 		l.kkc, l.hwo = k*k*in.C, ho*wo
+		l.win = kernels.Window{H: in.H, W: in.W, C: in.C, K: k, S: s, P: p, Ho: ho, Wo: wo}
 		return l, nil
 	}
 }
@@ -54,10 +86,14 @@ func (l *Conv2D) MACs() int      { return l.hwo * l.out.C * l.kkc }
 func (l *Conv2D) bind(p, g []float32, n int, x *exec) {
 	nw := l.out.C * l.kkc
 	l.w, l.b = p[:nw], p[nw:nw+l.out.C]
-	l.dw, l.db = g[:nw], g[nw:nw+l.out.C]
-	l.col = make([]float32, n*l.hwo*l.kkc)
+	l.grad = g[:nw+l.out.C]
+	l.chunk = max(1, min(n, chunkBudget/(4*l.hwo*(l.kkc+l.out.C))))
+	l.part = make([]float32, l.chunks(n)*len(l.grad))
+	if l.direct = l.kkc <= kernels.SmallMax && l.out.C%8 == 0; l.direct {
+		l.wT = make([]float32, l.kkc*l.out.C)
+	}
 	l.x = x
-	l.im2colTask, l.col2imTask = l.im2col, l.col2im
+	l.fwdTask, l.bwdTask, l.dwTask = l.fwd, l.bwd, l.sumParts
 }
 
 func (l *Conv2D) initParams(rng *rand.Rand) {
@@ -65,105 +101,104 @@ func (l *Conv2D) initParams(rng *rand.Rand) {
 	clear(l.b)
 }
 
+func (l *Conv2D) chunks(n int) int { return (n + l.chunk - 1) / l.chunk }
+
+// colBlocks makes sure every worker has a col block (once: the workers are
+// set after bind).
+func (l *Conv2D) colBlocks() {
+	for len(l.cols) < l.x.par.Workers() {
+		l.cols = append(l.cols, make([]float32, l.chunk*l.hwo*l.kkc))
+		if l.direct {
+			l.pads = append(l.pads, make([]float32, l.win.Padded()))
+			l.dwT = append(l.dwT, make([]float32, l.kkc*l.out.C))
+		}
+	}
+}
+
 // forward: x (N, H, W, C), y (N, Ho, Wo, O).
 func (l *Conv2D) forward(x, y []float32, n int) {
-	m, o := n*l.hwo, l.out.C
-	l.cur = x
-	l.x.par.Run(n, l.im2colTask)
-	for i := 0; i < m; i++ {
-		copy(y[i*o:(i+1)*o], l.b)
+	l.colBlocks()
+	if l.direct {
+		transpose(l.wT, l.w, l.out.C, l.kkc)
 	}
-	l.x.gemm(noT, tr, m, o, l.kkc, 1, l.col, l.kkc, l.w, l.kkc, 1, y, o)
+	l.cx, l.cy, l.n = x, y, n
+	l.x.par.Run(l.chunks(n), l.fwdTask)
 }
 
-func (l *Conv2D) backward(x, y, dy, dx []float32, n int) {
-	m, o := n*l.hwo, l.out.C
-	// col still holds im2col(x) from forward.
-	l.x.gemm(tr, noT, o, l.kkc, m, 1, dy, o, l.col, l.kkc, 0, l.dw, l.kkc)
-	colSums(l.db, dy, m, o)
-	if dx == nil {
-		return
-	}
-	l.x.gemm(noT, noT, m, l.kkc, o, 1, dy, o, l.w, l.kkc, 0, l.col, l.kkc)
-	l.dcur = dx
-	l.x.par.Run(n, l.col2imTask)
+// span returns chunk c's first sample and its number of samples.
+func (l *Conv2D) span(c int) (int, int) {
+	s0 := c * l.chunk
+	return s0, min(l.chunk, l.n-s0)
 }
 
-// im2col copies every receptive field of samples [lo, hi) of l.cur into a
-// row of col, in (kh, kw, c) order, zeros where the field hangs over the
-// padding.
-func (l *Conv2D) im2col(lo, hi int) {
-	in, c, size := l.in, l.in.C, l.in.Size()
-	for i := lo; i < hi; i++ {
-		xs := l.cur[i*size : (i+1)*size]
-		for oh := 0; oh < l.out.H; oh++ {
-			for ow := 0; ow < l.out.W; ow++ {
-				row := l.col[((i*l.out.H+oh)*l.out.W+ow)*l.kkc:][:l.kkc]
-				for kh := 0; kh < l.k; kh++ {
-					ih := oh*l.s - l.p + kh
-					seg := row[kh*l.k*c : (kh+1)*l.k*c]
-					if ih < 0 || ih >= in.H {
-						clear(seg)
-						continue
-					}
-					iw0 := ow*l.s - l.p
-					if iw0 >= 0 && iw0+l.k <= in.W {
-						// The whole kernel row is inside: one contiguous copy.
-						copy(seg, xs[(ih*in.W+iw0)*c:])
-						continue
-					}
-					for kw := 0; kw < l.k; kw++ {
-						iw := iw0 + kw
-						dst := seg[kw*c : (kw+1)*c]
-						if iw < 0 || iw >= in.W {
-							clear(dst)
-						} else {
-							copy(dst, xs[(ih*in.W+iw)*c:])
-						}
-					}
+func (l *Conv2D) fwd(w, lo, hi int) {
+	o, size := l.out.C, l.in.Size()
+	for c := lo; c < hi; c++ {
+		s0, ns := l.span(c)
+		m := ns * l.hwo
+		x, y := l.cx[s0*size:][:ns*size], l.cy[s0*l.hwo*o:][:m*o]
+		if l.direct {
+			kernels.ConvSmallForward(l.win, ns, x, l.wT, o, y, l.pads[w])
+		} else {
+			col := l.cols[w][:m*l.kkc]
+			kernels.Im2col(l.win, ns, x, col)
+			gemm(noT, tr, m, o, l.kkc, 1, col, l.kkc, l.w, l.kkc, 0, y, o)
+		}
+		if !l.biasLater {
+			for i := 0; i < m; i++ {
+				yr := y[i*o : (i+1)*o]
+				for j, b := range l.b {
+					yr[j] += b
 				}
 			}
 		}
 	}
 }
 
-// col2im is the adjoint of im2col: it adds every row of col back onto the
-// input positions of samples [lo, hi) of l.dcur it was copied from.
-func (l *Conv2D) col2im(lo, hi int) {
-	in, c, size := l.in, l.in.C, l.in.Size()
-	clear(l.dcur[lo*size : hi*size])
-	for i := lo; i < hi; i++ {
-		xs := l.dcur[i*size : (i+1)*size]
-		for oh := 0; oh < l.out.H; oh++ {
-			for ow := 0; ow < l.out.W; ow++ {
-				row := l.col[((i*l.out.H+oh)*l.out.W+ow)*l.kkc:][:l.kkc]
-				for kh := 0; kh < l.k; kh++ {
-					ih := oh*l.s - l.p + kh
-					if ih < 0 || ih >= in.H {
-						continue
-					}
-					iw0 := ow*l.s - l.p
-					if iw0 >= 0 && iw0+l.k <= in.W {
-						src := row[kh*l.k*c : (kh+1)*l.k*c]
-						dst := xs[(ih*in.W+iw0)*c:][:len(src)]
-						for j, v := range src {
-							dst[j] += v
-						}
-						continue
-					}
-					for kw := 0; kw < l.k; kw++ {
-						iw := iw0 + kw
-						if iw < 0 || iw >= in.W {
-							continue
-						}
-						src := row[(kh*l.k+kw)*c:][:c]
-						dst := xs[(ih*in.W+iw)*c:][:c]
-						for j, v := range src {
-							dst[j] += v
-						}
-					}
-				}
-			}
+func (l *Conv2D) backward(x, y, dy, dx []float32, n int) {
+	l.colBlocks()
+	l.cx, l.cdy, l.cdx, l.n = x, dy, dx, n
+	l.x.par.Run(l.chunks(n), l.bwdTask)
+	l.x.par.Run(len(l.grad), l.dwTask)
+	l.cdx = nil
+}
+
+func (l *Conv2D) bwd(w, lo, hi int) {
+	o, size, nw := l.out.C, l.in.Size(), l.out.C*l.kkc
+	for c := lo; c < hi; c++ {
+		s0, ns := l.span(c)
+		m := ns * l.hwo
+		col := l.cols[w][:m*l.kkc]
+		dy := l.cdy[s0*l.hwo*o:][:m*o]
+		part := l.part[c*len(l.grad):][:len(l.grad)]
+		x := l.cx[s0*size:][:ns*size]
+		if l.direct {
+			kernels.ConvSmallWeights(l.win, ns, x, dy, o, l.dwT[w], l.pads[w])
+			transpose(part[:nw], l.dwT[w], l.kkc, o)
+		} else {
+			kernels.Im2col(l.win, ns, x, col)
+			gemm(tr, noT, o, l.kkc, m, 1, dy, o, col, l.kkc, 0, part[:nw], l.kkc)
+		}
+		kernels.ColSums(part[nw:], dy, m, o, o)
+		if l.cdx == nil {
+			continue
+		}
+		gemm(noT, noT, m, l.kkc, o, 1, dy, o, l.w, l.kkc, 0, col, l.kkc)
+		kernels.Col2im(l.win, ns, col, l.cdx[s0*size:][:ns*size])
+	}
+}
+
+// sumParts adds the chunks' gradients, in chunk order, for parameters
+// [lo, hi).
+func (l *Conv2D) sumParts(w, lo, hi int) {
+	kernels.ColSums(l.grad[lo:hi], l.part[lo:], l.chunks(l.n), hi-lo, len(l.grad))
+}
+
+// transpose sets dst (n, m) to the transpose of src (m, n).
+func transpose(dst, src []float32, m, n int) {
+	for i := 0; i < m; i++ {
+		for j, v := range src[i*n : (i+1)*n] {
+			dst[j*m+i] = v
 		}
 	}
 }

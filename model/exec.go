@@ -66,3 +66,9 @@ func (g *gemmTask) Run(w, lo, hi int) {
 type samples func(lo, hi int)
 
 func (f samples) Run(w, lo, hi int) { f(lo, hi) }
+
+// perWorker is a Task whose work needs the worker's index (to use that
+// worker's scratch buffers), calling fn(w, lo, hi).
+type perWorker func(w, lo, hi int)
+
+func (f perWorker) Run(w, lo, hi int) { f(w, lo, hi) }

@@ -208,6 +208,9 @@ func TestConvGradients(t *testing.T) {
 		{Shape{7, 7, 3}, 4, 3, 2, 0},
 		{Shape{5, 6, 2}, 2, 2, 1, 1},
 		{Shape{4, 4, 3}, 5, 1, 1, 0},
+		// 8 or 16 outputs and K*K*C <= 32: the direct kernels.
+		{Shape{6, 5, 1}, 8, 3, 1, 1},
+		{Shape{7, 7, 3}, 16, 3, 2, 0},
 	} {
 		in, o, k, s, p := c.in, c.o, c.k, c.s, c.p
 		checkLayer(t, Conv(o, k, s, p), in, 2, func(x, prm []float64) []float64 {
@@ -279,13 +282,11 @@ func TestNetGradient(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	copy(net.Input(), randSlice(rng, n*in.Size()))
 	labels := []int32{2, 0}
-	net.Forward(n)
-	net.Loss(labels)
-	net.Backward(nil)
+	logits := net.Forward(n)
 
 	x := to64(net.Input()[:n*in.Size()])
 	p := to64(net.Params)
-	ref := func() float64 {
+	refLogits := func() []float64 {
 		o := 0
 		take := func(k int) []float64 { s := p[o : o+k]; o += k; return s }
 		h := refConv(x, take(3*9*2), take(3), in, 3, 3, 1, 1, n)
@@ -293,9 +294,14 @@ func TestNetGradient(t *testing.T) {
 		h = refConv(h, take(4*9*3), take(4), Shape{4, 4, 3}, 4, 3, 1, 1, n)
 		h = refPool(refReLU(h), Shape{4, 4, 4}, 2, 2, n)
 		h = refLinear(h, take(6*16), take(6), 16, 6, n)
-		h = refLinear(h, take(3*6), take(3), 6, 3, n)
-		return refCE(h, labels, 3)
+		return refLinear(h, take(3*6), take(3), 6, 3, n)
 	}
+	// Conv, ReLU and pool run fused (bias and ReLU after the pool): the
+	// scores must still be those of the plain layer sequence.
+	assertClose(t, "logits", logits, refLogits(), 1e-5)
+	net.Loss(labels)
+	net.Backward(nil)
+	ref := func() float64 { return refCE(refLogits(), labels, 3) }
 	assertClose(t, "net gradient", net.Grads, numGrad(p, ref), 1e-3)
 }
 

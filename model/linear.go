@@ -3,6 +3,8 @@ package model
 import (
 	"fmt"
 	"math/rand/v2"
+
+	"hpctrain/internal/kernels"
 )
 
 // Linear is a fully connected layer: y = x W^T + b.
@@ -53,19 +55,8 @@ func (l *Linear) forward(x, y []float32, n int) {
 // backward: dW = dy^T x, db = column sums of dy, dx = dy W.
 func (l *Linear) backward(x, y, dy, dx []float32, n int) {
 	l.x.gemm(tr, noT, l.o, l.in, n, 1, dy, l.o, x, l.in, 0, l.dw, l.in)
-	colSums(l.db, dy, n, l.o)
+	kernels.ColSums(l.db, dy, n, l.o, l.o)
 	if dx != nil {
 		l.x.gemm(noT, noT, n, l.in, l.o, 1, dy, l.o, l.w, l.in, 0, dx, l.in)
-	}
-}
-
-// colSums sets dst[j] to the sum over the m rows of a (m, n) matrix.
-func colSums(dst, a []float32, m, n int) {
-	clear(dst)
-	for i := 0; i < m; i++ {
-		row := a[i*n : (i+1)*n]
-		for j, v := range row {
-			dst[j] += v
-		}
 	}
 }

@@ -90,13 +90,14 @@ func NewNet(in Shape, batch int, seed uint64, specs ...Spec) (*Net, error) {
 	n.Params = make([]float32, total)
 	n.Grads = make([]float32, total)
 
+	fuse(n.Layers)
 	n.acts = [][]float32{make([]float32, batch*in.Size())}
 	n.dacts = [][]float32{nil}
 	for i, l := range n.Layers {
 		p := n.Params[n.offsets[i] : n.offsets[i]+l.NumParams()]
 		g := n.Grads[n.offsets[i] : n.offsets[i]+l.NumParams()]
 		l.bind(p, g, batch, &n.x)
-		if _, ok := l.(*Flat); ok {
+		if inPlace(l) {
 			n.acts = append(n.acts, n.acts[i])
 			n.dacts = append(n.dacts, n.dacts[i])
 			continue
@@ -108,6 +109,44 @@ func NewNet(in Shape, batch int, seed uint64, specs ...Spec) (*Net, error) {
 	n.probs = make([]float32, batch*n.Classes)
 	n.Init(seed)
 	return n, nil
+}
+
+// fuse folds a ReLU, and a convolution's bias, into the max-pool that
+// follows them (see MaxPool2D): conv, [relu,] pool.
+func fuse(ls []Layer) {
+	for i, l := range ls {
+		p, ok := l.(*MaxPool2D)
+		if !ok {
+			continue
+		}
+		j := i - 1
+		if r, ok := at(ls, j).(*ReLU); ok {
+			r.fused, p.relu = true, true
+			j--
+		}
+		if c, ok := at(ls, j).(*Conv2D); ok {
+			c.biasLater, p.biasOf = true, c
+		}
+	}
+}
+
+func at(ls []Layer, i int) Layer {
+	if i < 0 {
+		return nil
+	}
+	return ls[i]
+}
+
+// inPlace reports whether a layer's output is its input: a flatten, or a
+// ReLU fused into the pool after it.
+func inPlace(l Layer) bool {
+	switch l := l.(type) {
+	case *Flat:
+		return true
+	case *ReLU:
+		return l.fused
+	}
+	return false
 }
 
 func kindOf(l Layer) string {

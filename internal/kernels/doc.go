@@ -1,0 +1,11 @@
+// Package kernels holds the model's memory-bound CPU kernels: im2col and
+// col2im, max-pooling with a fused bias and ReLU, column sums and ReLU, on
+// channels-last (NHWC) float32 samples.
+//
+// Each kernel exists twice: in plain Go (the reference, always compiled,
+// named with a Go prefix) and in C compiled by cgo, vectorised by the
+// compiler for AVX2 with a generic fallback chosen at load time. Built with
+// -tags purego, or without cgo, the exported kernels are the Go ones.
+// The arithmetic (GEMM) is not here: it goes through gonum's blas32
+// interface (see hpctrain/internal/openblas).
+package kernels

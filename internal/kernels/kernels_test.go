@@ -1,0 +1,158 @@
+package kernels
+
+import (
+	"math/rand/v2"
+	"testing"
+)
+
+func randf(rng *rand.Rand, n int) []float32 {
+	a := make([]float32, n)
+	for i := range a {
+		a[i] = float32(rng.NormFloat64())
+	}
+	return a
+}
+
+func equal(t *testing.T, what string, got, want []float32) {
+	t.Helper()
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("%s[%d] = %v, reference %v", what, i, got[i], want[i])
+		}
+	}
+}
+
+func conv(h, w, c, k, s, p int) Window {
+	return Window{H: h, W: w, C: c, K: k, S: s, P: p, Ho: (h+2*p-k)/s + 1, Wo: (w+2*p-k)/s + 1}
+}
+
+// The exported kernels (C unless purego) give exactly what the plain Go
+// references give: they copy, compare and add the same values in the same
+// order.
+func TestIm2colCol2im(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, g := range []Window{
+		conv(28, 28, 1, 3, 1, 1), conv(14, 14, 32, 3, 1, 1), conv(7, 6, 3, 3, 2, 0),
+		conv(5, 6, 2, 2, 1, 1), conv(4, 4, 3, 1, 1, 0), conv(6, 5, 2, 5, 1, 2),
+	} {
+		const n = 3
+		x := randf(rng, n*g.In())
+		col, ref := make([]float32, n*g.Cols()), make([]float32, n*g.Cols())
+		for i := range col {
+			col[i] = 7 // stale values must be overwritten, padding zeroed
+		}
+		Im2col(g, n, x, col)
+		GoIm2col(g, n, x, ref)
+		equal(t, "im2col", col, ref)
+
+		dcol := randf(rng, n*g.Cols())
+		dx, dref := randf(rng, n*g.In()), make([]float32, n*g.In())
+		Col2im(g, n, dcol, dx)
+		GoCol2im(g, n, dcol, dref)
+		equal(t, "col2im", dx, dref)
+	}
+}
+
+func TestPool(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	pool := func(h, w, c, k, s int) Window {
+		return Window{H: h, W: w, C: c, K: k, S: s, Ho: (h-k)/s + 1, Wo: (w-k)/s + 1}
+	}
+	for _, g := range []Window{pool(28, 28, 32, 2, 2), pool(7, 7, 5, 2, 2), pool(5, 5, 2, 3, 1), pool(6, 4, 3, 2, 1)} {
+		for _, fused := range []bool{false, true} {
+			const n = 2
+			x := randf(rng, n*g.In())
+			// Ties: the first maximum in window order wins, in both.
+			x[1], x[1+g.C] = 3, 3
+			var bias []float32
+			if fused {
+				bias = randf(rng, g.C)
+			}
+			y, yr := make([]float32, n*g.Out()), make([]float32, n*g.Out())
+			a, ar := make([]uint8, n*g.Out()), make([]uint8, n*g.Out())
+			PoolForward(g, n, x, bias, fused, y, a)
+			GoPoolForward(g, n, x, bias, fused, yr, ar)
+			equal(t, "pool", y, yr)
+			for i := range a {
+				if a[i] != ar[i] {
+					t.Fatalf("%+v: argmax[%d] = %d, reference %d", g, i, a[i], ar[i])
+				}
+			}
+			dy := randf(rng, n*g.Out())
+			dx, dxr := randf(rng, n*g.In()), make([]float32, n*g.In())
+			PoolBackward(g, n, dy, y, a, fused, dx)
+			GoPoolBackward(g, n, dy, yr, ar, fused, dxr)
+			equal(t, "pool backward", dx, dxr)
+		}
+	}
+}
+
+func TestColSumsReLU(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	a := randf(rng, 37*19)
+	s, sr := randf(rng, 19), make([]float32, 19)
+	ColSums(s, a, 37, 19, 19)
+	GoColSums(sr, a, 37, 19, 19)
+	equal(t, "colsums", s, sr)
+	// A column range of a wider matrix: 36 rows of columns 5..12.
+	ColSums(s, a[5:], 36, 7, 19)
+	for j := 0; j < 7; j++ {
+		var want float32
+		for i := 0; i < 36; i++ {
+			want += a[i*19+5+j]
+		}
+		if s[j] != want {
+			t.Fatalf("strided colsums[%d] = %v, want %v", j, s[j], want)
+		}
+	}
+
+	y, yr := make([]float32, len(a)), make([]float32, len(a))
+	ReLU(a, y)
+	GoReLU(a, yr)
+	equal(t, "relu", y, yr)
+	dy := randf(rng, len(a))
+	dx, dxr := make([]float32, len(a)), make([]float32, len(a))
+	ReLUBackward(y, dy, dx)
+	GoReLUBackward(yr, dy, dxr)
+	equal(t, "relu backward", dx, dxr)
+}
+
+func TestBadArguments(t *testing.T) {
+	g := conv(4, 4, 2, 3, 1, 1)
+	defer func() {
+		if recover() == nil {
+			t.Error("Im2col into a short buffer did not panic")
+		}
+	}()
+	Im2col(g, 2, make([]float32, 2*g.In()), make([]float32, g.Cols()))
+}
+
+func TestConvSmall(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	for _, c := range []struct {
+		g Window
+		o int
+	}{{conv(28, 28, 1, 3, 1, 1), 32}, {conv(7, 6, 3, 3, 2, 0), 8}, {conv(5, 6, 2, 2, 1, 1), 40}, {conv(6, 5, 1, 5, 1, 2), 16}} {
+		g, o := c.g, c.o
+		const n = 2
+		kkc := g.K * g.K * g.C
+		x, wT := randf(rng, n*g.In()), randf(rng, kkc*o)
+		dy := randf(rng, n*g.Ho*g.Wo*o)
+		y, yr := randf(rng, n*g.Ho*g.Wo*o), make([]float32, n*g.Ho*g.Wo*o)
+		dw, dwr := randf(rng, kkc*o), make([]float32, kkc*o)
+		scratch := randf(rng, g.Padded()) // stale values must not leak into the border
+		ConvSmallForward(g, n, x, wT, o, y, scratch)
+		GoConvSmallForward(g, n, x, wT, o, yr, nil)
+		ConvSmallWeights(g, n, x, dy, o, dw, scratch)
+		GoConvSmallWeights(g, n, x, dy, o, dwr, nil)
+		close := func(what string, got, want []float32) {
+			for i := range want {
+				if d := got[i] - want[i]; d > 1e-3 || d < -1e-3 {
+					t.Fatalf("%+v, %d outputs: %s[%d] = %v, reference %v", g, o, what, i, got[i], want[i])
+				}
+			}
+		}
+		close("forward", y, yr)
+		close("weights", dw, dwr)
+	}
+}

@@ -1,0 +1,378 @@
+//go:build cgo && !purego
+
+package kernels
+
+/*
+#cgo CFLAGS: -O3
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define CLONES
+#endif
+
+typedef struct { long H, W, C, K, S, P, Ho, Wo; } window;
+
+static inline void copyz(float *restrict d, const float *restrict s, long n) {
+	__builtin_memcpy(d, s, n * sizeof(float));
+}
+static inline void zero(float *d, long n) {
+	for (long j = 0; j < n; j++) d[j] = 0;
+}
+
+CLONES static void im2col(window g, long n, const float *x, float *col) {
+	long C = g.C, K = g.K, kc = K * C, kkc = K * kc;
+	long in = g.H * g.W * C, cols = g.Ho * g.Wo * kkc;
+	for (long i = 0; i < n; i++) {
+		const float *xs = x + i * in;
+		float *cs = col + i * cols;
+		for (long oh = 0; oh < g.Ho; oh++)
+		for (long ow = 0; ow < g.Wo; ow++) {
+			float *row = cs + (oh * g.Wo + ow) * kkc;
+			long iw0 = ow * g.S - g.P;
+			int inside = iw0 >= 0 && iw0 + K <= g.W;
+			for (long kh = 0; kh < K; kh++) {
+				long ih = oh * g.S - g.P + kh;
+				float *seg = row + kh * kc;
+				if (ih < 0 || ih >= g.H) { zero(seg, kc); continue; }
+				const float *src = xs + ih * g.W * C;
+				if (inside) { copyz(seg, src + iw0 * C, kc); continue; }
+				for (long kw = 0; kw < K; kw++) {
+					long iw = iw0 + kw;
+					if (iw < 0 || iw >= g.W) zero(seg + kw * C, C);
+					else copyz(seg + kw * C, src + iw * C, C);
+				}
+			}
+		}
+	}
+}
+
+CLONES static void col2im(window g, long n, const float *col, float *dx) {
+	long C = g.C, K = g.K, kc = K * C, kkc = K * kc;
+	long in = g.H * g.W * C, cols = g.Ho * g.Wo * kkc;
+	zero(dx, n * in);
+	for (long i = 0; i < n; i++) {
+		float *xs = dx + i * in;
+		const float *cs = col + i * cols;
+		for (long oh = 0; oh < g.Ho; oh++)
+		for (long ow = 0; ow < g.Wo; ow++) {
+			const float *row = cs + (oh * g.Wo + ow) * kkc;
+			long iw0 = ow * g.S - g.P;
+			int inside = iw0 >= 0 && iw0 + K <= g.W;
+			for (long kh = 0; kh < K; kh++) {
+				long ih = oh * g.S - g.P + kh;
+				if (ih < 0 || ih >= g.H) continue;
+				float *dst = xs + ih * g.W * C;
+				const float *seg = row + kh * kc;
+				if (inside) {
+					float *d = dst + iw0 * C;
+					for (long j = 0; j < kc; j++) d[j] += seg[j];
+					continue;
+				}
+				for (long kw = 0; kw < K; kw++) {
+					long iw = iw0 + kw;
+					if (iw < 0 || iw >= g.W) continue;
+					float *d = dst + iw * C;
+					const float *s = seg + kw * C;
+					for (long j = 0; j < C; j++) d[j] += s[j];
+				}
+			}
+		}
+	}
+}
+
+// max4 is the 2x2 window: the maximum of four rows of C channels and which
+// row it came from (the first on ties). The argmax is kept in a float so
+// that the loop vectorises with one lane width.
+static inline void max4(const float *restrict r0, const float *restrict r1, const float *restrict r2,
+	const float *restrict r3, float *restrict y, uint8_t *restrict arg, long C) {
+	for (long c = 0; c < C; c++) {
+		float m = r0[c], a = 0, v;
+		v = r1[c]; a = v > m ? 1.f : a; m = v > m ? v : m;
+		v = r2[c]; a = v > m ? 2.f : a; m = v > m ? v : m;
+		v = r3[c]; a = v > m ? 3.f : a; m = v > m ? v : m;
+		y[c] = m;
+		arg[c] = (uint8_t)(int)a;
+	}
+}
+
+// route4 writes a 2x2 window's four gradient rows: dy where the maximum
+// was (unless a fused ReLU cut the output to zero), zero elsewhere.
+static inline void route4(const float *restrict dy, const float *restrict y, const uint8_t *restrict arg, int relu,
+	float *restrict r0, float *restrict r1, float *restrict r2, float *restrict r3, long C) {
+	for (long c = 0; c < C; c++) {
+		float g = relu && y[c] == 0 ? 0 : dy[c];
+		float a = (float)arg[c];
+		r0[c] = a == 0 ? g : 0;
+		r1[c] = a == 1 ? g : 0;
+		r2[c] = a == 2 ? g : 0;
+		r3[c] = a == 3 ? g : 0;
+	}
+}
+
+CLONES static void pool_fwd(window g, long n, const float *x, const float *bias, int relu, float *y, uint8_t *arg) {
+	long C = g.C, K = g.K, W = g.W;
+	long in = g.H * W * C, out = g.Ho * g.Wo * C;
+	for (long i = 0; i < n; i++)
+	for (long oh = 0; oh < g.Ho; oh++)
+	for (long ow = 0; ow < g.Wo; ow++) {
+		const float *x0 = x + i * in + (oh * g.S * W + ow * g.S) * C;
+		float *yr = y + i * out + (oh * g.Wo + ow) * C;
+		uint8_t *ar = arg + i * out + (oh * g.Wo + ow) * C;
+		if (K == 2) {
+			max4(x0, x0 + C, x0 + W * C, x0 + W * C + C, yr, ar, C);
+		} else {
+			for (long c = 0; c < C; c++) { yr[c] = x0[c]; ar[c] = 0; }
+			for (long kh = 0; kh < K; kh++)
+			for (long kw = 0; kw < K; kw++) {
+				const float *r = x0 + (kh * W + kw) * C;
+				uint8_t win = (uint8_t)(kh * K + kw);
+				for (long c = 0; c < C; c++) {
+					if (r[c] > yr[c]) { yr[c] = r[c]; ar[c] = win; }
+				}
+			}
+		}
+		if (bias) for (long c = 0; c < C; c++) yr[c] += bias[c];
+		if (relu) for (long c = 0; c < C; c++) yr[c] = yr[c] < 0 ? 0 : yr[c];
+	}
+}
+
+CLONES static void pool_bwd(window g, long n, const float *dy, const float *y, const uint8_t *arg, int relu, float *dx) {
+	long C = g.C, K = g.K, W = g.W;
+	long in = g.H * W * C, out = g.Ho * g.Wo * C;
+	int tiles = K == 2 && g.S == 2 && g.Ho * 2 == g.H && g.Wo * 2 == W;
+	if (!tiles) zero(dx, n * in);
+	for (long i = 0; i < n; i++)
+	for (long oh = 0; oh < g.Ho; oh++)
+	for (long ow = 0; ow < g.Wo; ow++) {
+		long o = i * out + (oh * g.Wo + ow) * C;
+		const float *dyr = dy + o, *yr = y + o;
+		const uint8_t *ar = arg + o;
+		float *x0 = dx + i * in + (oh * g.S * W + ow * g.S) * C;
+		if (tiles) {
+			route4(dyr, yr, ar, relu, x0, x0 + C, x0 + W * C, x0 + W * C + C, C);
+			continue;
+		}
+		for (long c = 0; c < C; c++) {
+			if (relu && yr[c] == 0) continue;
+			long a = ar[c];
+			x0[((a / K) * W + a % K) * C + c] += dyr[c];
+		}
+	}
+}
+
+CLONES static void colsums(float *dst, const float *a, long m, long n, long lda) {
+	zero(dst, n);
+	for (long i = 0; i < m; i++) {
+		const float *r = a + i * lda;
+		for (long j = 0; j < n; j++) dst[j] += r[j];
+	}
+}
+
+// v8 is eight floats, unaligned: GCC's vector extension keeps the
+// accumulators below in registers (AVX2 ymm, or two SSE xmm in the
+// generic clone).
+typedef float v8 __attribute__((vector_size(32), aligned(4)));
+
+// pad copies one sample x (H, W, C) into xp (H+2P, W+2P, C) with a zero
+// border, so that the direct convolution below needs no bounds checks.
+static void pad(window g, const float *restrict x, float *restrict xp) {
+	long C = g.C, Wp = g.W + 2 * g.P, Hp = g.H + 2 * g.P;
+	zero(xp, Hp * Wp * C);
+	for (long h = 0; h < g.H; h++)
+		__builtin_memcpy(xp + ((h + g.P) * Wp + g.P) * C, x + h * g.W * C, g.W * C * sizeof(float));
+}
+
+// conv_small_fwd is a direct convolution for few input channels
+// (K*K*C <= 32) and O a multiple of 8: y (n, Ho, Wo, O) = conv(x, W),
+// no bias, with wT the weights transposed to (K*K*C, O). For each output
+// pixel, 8 channels at a time are accumulated in registers over the taps.
+CLONES static void conv_small_fwd(window g, long n, const float *x, const float *restrict wT, long O, float *restrict y, float *restrict xp) {
+	long C = g.C, K = g.K, Wp = g.W + 2 * g.P, kkc = K * K * C;
+	long off[32];
+	for (long kh = 0, t = 0; kh < K; kh++)
+		for (long kw = 0; kw < K; kw++)
+			for (long c = 0; c < C; c++) off[t++] = (kh * Wp + kw) * C + c;
+	for (long i = 0; i < n; i++) {
+		pad(g, x + i * g.H * g.W * C, xp);
+		float *ys = y + i * g.Ho * g.Wo * O;
+		for (long oh = 0; oh < g.Ho; oh++)
+		for (long ow = 0; ow < g.Wo; ow++) {
+			const float *base = xp + (oh * g.S * Wp + ow * g.S) * C;
+			v8 *yr = (v8 *)(ys + (oh * g.Wo + ow) * O);
+			long j = 0;
+			for (; j + 32 <= O; j += 32) {
+				v8 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+				for (long t = 0; t < kkc; t++) {
+					float v = base[off[t]];
+					const v8 *w = (const v8 *)(wT + t * O + j);
+					a0 += v * w[0]; a1 += v * w[1]; a2 += v * w[2]; a3 += v * w[3];
+				}
+				yr[j / 8] = a0; yr[j / 8 + 1] = a1; yr[j / 8 + 2] = a2; yr[j / 8 + 3] = a3;
+			}
+			for (; j < O; j += 8) {
+				v8 a0 = {0};
+				for (long t = 0; t < kkc; t++) a0 += base[off[t]] * *(const v8 *)(wT + t * O + j);
+				yr[j / 8] = a0;
+			}
+		}
+	}
+}
+
+// conv_small_dw is conv_small_fwd's weight gradient: dwT (K*K*C, O) =
+// sum over the n samples' pixels of x(tap) dy(pixel). Three taps by 32
+// channels at a time are accumulated in registers over the pixels.
+CLONES static void conv_small_dw(window g, long n, const float *x, const float *restrict dy, long O, float *restrict dwT, float *restrict xp) {
+	long C = g.C, K = g.K, Wp = g.W + 2 * g.P, kkc = K * K * C, P = g.Ho * g.Wo;
+	long off[32];
+	for (long kh = 0, t = 0; kh < K; kh++)
+		for (long kw = 0; kw < K; kw++)
+			for (long c = 0; c < C; c++) off[t++] = (kh * Wp + kw) * C + c;
+	zero(dwT, kkc * O);
+	for (long i = 0; i < n; i++) {
+		pad(g, x + i * g.H * g.W * C, xp);
+		const float *ds = dy + i * P * O;
+		long t = 0;
+		for (; t < kkc; t += 3) {
+			long t1 = t + 1 < kkc ? t + 1 : t, t2 = t + 2 < kkc ? t + 2 : t;
+			for (long j = 0; j < O; j += 8) {
+				v8 a = {0}, b = {0}, c = {0};
+				const float *d0 = ds + j;
+				for (long oh = 0; oh < g.Ho; oh++) {
+					const float *row = xp + oh * g.S * Wp * C;
+					const float *x0 = row + off[t], *x1 = row + off[t1], *x2 = row + off[t2];
+					for (long ow = 0; ow < g.Wo; ow++, d0 += O) {
+						v8 d = *(const v8 *)d0;
+						long q = ow * g.S * C;
+						a += x0[q] * d; b += x1[q] * d; c += x2[q] * d;
+					}
+				}
+				*(v8 *)(dwT + t * O + j) += a;
+				if (t1 != t) *(v8 *)(dwT + t1 * O + j) += b;
+				if (t2 != t) *(v8 *)(dwT + t2 * O + j) += c;
+			}
+		}
+	}
+}
+
+CLONES static void relu_fwd(const float *x, float *y, long n) {
+	for (long i = 0; i < n; i++) y[i] = x[i] < 0 ? 0 : x[i];
+}
+
+CLONES static void relu_bwd(const float *y, const float *dy, float *dx, long n) {
+	for (long i = 0; i < n; i++) dx[i] = y[i] > 0 ? dy[i] : 0;
+}
+*/
+import "C"
+
+import "unsafe"
+
+// Native reports whether the C kernels are in use (false under purego).
+const Native = true
+
+func (g Window) c() C.window {
+	return C.window{C.long(g.H), C.long(g.W), C.long(g.C), C.long(g.K), C.long(g.S), C.long(g.P), C.long(g.Ho), C.long(g.Wo)}
+}
+
+func fp(s []float32) *C.float {
+	if len(s) == 0 {
+		return nil
+	}
+	return (*C.float)(unsafe.Pointer(&s[0]))
+}
+
+// Im2col is GoIm2col in C.
+func Im2col(g Window, n int, x, col []float32) {
+	if n == 0 {
+		return
+	}
+	g.check(n, len(x), n*g.In(), len(col), n*g.Cols())
+	w := g.c()
+	C.im2col(w, C.long(n), fp(x), fp(col))
+}
+
+// Col2im is GoCol2im in C.
+func Col2im(g Window, n int, col, dx []float32) {
+	if n == 0 {
+		return
+	}
+	g.check(n, len(col), n*g.Cols(), len(dx), n*g.In())
+	w := g.c()
+	C.col2im(w, C.long(n), fp(col), fp(dx))
+}
+
+// PoolForward is GoPoolForward in C.
+func PoolForward(g Window, n int, x, bias []float32, relu bool, y []float32, arg []uint8) {
+	if n == 0 {
+		return
+	}
+	g.check(n, len(x), n*g.In(), len(y), n*g.Out(), len(arg), n*g.Out())
+	if bias != nil && len(bias) < g.C || g.P != 0 || g.K*g.K > 256 {
+		panic("kernels: bad pool arguments")
+	}
+	w := g.c()
+	C.pool_fwd(w, C.long(n), fp(x), fp(bias), cbool(relu), fp(y), (*C.uint8_t)(unsafe.Pointer(&arg[0])))
+}
+
+// PoolBackward is GoPoolBackward in C.
+func PoolBackward(g Window, n int, dy, y []float32, arg []uint8, relu bool, dx []float32) {
+	if n == 0 {
+		return
+	}
+	g.check(n, len(dy), n*g.Out(), len(y), n*g.Out(), len(arg), n*g.Out(), len(dx), n*g.In())
+	w := g.c()
+	C.pool_bwd(w, C.long(n), fp(dy), fp(y), (*C.uint8_t)(unsafe.Pointer(&arg[0])), cbool(relu), fp(dx))
+}
+
+// ColSums is GoColSums in C.
+func ColSums(dst, a []float32, m, n, lda int) {
+	checkColSums(dst, a, m, n, lda)
+	if n == 0 {
+		return
+	}
+	if m == 0 {
+		clear(dst[:n])
+		return
+	}
+	C.colsums(fp(dst), fp(a), C.long(m), C.long(n), C.long(lda))
+}
+
+// ReLU is GoReLU in C.
+func ReLU(x, y []float32) {
+	if len(y) < len(x) {
+		panic("kernels: ReLU output shorter than input")
+	}
+	C.relu_fwd(fp(x), fp(y), C.long(len(x)))
+}
+
+// ReLUBackward is GoReLUBackward in C.
+func ReLUBackward(y, dy, dx []float32) {
+	if len(dy) < len(y) || len(dx) < len(y) {
+		panic("kernels: ReLUBackward buffers shorter than y")
+	}
+	C.relu_bwd(fp(y), fp(dy), fp(dx), C.long(len(y)))
+}
+
+// ConvSmallForward is GoConvSmallForward in C.
+func ConvSmallForward(g Window, n int, x, wT []float32, o int, y, scratch []float32) {
+	g.checkSmall(n, o, len(x), len(wT), len(y), len(scratch))
+	if n == 0 {
+		return
+	}
+	C.conv_small_fwd(g.c(), C.long(n), fp(x), fp(wT), C.long(o), fp(y), fp(scratch))
+}
+
+// ConvSmallWeights is GoConvSmallWeights in C.
+func ConvSmallWeights(g Window, n int, x, dy []float32, o int, dwT, scratch []float32) {
+	g.checkSmall(n, o, len(x), len(dwT), len(dy), len(scratch))
+	C.conv_small_dw(g.c(), C.long(n), fp(x), fp(dy), C.long(o), fp(dwT), fp(scratch))
+}
+
+func cbool(b bool) C.int {
+	if b {
+		return 1
+	}
+	return 0
+}
