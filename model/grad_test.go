@@ -264,6 +264,15 @@ func TestLossGradient(t *testing.T) {
 	}
 	want := numGrad(z64, func() float64 { return refCE(z64, labels, k) })
 	assertClose(t, "dlogits", net.dacts[len(net.Layers)][:n*k], want, 1e-5)
+
+	// SetGradScale(1/4): the gradient of a quarter of the mean loss, as
+	// each of 4 replicas that sum their gradients needs.
+	net.SetGradScale(0.25)
+	net.Loss(labels)
+	for i := range want {
+		want[i] /= 4
+	}
+	assertClose(t, "dlogits scaled", net.dacts[len(net.Layers)][:n*k], want, 1e-5)
 }
 
 // TestNetGradient checks the whole CNN-shaped stack end to end: analytic

@@ -46,6 +46,7 @@ type Net struct {
 	dacts [][]float32 // gradients of acts; dacts[0] is unused
 	probs []float32   // (N, Classes) softmax of the last forward
 	n     int         // batch of the last forward
+	scale float32     // see SetGradScale
 	x     exec        // workers and reusable tasks shared by the layers
 }
 
@@ -63,7 +64,7 @@ func NewNet(in Shape, batch int, seed uint64, specs ...Spec) (*Net, error) {
 	if batch < 1 {
 		return nil, fmt.Errorf("model: batch %d < 1", batch)
 	}
-	n := &Net{In: in, batch: batch, x: exec{par: Serial{}}}
+	n := &Net{In: in, batch: batch, x: exec{par: Serial{}}, scale: 1}
 	shape := in
 	counts := map[string]int{}
 	total := 0
@@ -177,6 +178,12 @@ func (n *Net) Init(seed uint64) {
 // until called). The results do not depend on the number of workers.
 func (n *Net) SetParallel(p Parallel) { n.x.par = p }
 
+// SetGradScale makes Backward's gradients those of the mean loss times s
+// (1 until called): replicas that sum their gradients set s to 1/replicas
+// to get the gradient of the mean over the global batch. A power of two
+// scales exactly.
+func (n *Net) SetGradScale(s float32) { n.scale = s }
+
 // Batch is the largest batch the network was built for.
 func (n *Net) Batch() int { return n.batch }
 
@@ -210,8 +217,9 @@ func (n *Net) Forward(nb int) []float32 {
 // against labels, sets up the gradient for Backward, and returns the loss
 // and the number of samples whose highest score is their label.
 //
-// The gradient is of the mean over the local batch: ranks that average their
-// gradients then hold the gradient of the mean over the global batch.
+// The gradient is of the mean over the local batch (times SetGradScale's
+// factor): ranks that average their gradients then hold the gradient of the
+// mean over the global batch.
 func (n *Net) Loss(labels []int32) (loss float64, correct int) {
 	nb := n.n
 	if len(labels) < nb {
@@ -234,7 +242,7 @@ func (n *Net) Loss(labels []int32) (loss float64, correct int) {
 			correct++
 		}
 		d := dl[i*k : (i+1)*k]
-		inv := 1 / float32(nb)
+		inv := n.scale / float32(nb)
 		for j := range d {
 			d[j] = p[j] * inv
 		}

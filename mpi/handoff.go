@@ -103,7 +103,7 @@ type queue struct {
 func newQueue() *queue { return &queue{items: make([]*request, 0, 64), wake: make(chan struct{}, 1)} }
 
 func (qu *queue) push(q *request) {
-	if qu.run != nil && q.op != opFinalize && q.op != opRawTimed {
+	if qu.run != nil && q.op != opFinalize {
 		q.owner = qu
 	}
 	qu.mu.Lock()

@@ -78,6 +78,16 @@ func sgdUpdate(p, gr, v []float32, lr, wd, ratio float64, c Config, first bool) 
 	}
 	v = v[:len(p)]
 	gr = gr[:len(p)]
+	if !first && !c.Nesterov && ratio == 1 {
+		// The common case, the same arithmetic without the per-element
+		// branches (a multiplication by ratio 1 is exact).
+		for i := range p {
+			vi := m*float64(v[i]) + damp*(float64(gr[i])+wd*float64(p[i]))
+			v[i] = float32(vi)
+			p[i] = float32(float64(p[i]) - lr*vi)
+		}
+		return
+	}
 	for i := range p {
 		d := (float64(gr[i]) + wd*float64(p[i])) * ratio
 		vi := d

@@ -149,7 +149,10 @@ func RunWith(cfg Config, c mpi.Comm, out, errOut io.Writer) (Result, error) {
 	log("hpctrain: %s", pipe.desc)
 
 	labels := make([]int32, cfg.Batch)
-	inv := 1 / float32(c.Size())
+	// Each rank's gradient is of its mean loss divided by the ranks, so
+	// that the all-reduced sum is the gradient of the mean over the global
+	// batch without another pass over the gradients.
+	net.SetGradScale(1 / float32(c.Size()))
 	total := totalSteps(cfg, trainSet.Len(), c.Size())
 	prog := newProgress(out, c.Rank() == 0, cfg.Progress, total-startStep, cfg.Batch*c.Size())
 	wd := newWatchdog(cfg.CollectiveTimeout, fmt.Sprintf("rank %d on host %s (%s)", c.Rank(), c.Host(), pl.plan), errOut, c.Abort)
@@ -191,8 +194,8 @@ func RunWith(cfg Config, c mpi.Comm, out, errOut io.Writer) (Result, error) {
 			t1 := time.Now()
 			// Backward starts each bucket's all-reduce as soon as its layers
 			// are done; wait collects them. The sums of all replicas'
-			// gradients, divided by the ranks, are the gradient of the mean
-			// loss over the global batch.
+			// gradients (each scaled by 1/ranks, see SetGradScale) are the
+			// gradient of the mean loss over the global batch.
 			net.Backward(bk)
 			t2 := time.Now()
 			comm, err := bk.wait(step)
@@ -206,7 +209,6 @@ func RunWith(cfg Config, c mpi.Comm, out, errOut io.Writer) (Result, error) {
 				}
 				return res, fmt.Errorf("epoch %d step %d: another rank's loss or gradients are NaN/Inf; all ranks stop here", epoch, s+1)
 			}
-			scale(net.Grads, inv)
 			opt.Step(net.Params, net.Grads, sched.LR(step))
 			flt.perturb(step+1, net.Params)
 			t4 := time.Now()
@@ -369,12 +371,6 @@ func groups(net *model.Net) []optim.Group {
 		gs = append(gs, optim.Group{Name: g.Name, Off: g.Off, Len: g.Len, NoDecay: g.Bias})
 	}
 	return gs
-}
-
-func scale(a []float32, s float32) {
-	for i := range a {
-		a[i] *= s
-	}
 }
 
 // evaluate computes the mean loss and accuracy over the whole test set of
