@@ -1,10 +1,12 @@
 package main
 
 import (
+	"encoding/json"
 	"image/png"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -79,13 +81,16 @@ func TestBenchCommands(t *testing.T) {
 }
 
 // TestBenchAllreduce runs the collective benchmark under mpirun: every row
-// verified (#wrong 0), the training path and raw MPI side by side.
+// verified (#wrong 0), the training path and raw MPI side by side, timed in
+// interleaved rounds; the training path's rows carry wrapper/raw (also in
+// the JSON) and the summary line covers the sizes from -overhead-from.
 func TestBenchAllreduce(t *testing.T) {
-	r := hpctrain(t, 2, 2*time.Minute, "bench", "allreduce", "-e", "262144", "-n", "5")
+	js := filepath.Join(t.TempDir(), "ar.json")
+	r := hpctrain(t, 2, 2*time.Minute, "bench", "allreduce", "-e", "262144", "-n", "5", "-rounds", "3", "-overhead-from", "65536", "-json", js)
 	if r.code != 0 {
 		t.Fatalf("%d\n%s", r.code, r.out)
 	}
-	row := regexp.MustCompile(`(?m)^(hpctrain|mpi)\s+(in-place|out-of-place)\s+(\d+)\s+\d+\s+float32\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+(\d+)$`)
+	row := regexp.MustCompile(`(?m)^(hpctrain|mpi)\s+(in-place|out-of-place)\s+(\d+)\s+\d+\s+float32\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+(\d+)\s+(\S+)\s+(\S+)$`)
 	rows := row.FindAllStringSubmatch(r.out, -1)
 	if len(rows) != 3*17 { // 4 B .. 256 KiB: 17 sizes x 3 paths
 		t.Fatalf("%d rows\n%s", len(rows), r.out)
@@ -93,6 +98,41 @@ func TestBenchAllreduce(t *testing.T) {
 	for _, m := range rows {
 		if m[4] != "0" {
 			t.Errorf("row %s %s %s: %s wrong", m[1], m[2], m[3], m[4])
+		}
+		ratio := m[1] == "hpctrain"
+		for _, v := range m[5:7] {
+			if x, err := strconv.ParseFloat(v, 64); ratio && (err != nil || x <= 0) || !ratio && v != "-" {
+				t.Errorf("row %s %s %s: wrapper/raw %q", m[1], m[2], m[3], v)
+			}
+		}
+	}
+	sum := regexp.MustCompile(`(?m)^# wrapper/raw, 3 sizes >= 65536 B: max [\d.]+ \(at \d+ B\), median [\d.]+; per-round ratios' medians: max [\d.]+, median [\d.]+; overhead <= 3%: (yes|NO)$`)
+	if !sum.MatchString(r.out) {
+		t.Errorf("no summary line over 64-256 KiB\n%s", r.out)
+	}
+	b, err := os.ReadFile(js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []struct {
+		Path     string    `json:"path"`
+		Size     int       `json:"size"`
+		Wrong    int       `json:"wrong"`
+		Rounds   int       `json:"rounds"`
+		Iters    int       `json:"iters"`
+		TimeUS   []float64 `json:"time_us_rounds"`
+		Ratio    float64   `json:"wrapper_raw"`
+		PerRound []float64 `json:"wrapper_raw_per_round"`
+	}
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(rows) {
+		t.Fatalf("%d JSON rows, %d printed", len(got), len(rows))
+	}
+	for _, g := range got {
+		if g.Rounds != 3 || g.Iters != 5 || len(g.TimeUS) != 3 || g.Wrong != 0 || (g.Path == "hpctrain") != (g.Ratio > 0 && len(g.PerRound) == 3) {
+			t.Errorf("JSON row %+v", g)
 		}
 	}
 }

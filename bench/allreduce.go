@@ -6,40 +6,83 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
+	"sort"
 	"time"
 
 	"hpctrain/mpi"
 )
 
-// AllreduceRow is one size of `hpctrain bench allreduce`, nccl-tests'
-// columns: time is the mean per call after warm-up; algbw = bytes / time;
-// busbw = algbw * 2(n-1)/n; wrong counts elements that differ from the
-// exact sum of a verifiable input.
+// AllreduceRow is one size and path of `hpctrain bench allreduce`, in
+// nccl-tests' columns. Every path of a size is timed in the same rounds: a
+// round times one block of Iters calls of each path, ranks in lock-step (a
+// barrier before each block). time is the median over rounds of the block's
+// time per call averaged over ranks; min and max are the medians over rounds
+// of the fastest and slowest rank's; algbw = bytes / time; busbw = algbw *
+// 2(n-1)/n; wrong counts elements that differ from the exact sum of a
+// verifiable input.
 type AllreduceRow struct {
 	Path   string  `json:"path"` // "hpctrain" (the training path) or "mpi" (raw MPI_Allreduce)
 	Place  string  `json:"place"`
 	Bytes  int     `json:"size"`
 	Count  int     `json:"count"`
 	Type   string  `json:"type"`
-	TimeUS float64 `json:"time_us"` // mean over ranks
+	TimeUS float64 `json:"time_us"` // median over rounds of the mean over ranks
 	MinUS  float64 `json:"time_us_min"`
 	MaxUS  float64 `json:"time_us_max"`
 	AlgBW  float64 `json:"algbw_GBps"`
 	BusBW  float64 `json:"busbw_GBps"`
 	Wrong  int     `json:"wrong"`
+
+	Rounds   int       `json:"rounds"`
+	Iters    int       `json:"iters"`          // timed calls per block
+	RoundsUS []float64 `json:"time_us_rounds"` // per round, in order: time per call, mean over ranks
+	BestUS   float64   `json:"time_us_best"`   // the fastest round's
+
+	// Only on the training path's row, when raw MPI ran beside it: its
+	// time over raw in-place MPI_Allreduce's of the same size.
+	WrapperRaw       float64   `json:"wrapper_raw,omitempty"`                  // ratio of the medians (time_us / time_us)
+	WrapperRawRounds float64   `json:"wrapper_raw_per_round_median,omitempty"` // median of the per-round ratios
+	RoundRatios      []float64 `json:"wrapper_raw_per_round,omitempty"`        // the per-round ratios, in order
+	WrapperRawBest   float64   `json:"wrapper_raw_best,omitempty"`             // ratio of the fastest rounds' times (time_us_best)
+}
+
+// AllreduceOverhead sums up wrapper/raw over the sizes from a threshold on.
+type AllreduceOverhead struct {
+	From     int     // smallest size counted, bytes
+	Sizes    int     // sizes counted
+	Max      float64 // of the ratios of medians
+	MaxAt    int     // size of Max
+	Median   float64 // of the ratios of medians
+	MaxR     float64 // of the medians of per-round ratios
+	MedianR  float64
+	Target   float64 // largest overhead allowed, e.g. 0.03
+	Achieved bool    // Max <= 1 + Target
+}
+
+// rawAllreducer times raw MPI_Allreduce calls made with no wrapper in
+// between (*mpi.World; tests stand in for it).
+type rawAllreducer interface {
+	RawAllreduce(send, recv []float32, iters int) (time.Duration, error)
 }
 
 // Allreduce is `hpctrain bench allreduce`, run under mpirun: the gradient
 // all-reduce exactly as training calls it (IallreduceSum on the MPI thread,
 // then Wait), in place, beside raw MPI_Allreduce calls made back to back on
-// the MPI thread, in place and out of place, in the same run.
+// the MPI thread, in place and out of place, in the same run and, size by
+// size, interleaved: every round times a block of each, the wrapper's and
+// raw in-place blocks adjacent with their order alternating, so that the
+// wrapper/raw ratio compares calls made within milliseconds of each other.
 func Allreduce(args []string, c mpi.Comm, out io.Writer) error {
 	fs := flag.NewFlagSet("hpctrain bench allreduce", flag.ContinueOnError)
 	minB := fs.Int("b", 4, "smallest size in bytes")
 	maxB := fs.Int("e", 64<<20, "largest size in bytes")
 	factor := fs.Int("f", 2, "size multiplication factor")
-	iters := fs.Int("n", 0, "timed iterations per size (0: about 0.2 s worth, 5 to 1000)")
-	warm := fs.Int("w", 5, "untimed warm-up iterations")
+	iters := fs.Int("n", 0, "timed calls per block, one block per path and round (0: by size, 1000 for small sizes down to 3 for large, a block then takes at most about 30 ms on a quiet node)")
+	rounds := fs.Int("rounds", 11, "rounds per size; each times one block of every path, the wrapper's and raw in-place blocks adjacent, which goes first alternating; rows report medians over rounds")
+	warm := fs.Int("w", 5, "untimed warm-up calls per path and size")
+	from := fs.Int("overhead-from", 64<<10, "summary line: wrapper/raw over the sizes >= `BYTES`")
+	target := fs.Float64("overhead-target", 3, "summary line: the wrapper's allowed overhead over raw MPI_Allreduce, in `PERCENT`")
 	typ := fs.String("type", "float32", "element type (float32)")
 	js := fs.String("json", "", "rank 0 writes the rows as JSON to `FILE`")
 	if err := fs.Parse(args); err != nil {
@@ -48,16 +91,17 @@ func Allreduce(args []string, c mpi.Comm, out io.Writer) error {
 	if *typ != "float32" {
 		return fmt.Errorf("type %q: only float32 so far", *typ)
 	}
-	if *minB < 4 || *maxB < *minB || *factor < 2 || *warm < 0 || *iters < 0 {
-		return fmt.Errorf("need 4 <= -b <= -e, -f >= 2, -w >= 0, -n >= 0")
+	if *minB < 4 || *maxB < *minB || *factor < 2 || *warm < 0 || *iters < 0 || *rounds < 1 || *target < 0 {
+		return fmt.Errorf("need 4 <= -b <= -e, -f >= 2, -w >= 0, -n >= 0, -rounds >= 1, -overhead-target >= 0")
 	}
-	w, raw := c.(*mpi.World)
+	w, raw := c.(rawAllreducer)
 	n := c.Size()
 	rank0 := c.Rank() == 0
 	if rank0 {
-		fmt.Fprintf(out, "# hpctrain bench allreduce: %d ranks, sum, float32; time = mean per call (min/max over ranks)\n", n)
-		fmt.Fprintf(out, "%-9s %-12s %12s %10s %7s %10s %10s %10s %8s %8s %6s\n",
-			"path", "place", "size", "count", "type", "time_us", "min_us", "max_us", "algbw", "busbw", "#wrong")
+		fmt.Fprintf(out, "# hpctrain bench allreduce: %d ranks, sum, float32; %d rounds per size, each timing a block of every path (wrapper and raw in-place adjacent, order alternating), ranks in lock-step\n", n, *rounds)
+		fmt.Fprintf(out, "# time = median over rounds of the time per call, mean over ranks (min/max: of the fastest/slowest rank); wrapper/raw = hpctrain time / mpi in-place time; per_round = median of the per-round ratios\n")
+		fmt.Fprintf(out, "%-9s %-12s %12s %10s %7s %10s %10s %10s %8s %8s %6s %11s %9s\n",
+			"path", "place", "size", "count", "type", "time_us", "min_us", "max_us", "algbw", "busbw", "#wrong", "wrapper/raw", "per_round")
 	}
 	var rows []AllreduceRow
 	buf := make([]float32, *maxB/4)
@@ -68,13 +112,14 @@ func Allreduce(args []string, c mpi.Comm, out io.Writer) error {
 		b, r := buf[:count], recv[:count]
 		it := *iters
 		if it == 0 {
-			it = min(1000, max(5, int(2e8/float64(size+20000))))
+			it = min(1000, max(3, int(5e7/float64(size+20000))))
 		}
 		type path struct {
 			name, place string
 			run         func(iters int) (time.Duration, error)
 			result      []float32
 		}
+		// paths[0] is the wrapper, paths[1] raw in place: the pair compared.
 		paths := []path{{"hpctrain", "in-place", func(k int) (time.Duration, error) {
 			t := time.Now()
 			for i := 0; i < k; i++ {
@@ -90,7 +135,11 @@ func Allreduce(args []string, c mpi.Comm, out io.Writer) error {
 				path{"mpi", "in-place", func(k int) (time.Duration, error) { return w.RawAllreduce(b, nil, k) }, b},
 				path{"mpi", "out-of-place", func(k int) (time.Duration, error) { return w.RawAllreduce(b, r, k) }, r})
 		}
-		for _, p := range paths {
+		np := len(paths)
+		// mine: per path, the block times of every round (us per call),
+		// then per path the wrong elements: one allgather per size.
+		mine := make([]float64, np*(*rounds)+np)
+		for pi, p := range paths {
 			if *warm > 0 {
 				fill(b, c.Rank())
 				if _, err := p.run(*warm); err != nil {
@@ -109,29 +158,108 @@ func Allreduce(args []string, c mpi.Comm, out io.Writer) error {
 					wrong++
 				}
 			}
-			d, err := p.run(it)
-			if err != nil {
-				return err
+			mine[np*(*rounds)+pi] = float64(wrong)
+		}
+		fill(b, c.Rank())
+		for k := 0; k < *rounds; k++ {
+			for j := 0; j < np; j++ {
+				pi := j
+				if k%2 == 1 { // reversed: raw in place now goes before the wrapper
+					pi = np - 1 - j
+				}
+				if err := c.Barrier(); err != nil {
+					return err
+				}
+				d, err := paths[pi].run(it)
+				if err != nil {
+					return err
+				}
+				mine[pi*(*rounds)+k] = d.Seconds() * 1e6
 			}
-			st, err := stats(c, d.Seconds()*1e6, float64(wrong))
-			if err != nil {
-				return err
-			}
+		}
+		all, err := gather(c, mine)
+		if err != nil {
+			return err
+		}
+		start := len(rows)
+		for pi, p := range paths {
 			row := AllreduceRow{Path: p.name, Place: p.place, Bytes: size, Count: count, Type: "float32",
-				TimeUS: st.mean, MinUS: st.min, MaxUS: st.max, Wrong: int(st.sum)}
+				Rounds: *rounds, Iters: it, RoundsUS: make([]float64, *rounds)}
+			mins, maxs := make([]float64, *rounds), make([]float64, *rounds)
+			for k := 0; k < *rounds; k++ {
+				s := over(all, pi*(*rounds)+k)
+				row.RoundsUS[k], mins[k], maxs[k] = s.mean, s.min, s.max
+			}
+			row.TimeUS, row.MinUS, row.MaxUS = medianF(row.RoundsUS), medianF(mins), medianF(maxs)
+			row.BestUS = slices.Min(row.RoundsUS)
+			row.Wrong = int(over(all, np*(*rounds)+pi).sum)
 			row.AlgBW = float64(size) / (row.TimeUS * 1e-6) / 1e9
 			row.BusBW = row.AlgBW * 2 * float64(n-1) / float64(n)
 			rows = append(rows, row)
-			if rank0 {
-				fmt.Fprintf(out, "%-9s %-12s %12d %10d %7s %10.2f %10.2f %10.2f %8.3f %8.3f %6d\n",
-					row.Path, row.Place, row.Bytes, row.Count, row.Type, row.TimeUS, row.MinUS, row.MaxUS, row.AlgBW, row.BusBW, row.Wrong)
+		}
+		if raw {
+			wr, rr := &rows[start], rows[start+1]
+			wr.WrapperRaw = wr.TimeUS / rr.TimeUS
+			wr.RoundRatios = make([]float64, *rounds)
+			for k := range wr.RoundRatios {
+				wr.RoundRatios[k] = wr.RoundsUS[k] / rr.RoundsUS[k]
+			}
+			wr.WrapperRawRounds = medianF(wr.RoundRatios)
+			wr.WrapperRawBest = wr.BestUS / rr.BestUS
+		}
+		if rank0 {
+			for _, row := range rows[start:] {
+				ratio, perRound := "-", "-"
+				if row.WrapperRaw != 0 {
+					ratio, perRound = fmt.Sprintf("%.3f", row.WrapperRaw), fmt.Sprintf("%.3f", row.WrapperRawRounds)
+				}
+				fmt.Fprintf(out, "%-9s %-12s %12d %10d %7s %10.2f %10.2f %10.2f %8.3f %8.3f %6d %11s %9s\n",
+					row.Path, row.Place, row.Bytes, row.Count, row.Type, row.TimeUS, row.MinUS, row.MaxUS, row.AlgBW, row.BusBW, row.Wrong, ratio, perRound)
 			}
 		}
 	}
-	if rank0 {
-		return writeJSON(*js, rows)
+	if !rank0 {
+		return nil
 	}
-	return nil
+	if !raw {
+		fmt.Fprintf(out, "# wrapper/raw: no raw MPI_Allreduce rows (they need MPI: run under mpirun)\n")
+	} else if o, ok := SummarizeOverhead(rows, *from, *target/100); !ok {
+		fmt.Fprintf(out, "# wrapper/raw: no size >= %d B in this run\n", *from)
+	} else {
+		verdict := "yes"
+		if !o.Achieved {
+			verdict = "NO"
+		}
+		fmt.Fprintf(out, "# wrapper/raw, %d sizes >= %d B: max %.3f (at %d B), median %.3f; per-round ratios' medians: max %.3f, median %.3f; overhead <= %g%%: %s\n",
+			o.Sizes, o.From, o.Max, o.MaxAt, o.Median, o.MaxR, o.MedianR, *target, verdict)
+	}
+	return writeJSON(*js, rows)
+}
+
+// SummarizeOverhead sums up the wrapper/raw ratios of the rows of sizes >=
+// from; target is the allowed overhead (0.03 for 3%), met when the largest
+// ratio of medians is at most 1+target. ok is false when no row counts.
+func SummarizeOverhead(rows []AllreduceRow, from int, target float64) (o AllreduceOverhead, ok bool) {
+	o = AllreduceOverhead{From: from, Target: target}
+	var ratios, roundRatios []float64
+	for _, r := range rows {
+		if r.WrapperRaw == 0 || r.Bytes < from {
+			continue
+		}
+		if r.WrapperRaw > o.Max {
+			o.Max, o.MaxAt = r.WrapperRaw, r.Bytes
+		}
+		o.MaxR = math.Max(o.MaxR, r.WrapperRawRounds)
+		ratios = append(ratios, r.WrapperRaw)
+		roundRatios = append(roundRatios, r.WrapperRawRounds)
+	}
+	if len(ratios) == 0 {
+		return o, false
+	}
+	o.Sizes = len(ratios)
+	o.Median, o.MedianR = medianF(ratios), medianF(roundRatios)
+	o.Achieved = o.Max <= 1+target
+	return o, true
 }
 
 func fill(b []float32, rank int) {
@@ -140,23 +268,48 @@ func fill(b []float32, rank int) {
 	}
 }
 
+// medianF is the median of x (the mean of the middle two for an even
+// count); x is not changed.
+func medianF(x []float64) float64 {
+	s := append([]float64(nil), x...)
+	sort.Float64s(s)
+	m := len(s) / 2
+	if len(s)%2 == 1 {
+		return s[m]
+	}
+	return (s[m-1] + s[m]) / 2
+}
+
+// gather returns every rank's x (all of one length), indexed by rank.
+func gather(c mpi.Comm, x []float64) ([][]float64, error) {
+	send := make([]byte, 8*len(x))
+	for i, v := range x {
+		binary.LittleEndian.PutUint64(send[8*i:], math.Float64bits(v))
+	}
+	all := make([]byte, len(send)*c.Size())
+	if err := c.Allgather(send, all); err != nil {
+		return nil, err
+	}
+	out := make([][]float64, c.Size())
+	for r := range out {
+		out[r] = make([]float64, len(x))
+		for i := range x {
+			out[r][i] = math.Float64frombits(binary.LittleEndian.Uint64(all[len(send)*r+8*i:]))
+		}
+	}
+	return out, nil
+}
+
 type rankStats struct{ min, max, mean, sum float64 }
 
-// stats gathers x (and y, summed) from every rank.
-func stats(c mpi.Comm, x, y float64) (rankStats, error) {
-	send := make([]byte, 16)
-	binary.LittleEndian.PutUint64(send, math.Float64bits(x))
-	binary.LittleEndian.PutUint64(send[8:], math.Float64bits(y))
-	all := make([]byte, 16*c.Size())
-	if err := c.Allgather(send, all); err != nil {
-		return rankStats{}, err
-	}
+// over is the min, max, mean and sum over ranks of element i.
+func over(all [][]float64, i int) rankStats {
 	s := rankStats{min: math.Inf(1), max: math.Inf(-1)}
-	for r := 0; r < c.Size(); r++ {
-		v := math.Float64frombits(binary.LittleEndian.Uint64(all[16*r:]))
+	for _, x := range all {
+		v := x[i]
 		s.min, s.max = math.Min(s.min, v), math.Max(s.max, v)
-		s.mean += v / float64(c.Size())
-		s.sum += math.Float64frombits(binary.LittleEndian.Uint64(all[16*r+8:]))
+		s.mean += v / float64(len(all))
+		s.sum += v
 	}
-	return s, nil
+	return s
 }

@@ -52,9 +52,13 @@ type Conv2D struct {
 	cx, cy   []float32 // the current call's buffers, for the tasks
 	cdy, cdx []float32
 	n        int
-	// biasLater: a following max-pool adds the bias (see MaxPool2D), so
-	// forward leaves it out.
-	biasLater bool
+	// pool, when not nil, is the max-pool (after a ReLU or not) that
+	// follows and is fused into this layer: each chunk's output is
+	// pooled while in cache, bias and ReLU added after the pool (see
+	// MaxPool2D), and only the pooled output is kept. outs are the
+	// workers' chunk outputs, or their gradients in backward.
+	pool *MaxPool2D
+	outs [][]float32
 
 	fwdTask, bwdTask, dwTask perWorker
 }
@@ -103,8 +107,8 @@ func (l *Conv2D) initParams(rng *rand.Rand) {
 
 func (l *Conv2D) chunks(n int) int { return (n + l.chunk - 1) / l.chunk }
 
-// colBlocks makes sure every worker has a col block (once: the workers are
-// set after bind).
+// colBlocks makes sure every worker has its scratch buffers (once: the
+// workers are set after bind).
 func (l *Conv2D) colBlocks() {
 	for len(l.cols) < l.x.par.Workers() {
 		l.cols = append(l.cols, make([]float32, l.chunk*l.hwo*l.kkc))
@@ -112,10 +116,14 @@ func (l *Conv2D) colBlocks() {
 			l.pads = append(l.pads, make([]float32, l.win.Padded()))
 			l.dwT = append(l.dwT, make([]float32, l.kkc*l.out.C))
 		}
+		if l.pool != nil {
+			l.outs = append(l.outs, make([]float32, l.chunk*l.hwo*l.out.C))
+		}
 	}
 }
 
-// forward: x (N, H, W, C), y (N, Ho, Wo, O).
+// forward: x (N, H, W, C), y (N, Ho, Wo, O); with a fused pool, y is the
+// pool's output.
 func (l *Conv2D) forward(x, y []float32, n int) {
 	l.colBlocks()
 	if l.direct {
@@ -136,7 +144,13 @@ func (l *Conv2D) fwd(w, lo, hi int) {
 	for c := lo; c < hi; c++ {
 		s0, ns := l.span(c)
 		m := ns * l.hwo
-		x, y := l.cx[s0*size:][:ns*size], l.cy[s0*l.hwo*o:][:m*o]
+		x := l.cx[s0*size:][:ns*size]
+		var y []float32
+		if l.pool != nil {
+			y = l.outs[w][:m*o] // pooled below, while still in cache
+		} else {
+			y = l.cy[s0*l.hwo*o:][:m*o]
+		}
 		if l.direct {
 			kernels.ConvSmallForward(l.win, ns, x, l.wT, o, y, l.pads[w])
 		} else {
@@ -144,20 +158,25 @@ func (l *Conv2D) fwd(w, lo, hi int) {
 			kernels.Im2col(l.win, ns, x, col)
 			gemm(noT, tr, m, o, l.kkc, 1, col, l.kkc, l.w, l.kkc, 0, y, o)
 		}
-		if !l.biasLater {
-			for i := 0; i < m; i++ {
-				yr := y[i*o : (i+1)*o]
-				for j, b := range l.b {
-					yr[j] += b
-				}
+		if p := l.pool; p != nil {
+			po := p.out.Size()
+			kernels.PoolForward(p.win, ns, y, l.b, p.relu, l.cy[s0*po:][:ns*po], p.arg[s0*po:][:ns*po])
+			continue
+		}
+		for i := 0; i < m; i++ {
+			yr := y[i*o : (i+1)*o]
+			for j, b := range l.b {
+				yr[j] += b
 			}
 		}
 	}
 }
 
+// backward: with a fused pool, y and dy are the pool's output and its
+// gradient.
 func (l *Conv2D) backward(x, y, dy, dx []float32, n int) {
 	l.colBlocks()
-	l.cx, l.cdy, l.cdx, l.n = x, dy, dx, n
+	l.cx, l.cy, l.cdy, l.cdx, l.n = x, y, dy, dx, n
 	l.x.par.Run(l.chunks(n), l.bwdTask)
 	l.x.par.Run(len(l.grad), l.dwTask)
 	l.cdx = nil
@@ -169,7 +188,14 @@ func (l *Conv2D) bwd(w, lo, hi int) {
 		s0, ns := l.span(c)
 		m := ns * l.hwo
 		col := l.cols[w][:m*l.kkc]
-		dy := l.cdy[s0*l.hwo*o:][:m*o]
+		var dy []float32
+		if p := l.pool; p != nil {
+			po := p.out.Size()
+			dy = l.outs[w][:m*o]
+			kernels.PoolBackward(p.win, ns, l.cdy[s0*po:][:ns*po], l.cy[s0*po:][:ns*po], p.arg[s0*po:][:ns*po], p.relu, dy)
+		} else {
+			dy = l.cdy[s0*l.hwo*o:][:m*o]
+		}
 		part := l.part[c*len(l.grad):][:len(l.grad)]
 		x := l.cx[s0*size:][:ns*size]
 		if l.direct {

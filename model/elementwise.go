@@ -64,14 +64,15 @@ func (l *ReLU) bwd(lo, hi int) {
 // for every output, which element of its window it came from (argmax), so
 // that backward is a scatter.
 //
-// When the network puts a ReLU, and before it a convolution, in front of
-// the pool, NewNet fuses them into the pool (see fuse): the maximum over a
-// window commutes with adding a per-channel bias and with max(., 0), so
+// A ReLU in front of the pool is fused into it, and a convolution in
+// front of both runs the pool itself (see fuse): the maximum over a window
+// commutes with adding a per-channel bias and with max(., 0), so
 //
 //	pool(relu(conv + b)) = relu(pool(conv) + b)
 //
 // costs one pass over the pooled output instead of two passes over the
-// four times larger convolution output.
+// four times larger convolution output, and the convolution pools each
+// chunk of samples while it is still in cache.
 type MaxPool2D struct {
 	name             string
 	in, out          Shape
@@ -79,7 +80,7 @@ type MaxPool2D struct {
 	win              kernels.Window
 	arg              []uint8 // (N, Ho, Wo, C): kh*k + kw of each maximum
 	relu             bool    // apply max(., 0) to the output (fused ReLU)
-	biasOf           *Conv2D // add this convolution's bias (fused), or nil
+	inConv           bool    // the convolution before it runs it
 	x                *exec
 	a, b, c          []float32
 	fwdTask, bwdTask samples
@@ -113,21 +114,20 @@ func (l *MaxPool2D) bind(p, g []float32, n int, x *exec) {
 
 // forward: x (N, H, W, C), y (N, Ho, Wo, C).
 func (l *MaxPool2D) forward(x, y []float32, n int) {
+	if l.inConv {
+		return
+	}
 	l.a, l.b = x, y
 	l.x.par.Run(n, l.fwdTask)
 }
 
 func (l *MaxPool2D) fwd(lo, hi int) {
 	in, out := l.in.Size(), l.out.Size()
-	var bias []float32
-	if l.biasOf != nil {
-		bias = l.biasOf.b
-	}
-	kernels.PoolForward(l.win, hi-lo, l.a[lo*in:hi*in], bias, l.relu, l.b[lo*out:hi*out], l.arg[lo*out:hi*out])
+	kernels.PoolForward(l.win, hi-lo, l.a[lo*in:hi*in], nil, l.relu, l.b[lo*out:hi*out], l.arg[lo*out:hi*out])
 }
 
 func (l *MaxPool2D) backward(x, y, dy, dx []float32, n int) {
-	if dx == nil {
+	if dx == nil || l.inConv {
 		return
 	}
 	l.a, l.b, l.c = y, dy, dx

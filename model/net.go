@@ -42,8 +42,9 @@ type Net struct {
 	offsets       []int // offsets[i]: start of layer i's parameters
 
 	batch int         // largest batch
-	acts  [][]float32 // acts[0] is the input; acts[i+1] is layer i's output
+	acts  [][]float32 // acts[0] is the input; acts[i+1] is layer i's output (nil when fused away)
 	dacts [][]float32 // gradients of acts; dacts[0] is unused
+	out   []int       // layer i writes acts[out[i]]: i+1, or past its fused pool
 	probs []float32   // (N, Classes) softmax of the last forward
 	n     int         // batch of the last forward
 	scale float32     // see SetGradScale
@@ -98,22 +99,37 @@ func NewNet(in Shape, batch int, seed uint64, specs ...Spec) (*Net, error) {
 		p := n.Params[n.offsets[i] : n.offsets[i]+l.NumParams()]
 		g := n.Grads[n.offsets[i] : n.offsets[i]+l.NumParams()]
 		l.bind(p, g, batch, &n.x)
+		n.out = append(n.out, i+1)
 		if inPlace(l) {
 			n.acts = append(n.acts, n.acts[i])
 			n.dacts = append(n.dacts, n.dacts[i])
+			continue
+		}
+		if pooled(l) {
+			n.acts = append(n.acts, nil)
+			n.dacts = append(n.dacts, nil)
 			continue
 		}
 		n.acts = append(n.acts, make([]float32, batch*l.Out().Size()))
 		// The first layer needs no input gradient; its dacts slot stays nil.
 		n.dacts = append(n.dacts, make([]float32, batch*l.Out().Size()))
 	}
+	for i, l := range n.Layers {
+		if c, ok := l.(*Conv2D); ok && c.pool != nil {
+			for j := i + 1; j < len(n.Layers); j++ {
+				if n.Layers[j] == Layer(c.pool) {
+					n.out[i] = j + 1
+				}
+			}
+		}
+	}
 	n.probs = make([]float32, batch*n.Classes)
 	n.Init(seed)
 	return n, nil
 }
 
-// fuse folds a ReLU, and a convolution's bias, into the max-pool that
-// follows them (see MaxPool2D): conv, [relu,] pool.
+// fuse folds a ReLU into the max-pool after it, and a max-pool (with its
+// ReLU) into the convolution before it (see MaxPool2D): conv, [relu,] pool.
 func fuse(ls []Layer) {
 	for i, l := range ls {
 		p, ok := l.(*MaxPool2D)
@@ -126,7 +142,7 @@ func fuse(ls []Layer) {
 			j--
 		}
 		if c, ok := at(ls, j).(*Conv2D); ok {
-			c.biasLater, p.biasOf = true, c
+			c.pool, p.inConv = p, true
 		}
 	}
 }
@@ -148,6 +164,13 @@ func inPlace(l Layer) bool {
 		return l.fused
 	}
 	return false
+}
+
+// pooled reports whether l is a convolution that runs the pool after it:
+// its own output is never stored.
+func pooled(l Layer) bool {
+	c, ok := l.(*Conv2D)
+	return ok && c.pool != nil
 }
 
 func kindOf(l Layer) string {
@@ -208,7 +231,7 @@ func (n *Net) Forward(nb int) []float32 {
 	}
 	n.n = nb
 	for i, l := range n.Layers {
-		l.forward(n.acts[i], n.acts[i+1], nb)
+		l.forward(n.acts[i], n.acts[n.out[i]], nb)
 	}
 	return n.acts[len(n.Layers)][:nb*n.Classes]
 }
@@ -318,7 +341,7 @@ func (n *Net) Backward(hook GradHook) {
 		if i > first {
 			dx = n.dacts[i]
 		}
-		l.backward(n.acts[i], n.acts[i+1], n.dacts[i+1], dx, nb)
+		l.backward(n.acts[i], n.acts[n.out[i]], n.dacts[n.out[i]], dx, nb)
 		if hook != nil && l.NumParams() > 0 {
 			hook.Ready(n.offsets[i])
 		}
@@ -360,7 +383,7 @@ func (n *Net) TimeLayers(nb int, labels []int32, fwd, bwd []time.Duration) {
 	n.n = nb
 	for i, l := range n.Layers {
 		t := time.Now()
-		l.forward(n.acts[i], n.acts[i+1], nb)
+		l.forward(n.acts[i], n.acts[n.out[i]], nb)
 		fwd[i] += time.Since(t)
 	}
 	n.Loss(labels)
@@ -371,7 +394,7 @@ func (n *Net) TimeLayers(nb int, labels []int32, fwd, bwd []time.Duration) {
 			dx = n.dacts[i]
 		}
 		t := time.Now()
-		n.Layers[i].backward(n.acts[i], n.acts[i+1], n.dacts[i+1], dx, nb)
+		n.Layers[i].backward(n.acts[i], n.acts[n.out[i]], n.dacts[n.out[i]], dx, nb)
 		bwd[i] += time.Since(t)
 	}
 }

@@ -1,0 +1,213 @@
+package bench
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"hpctrain/mpi"
+)
+
+// fakeRaw stands in for *mpi.World's RawAllreduce on an in-process rank.
+type fakeRaw struct{ *mpi.Fake }
+
+func (f fakeRaw) RawAllreduce(send, recv []float32, iters int) (time.Duration, error) {
+	t := time.Now()
+	for i := 0; i < iters; i++ {
+		dst := send
+		if recv != nil {
+			copy(recv, send)
+			dst = recv
+		}
+		if err := f.AllreduceSum(dst); err != nil {
+			return 0, err
+		}
+	}
+	return time.Since(t) / time.Duration(iters), nil
+}
+
+// runAllreduce runs Allreduce on n in-process ranks and returns rank 0's
+// output.
+func runAllreduce(t *testing.T, n int, withRaw bool, args ...string) string {
+	t.Helper()
+	var out bytes.Buffer
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r, f := range mpi.NewFake(n, 0) {
+		var c mpi.Comm = f
+		if withRaw {
+			c = fakeRaw{f}
+		}
+		var w io.Writer = io.Discard
+		if r == 0 {
+			w = &out
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = Allreduce(args, c, w)
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v\n%s", r, err, out.String())
+		}
+	}
+	return out.String()
+}
+
+var (
+	arRow     = regexp.MustCompile(`(?m)^(hpctrain|mpi)\s+(in-place|out-of-place)\s+(\d+)\s+\d+\s+float32\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+(\d+)\s+(\S+)\s+(\S+)$`)
+	arSummary = regexp.MustCompile(`(?m)^# wrapper/raw, (\d+) sizes >= (\d+) B: max ([\d.]+) \(at (\d+) B\), median ([\d.]+); per-round ratios' medians: max ([\d.]+), median ([\d.]+); overhead <= 3%: (yes|NO)$`)
+)
+
+// TestAllreduceInterleaved: every path is timed in every round, the
+// wrapper's row carries wrapper/raw (text and JSON) and the summary line
+// agrees with the rows.
+func TestAllreduceInterleaved(t *testing.T) {
+	js := filepath.Join(t.TempDir(), "ar.json")
+	out := runAllreduce(t, 2, true, "-b", "4", "-e", "1024", "-f", "4", "-n", "3", "-rounds", "3", "-w", "1", "-overhead-from", "64", "-json", js)
+	rows := arRow.FindAllStringSubmatch(out, -1)
+	if len(rows) != 3*5 { // 4, 16, 64, 256, 1024 B x 3 paths
+		t.Fatalf("%d rows\n%s", len(rows), out)
+	}
+	for i, m := range rows {
+		want := [][2]string{{"hpctrain", "in-place"}, {"mpi", "in-place"}, {"mpi", "out-of-place"}}[i%3]
+		if m[1] != want[0] || m[2] != want[1] {
+			t.Errorf("row %d is %s %s, want %s %s", i, m[1], m[2], want[0], want[1])
+		}
+		if m[4] != "0" {
+			t.Errorf("row %s %s %s: %s wrong", m[1], m[2], m[3], m[4])
+		}
+		if m[1] == "hpctrain" {
+			for _, v := range m[5:7] {
+				if x, err := strconv.ParseFloat(v, 64); err != nil || x <= 0 {
+					t.Errorf("row %s %s %s: ratio %q", m[1], m[2], m[3], v)
+				}
+			}
+		} else if m[5] != "-" || m[6] != "-" {
+			t.Errorf("raw row %s %s: ratio %q %q, want -", m[2], m[3], m[5], m[6])
+		}
+	}
+
+	b, err := os.ReadFile(js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []AllreduceRow
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(rows) {
+		t.Fatalf("%d JSON rows, %d printed", len(got), len(rows))
+	}
+	var wantMax, maxR float64
+	var wantAt int
+	for i, r := range got {
+		if r.Rounds != 3 || r.Iters != 3 || len(r.RoundsUS) != 3 || r.Wrong != 0 {
+			t.Errorf("row %d: rounds %d iters %d time_us_rounds %v wrong %d", i, r.Rounds, r.Iters, r.RoundsUS, r.Wrong)
+		}
+		if r.TimeUS != medianF(r.RoundsUS) || r.BestUS != slices.Min(r.RoundsUS) {
+			t.Errorf("row %d: time_us %v, time_us_best %v: not the median and min of %v", i, r.TimeUS, r.BestUS, r.RoundsUS)
+		}
+		if r.Path != "hpctrain" {
+			if r.WrapperRaw != 0 || r.RoundRatios != nil || r.WrapperRawBest != 0 {
+				t.Errorf("raw row %d has a ratio", i)
+			}
+			continue
+		}
+		raw := got[i+1]
+		if ratio := r.TimeUS / raw.TimeUS; math.Abs(r.WrapperRaw-ratio) > 1e-12 {
+			t.Errorf("size %d: wrapper_raw %v, want %v", r.Bytes, r.WrapperRaw, ratio)
+		}
+		if r.WrapperRawBest != r.BestUS/raw.BestUS {
+			t.Errorf("size %d: wrapper_raw_best %v", r.Bytes, r.WrapperRawBest)
+		}
+		if len(r.RoundRatios) != 3 || r.WrapperRawRounds != medianF(r.RoundRatios) {
+			t.Errorf("size %d: per-round ratios %v, median %v", r.Bytes, r.RoundRatios, r.WrapperRawRounds)
+		}
+		for k, x := range r.RoundRatios {
+			if math.Abs(x-r.RoundsUS[k]/raw.RoundsUS[k]) > 1e-12 {
+				t.Errorf("size %d round %d: ratio %v", r.Bytes, k, x)
+			}
+		}
+		if printed := fmt.Sprintf("%.3f", r.WrapperRaw); printed != rows[i][5] {
+			t.Errorf("size %d: printed %s, JSON %s", r.Bytes, rows[i][5], printed)
+		}
+		if r.Bytes >= 64 {
+			if r.WrapperRaw > wantMax {
+				wantMax, wantAt = r.WrapperRaw, r.Bytes
+			}
+			maxR = math.Max(maxR, r.WrapperRawRounds)
+		}
+	}
+
+	m := arSummary.FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no summary line\n%s", out)
+	}
+	if m[1] != "3" || m[2] != "64" || m[3] != fmt.Sprintf("%.3f", wantMax) || m[4] != strconv.Itoa(wantAt) || m[6] != fmt.Sprintf("%.3f", maxR) {
+		t.Errorf("summary %q: want 3 sizes from 64 B, max %.3f at %d, per-round max %.3f", m[0], wantMax, wantAt, maxR)
+	}
+	if yes := wantMax <= 1.03; (m[8] == "yes") != yes {
+		t.Errorf("summary says %s for max %.3f", m[8], wantMax)
+	}
+}
+
+// TestAllreduceNoRaw: without raw MPI (one process, or a communicator that
+// is not MPI's) only the training path's rows, no ratio, and the summary
+// says why.
+func TestAllreduceNoRaw(t *testing.T) {
+	out := runAllreduce(t, 2, false, "-b", "64", "-e", "256", "-f", "4", "-n", "2", "-rounds", "2")
+	rows := arRow.FindAllStringSubmatch(out, -1)
+	if len(rows) != 2 || rows[0][1] != "hpctrain" || rows[0][5] != "-" {
+		t.Fatalf("rows %q\n%s", rows, out)
+	}
+	if !strings.Contains(out, "# wrapper/raw: no raw MPI_Allreduce rows") {
+		t.Errorf("no summary\n%s", out)
+	}
+	for _, bad := range [][]string{{"-rounds", "0"}, {"-overhead-target", "-1"}, {"-b", "2"}} {
+		if err := Allreduce(bad, mpi.NewSingle(), io.Discard); err == nil {
+			t.Errorf("%v accepted", bad)
+		}
+	}
+}
+
+func TestSummarizeOverhead(t *testing.T) {
+	row := func(size int, ratio, perRound float64) AllreduceRow {
+		return AllreduceRow{Path: "hpctrain", Bytes: size, WrapperRaw: ratio, WrapperRawRounds: perRound}
+	}
+	rows := []AllreduceRow{
+		row(16<<10, 1.50, 1.40), // below the threshold
+		row(64<<10, 1.01, 1.00),
+		{Path: "mpi", Bytes: 64 << 10}, // raw rows carry no ratio
+		row(256<<10, 1.025, 1.02),
+		row(1<<20, 0.99, 1.01),
+		row(4<<20, 1.00, 0.98),
+	}
+	o, ok := SummarizeOverhead(rows, 64<<10, 0.03)
+	if !ok || o.Sizes != 4 || o.Max != 1.025 || o.MaxAt != 256<<10 || o.MaxR != 1.02 || !o.Achieved {
+		t.Errorf("%+v %v", o, ok)
+	}
+	if math.Abs(o.Median-1.005) > 1e-12 || math.Abs(o.MedianR-1.005) > 1e-12 { // even count: mean of the middle two
+		t.Errorf("medians %v %v", o.Median, o.MedianR)
+	}
+	if o, _ := SummarizeOverhead(rows, 64<<10, 0.02); o.Achieved {
+		t.Errorf("1.025 within 2%%: %+v", o)
+	}
+	if _, ok := SummarizeOverhead(rows, 8<<20, 0.03); ok {
+		t.Error("no size counted, yet ok")
+	}
+}
