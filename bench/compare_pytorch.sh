@@ -13,7 +13,7 @@ printf '%-6s %-8s %8s %14s %14s %7s\n' round threads model pytorch_sps hpctrain_
 for r in $(seq "$rounds"); do
 	for t in 1 2; do
 		pt=$(/usr/bin/python3 bench/pytorch_cnn.py --model "$model" --threads "$t" --steps 40 | sed 's/.*"samples_per_second": \([0-9.]*\).*/\1/')
-		hp=$(./hpctrain bench step -model "$model" -threads "$t" -steps 40 | head -1 | sed 's/.*: \([0-9]*\) samples\/s.*/\1/')
+		hp=$(./hpctrain bench step -model "$model" -threads "$t" -steps 40 | sed -n 1p | sed 's/.*: \([0-9]*\) samples\/s.*/\1/')
 		awk -v r="$r" -v t="$t" -v m="$model" -v pt="$pt" -v hp="$hp" 'BEGIN { printf "%-6s %-8s %8s %14.0f %14.0f %7.2f\n", r, t, m, pt, hp, hp / pt }'
 	done
 done

@@ -72,7 +72,7 @@ func Conv(o, k, s, p int) Spec {
 		}
 		ho := (in.H+2*p-k)/s + 1
 		wo := (in.W+2*p-k)/s + 1
-		if ho < 1 || wo < 1 || p >= k {
+		if ho < 1 || wo < 1 {
 			return nil, fmt.Errorf("%s: kernel %d does not fit input %v with padding %d", name, k, in, p)
 		}
 		l := &Conv2D{name: name, in: in, out: Shape{ho, wo, o}, k: k, s: s, p: p}
