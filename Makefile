@@ -27,7 +27,7 @@ vet:
 
 test: build vet
 	$(GO) test -count=1 -timeout 40m ./...
-	$(GO) test -count=1 -tags purego ./internal/openblas ./model
+	$(GO) test -count=1 -tags purego ./internal/openblas ./internal/kernels ./model
 	# The MPI thread hand-off under the race detector, ranks under real mpirun.
 	$(GO) test -count=1 -race ./mpi
 
