@@ -32,7 +32,6 @@ const chunkBudget = 640 << 10
 type Conv2D struct {
 	name    string
 	in, out Shape
-	k, s, p int
 	kkc     int // K*K*C: one row of col
 	hwo     int // Ho*Wo: rows of col per sample
 	win     kernels.Window
@@ -75,7 +74,7 @@ func Conv(o, k, s, p int) Spec {
 		if ho < 1 || wo < 1 {
 			return nil, fmt.Errorf("%s: kernel %d does not fit input %v with padding %d", name, k, in, p)
 		}
-		l := &Conv2D{name: name, in: in, out: Shape{ho, wo, o}, k: k, s: s, p: p}
+		l := &Conv2D{name: name, in: in, out: Shape{ho, wo, o}}
 		l.kkc, l.hwo = k*k*in.C, ho*wo
 		l.win = kernels.Window{H: in.H, W: in.W, C: in.C, K: k, S: s, P: p, Ho: ho, Wo: wo}
 		return l, nil

@@ -76,7 +76,6 @@ func (l *ReLU) bwd(lo, hi int) {
 type MaxPool2D struct {
 	name             string
 	in, out          Shape
-	k, s             int
 	win              kernels.Window
 	arg              []uint8 // (N, Ho, Wo, C): kh*k + kw of each maximum
 	relu             bool    // apply max(., 0) to the output (fused ReLU)
@@ -96,7 +95,7 @@ func MaxPool(k, s int) Spec {
 			return nil, fmt.Errorf("%s: pool window %d larger than 16", name, k)
 		}
 		out := Shape{(in.H-k)/s + 1, (in.W-k)/s + 1, in.C}
-		return &MaxPool2D{name: name, in: in, out: out, k: k, s: s,
+		return &MaxPool2D{name: name, in: in, out: out,
 			win: kernels.Window{H: in.H, W: in.W, C: in.C, K: k, S: s, Ho: out.H, Wo: out.W}}, nil
 	}
 }
