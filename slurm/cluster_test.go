@@ -3,6 +3,7 @@ package slurm
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -97,6 +98,7 @@ for i in $(seq 400); do sleep 0.1; done
 type testCluster struct {
 	ctx     context.Context
 	scripts string   // scripts/slurm
+	dir     string   // its configuration, state and logs
 	env     []string // the cluster's own ports and SLURM_CONF
 	up      string   // what up.sh printed
 }
@@ -113,6 +115,7 @@ func startCluster(ctx context.Context, t *testing.T, dir string) *testCluster {
 	c := &testCluster{ctx: ctx, scripts: scripts,
 		env: append(os.Environ(), "SLURMCTLD_PORT="+freePort(t), "SLURMD_PORT="+freePort(t))}
 	clusterDir := filepath.Join(dir, "cluster")
+	c.dir = clusterDir
 	t.Cleanup(func() {
 		cmd := exec.Command(filepath.Join(scripts, "down.sh"), clusterDir)
 		if out, err := cmd.CombinedOutput(); err != nil {
@@ -136,6 +139,30 @@ func (c *testCluster) run(t *testing.T, wd, name string, args ...string) string 
 		t.Fatalf("%s %s: %v\n%s%s", name, strings.Join(args, " "), err, out.String(), errb.String())
 	}
 	return out.String()
+}
+
+// diagnose returns what an administrator would look at when a job is stuck:
+// the queue, the node, and the tails of both daemons' logs. It runs after
+// the test's context may have ended, so it has a short deadline of its own.
+func (c *testCluster) diagnose() string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var b strings.Builder
+	for _, args := range [][]string{{"squeue", "-l"}, {"sinfo", "-N", "-l"}, {"scontrol", "show", "node"}} {
+		cmd := exec.CommandContext(ctx, args[0], args[1:]...)
+		cmd.Env = c.env
+		out, err := cmd.CombinedOutput()
+		fmt.Fprintf(&b, "--- %s (%v) ---\n%s", strings.Join(args, " "), err, out)
+	}
+	for _, log := range []string{"slurmctld.log", "slurmd.log"} {
+		text, _ := os.ReadFile(filepath.Join(c.dir, log))
+		lines := strings.SplitAfter(string(text), "\n")
+		if len(lines) > 40 {
+			lines = lines[len(lines)-40:]
+		}
+		fmt.Fprintf(&b, "--- %s (last %d lines) ---\n%s", log, len(lines), strings.Join(lines, ""))
+	}
+	return b.String()
 }
 
 func freePort(t *testing.T) string {

@@ -134,21 +134,52 @@ checkpoint_every = "40"
 		waitFor(ctx, t, out, "trainer exited with status 85")
 		waitFor(ctx, t, out, "requeueing job "+id)
 		// SLURM holds a requeued job for a while (BeginTime); an
-		// administrator's "start now" keeps the test short.
-		// (The job passes through COMPLETING and REQUEUE first.)
+		// administrator's "start now" keeps the test short. Not at once,
+		// though: slurmd revokes the old run's credential, and a new launch
+		// within the same second as that revocation is refused ("Job
+		// credential revoked") and fails the job; SLURM's own hold exists
+		// for this. So the job is started only after it has been seen
+		// pending for two seconds. It passes through COMPLETING and REQUEUE
+		// first. Each state is logged, and a stuck or failed job is reported
+		// with the queue, the node and the daemons' logs.
+		var show, seen string
+		var pendingSince time.Time
+		stuck := func(why string) {
+			t.Helper()
+			log, _ := os.ReadFile(out)
+			t.Fatalf("requeued job %s %s; last seen as\n%s\n--- %s ---\n%s\n%s", id, why, show, out, log, c.diagnose())
+		}
 		for {
-			show := run(t, d, "scontrol", "show", "job", id)
+			cmd := exec.CommandContext(ctx, "scontrol", "show", "job", id)
+			cmd.Env = env
+			b, err := cmd.Output()
+			if ctx.Err() != nil {
+				stuck("never ran again")
+			}
+			if err != nil {
+				t.Fatalf("scontrol show job %s: %v", id, err)
+			}
+			show = string(b)
+			state := jobField(show, "JobState") + " Reason=" + jobField(show, "Reason") + " Restarts=" + jobField(show, "Restarts")
+			if state != seen {
+				t.Logf("job %s: %s", id, state)
+				seen = state
+			}
 			if strings.Contains(show, "Restarts=1") && (strings.Contains(show, "JobState=RUNNING") || strings.Contains(show, "JobState=COMPLETED")) {
 				break
 			}
-			if strings.Contains(show, "Restarts=1") && strings.Contains(show, "JobState=PENDING") {
+			switch jobField(show, "JobState") {
+			case "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "BOOT_FAIL", "OUT_OF_MEMORY", "DEADLINE":
+				stuck("ended without running again")
+			}
+			if strings.Contains(show, "Restarts=1") && strings.Contains(show, "JobState=PENDING") && pendingSince.IsZero() {
+				pendingSince = time.Now()
+			}
+			if strings.Contains(show, "Restarts=1") && strings.Contains(show, "JobState=PENDING") && time.Since(pendingSince) > 2*time.Second {
 				// It may have started in between: then this fails, harmlessly.
 				upd := exec.CommandContext(ctx, "scontrol", "update", "JobId="+id, "StartTime=now")
 				upd.Env = env
 				upd.Run()
-			}
-			if ctx.Err() != nil {
-				t.Fatalf("requeued job %s never ran again:\n%s", id, show)
 			}
 			time.Sleep(300 * time.Millisecond)
 		}
@@ -183,4 +214,15 @@ checkpoint_every = "40"
 			t.Fatalf("no parameters in the final checkpoint")
 		}
 	})
+}
+
+// jobField returns the value of key in scontrol's "key=value key=value"
+// output, or "" when it is absent.
+func jobField(show, key string) string {
+	for _, f := range strings.Fields(show) {
+		if v, ok := strings.CutPrefix(f, key+"="); ok {
+			return v
+		}
+	}
+	return ""
 }
