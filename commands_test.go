@@ -106,7 +106,7 @@ func TestBenchAllreduce(t *testing.T) {
 			}
 		}
 	}
-	sum := regexp.MustCompile(`(?m)^# wrapper/raw, 3 sizes >= 65536 B: max [\d.]+ \(at \d+ B\), median [\d.]+; per-round ratios' medians: max [\d.]+, median [\d.]+; overhead <= 3%: (yes|NO)$`)
+	sum := regexp.MustCompile(`(?m)^# wrapper/raw, 3 sizes >= 65536 B: per_round max [\d.]+ \(at \d+ B\), median [\d.]+; ratio of medians max [\d.]+ \(at \d+ B\), median [\d.]+; overhead <= 3% \(per_round max\): (yes|NO)$`)
 	if !sum.MatchString(r.out) {
 		t.Errorf("no summary line over 64-256 KiB\n%s", r.out)
 	}

@@ -48,16 +48,21 @@ type AllreduceRow struct {
 }
 
 // AllreduceOverhead sums up wrapper/raw over the sizes from a threshold on.
+// The verdict rests on the paired figure, the median over rounds of the
+// ratio of the two blocks timed side by side in a round: the machine's
+// drift between rounds cancels in it. The ratio of the two paths' medians,
+// taken over different rounds, is reported beside it.
 type AllreduceOverhead struct {
 	From     int     // smallest size counted, bytes
 	Sizes    int     // sizes counted
+	MaxR     float64 // of the medians of per-round ratios
+	MaxRAt   int     // size of MaxR
+	MedianR  float64 // of the medians of per-round ratios
 	Max      float64 // of the ratios of medians
 	MaxAt    int     // size of Max
 	Median   float64 // of the ratios of medians
-	MaxR     float64 // of the medians of per-round ratios
-	MedianR  float64
 	Target   float64 // largest overhead allowed, e.g. 0.03
-	Achieved bool    // Max <= 1 + Target
+	Achieved bool    // MaxR <= 1 + Target
 }
 
 // rawAllreducer times raw MPI_Allreduce calls made with no wrapper in
@@ -78,8 +83,8 @@ func Allreduce(args []string, c mpi.Comm, out io.Writer) error {
 	minB := fs.Int("b", 4, "smallest size in bytes")
 	maxB := fs.Int("e", 64<<20, "largest size in bytes")
 	factor := fs.Int("f", 2, "size multiplication factor")
-	iters := fs.Int("n", 0, "timed calls per block, one block per path and round (0: by size, 1000 for small sizes down to 3 for large, a block then takes at most about 30 ms on a quiet node)")
-	rounds := fs.Int("rounds", 11, "rounds per size; each times one block of every path, the wrapper's and raw in-place blocks adjacent, which goes first alternating; rows report medians over rounds")
+	iters := fs.Int("n", 0, "timed calls per block, one block per path and round (0: by size, 50 for the smallest sizes down to 2 from 1 MiB, blocks of well under a millisecond up to 1 MiB)")
+	rounds := fs.Int("rounds", 101, "rounds per size; each times one block of every path, the wrapper's and raw in-place blocks adjacent, which goes first alternating; rows report medians over rounds")
 	warm := fs.Int("w", 5, "untimed warm-up calls per path and size")
 	from := fs.Int("overhead-from", 64<<10, "summary line: wrapper/raw over the sizes >= `BYTES`")
 	target := fs.Float64("overhead-target", 3, "summary line: the wrapper's allowed overhead over raw MPI_Allreduce, in `PERCENT`")
@@ -112,7 +117,9 @@ func Allreduce(args []string, c mpi.Comm, out io.Writer) error {
 		b, r := buf[:count], recv[:count]
 		it := *iters
 		if it == 0 {
-			it = min(1000, max(3, int(5e7/float64(size+20000))))
+			// Short blocks, many rounds: the wrapper's block and raw's
+			// next to it see the same machine, however it drifts.
+			it = min(50, max(2, int(1e6/float64(size+20000))))
 		}
 		type path struct {
 			name, place string
@@ -161,20 +168,34 @@ func Allreduce(args []string, c mpi.Comm, out io.Writer) error {
 			mine[np*(*rounds)+pi] = float64(wrong)
 		}
 		fill(b, c.Rank())
+		// The compared pair, the wrapper and raw in place, share rounds,
+		// which of them goes first alternating. Out of place, whose
+		// second buffer evicts the first from cache, has rounds of its
+		// own afterwards, so that it precedes neither of the pair.
+		timeBlock := func(pi, k int) error {
+			if err := c.Barrier(); err != nil {
+				return err
+			}
+			d, err := paths[pi].run(it)
+			mine[pi*(*rounds)+k] = d.Seconds() * 1e6
+			return err
+		}
 		for k := 0; k < *rounds; k++ {
-			for j := 0; j < np; j++ {
-				pi := j
-				if k%2 == 1 { // reversed: raw in place now goes before the wrapper
-					pi = np - 1 - j
-				}
-				if err := c.Barrier(); err != nil {
+			pair := []int{0, 1}[:min(np, 2)]
+			if k%2 == 1 {
+				slices.Reverse(pair)
+			}
+			for _, pi := range pair {
+				if err := timeBlock(pi, k); err != nil {
 					return err
 				}
-				d, err := paths[pi].run(it)
-				if err != nil {
+			}
+		}
+		for pi := 2; pi < np; pi++ {
+			for k := 0; k < *rounds; k++ {
+				if err := timeBlock(pi, k); err != nil {
 					return err
 				}
-				mine[pi*(*rounds)+k] = d.Seconds() * 1e6
 			}
 		}
 		all, err := gather(c, mine)
@@ -230,15 +251,16 @@ func Allreduce(args []string, c mpi.Comm, out io.Writer) error {
 		if !o.Achieved {
 			verdict = "NO"
 		}
-		fmt.Fprintf(out, "# wrapper/raw, %d sizes >= %d B: max %.3f (at %d B), median %.3f; per-round ratios' medians: max %.3f, median %.3f; overhead <= %g%%: %s\n",
-			o.Sizes, o.From, o.Max, o.MaxAt, o.Median, o.MaxR, o.MedianR, *target, verdict)
+		fmt.Fprintf(out, "# wrapper/raw, %d sizes >= %d B: per_round max %.3f (at %d B), median %.3f; ratio of medians max %.3f (at %d B), median %.3f; overhead <= %g%% (per_round max): %s\n",
+			o.Sizes, o.From, o.MaxR, o.MaxRAt, o.MedianR, o.Max, o.MaxAt, o.Median, *target, verdict)
 	}
 	return writeJSON(*js, rows)
 }
 
 // SummarizeOverhead sums up the wrapper/raw ratios of the rows of sizes >=
 // from; target is the allowed overhead (0.03 for 3%), met when the largest
-// ratio of medians is at most 1+target. ok is false when no row counts.
+// median of per-round ratios is at most 1+target. ok is false when no row
+// counts.
 func SummarizeOverhead(rows []AllreduceRow, from int, target float64) (o AllreduceOverhead, ok bool) {
 	o = AllreduceOverhead{From: from, Target: target}
 	var ratios, roundRatios []float64
@@ -249,7 +271,9 @@ func SummarizeOverhead(rows []AllreduceRow, from int, target float64) (o Allredu
 		if r.WrapperRaw > o.Max {
 			o.Max, o.MaxAt = r.WrapperRaw, r.Bytes
 		}
-		o.MaxR = math.Max(o.MaxR, r.WrapperRawRounds)
+		if r.WrapperRawRounds > o.MaxR {
+			o.MaxR, o.MaxRAt = r.WrapperRawRounds, r.Bytes
+		}
 		ratios = append(ratios, r.WrapperRaw)
 		roundRatios = append(roundRatios, r.WrapperRawRounds)
 	}
@@ -258,7 +282,7 @@ func SummarizeOverhead(rows []AllreduceRow, from int, target float64) (o Allredu
 	}
 	o.Sizes = len(ratios)
 	o.Median, o.MedianR = medianF(ratios), medianF(roundRatios)
-	o.Achieved = o.Max <= 1+target
+	o.Achieved = o.MaxR <= 1+target
 	return o, true
 }
 

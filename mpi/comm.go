@@ -108,11 +108,11 @@ func (r *Request) Wait() error {
 
 // Span returns when the communicator started and finished the call (zero
 // times for implementations that run it at once). Valid after Wait.
-func (r *Request) Span() (start, end time.Time) { return r.q.start, r.q.end }
+func (r *Request) Span() (start, end time.Time) { return monoTime(r.q.start), monoTime(r.q.end) }
 
 // finish completes r at once with err (for implementations without a
 // background thread).
 func (r *Request) finish(start time.Time, err error) {
-	r.q.start, r.q.end, r.q.err = start, time.Now(), err
+	r.q.start, r.q.end, r.q.err = int64(start.Sub(epoch)), mono(), err
 	r.q.complete()
 }

@@ -152,9 +152,9 @@ func (w *World) loop(started chan<- error) {
 		w.localRank, w.localSize, w.localFrom = int(r), int(s), "MPI_Comm_split_type"
 	}
 	run := func(q *request) {
-		q.start = time.Now()
+		q.start = mono()
 		w.serve(m, q)
-		q.end = time.Now()
+		q.end = mono()
 	}
 	if C.hpc_serialized(provided) != 0 {
 		w.queue.run = run
@@ -252,9 +252,9 @@ func (w *World) timedCall(a args) (time.Duration, error) {
 	}
 	q := &w.sync
 	q.reset(a)
-	w.queue.push(q)
+	w.queue.push(q, true)
 	q.wait()
-	d, err := q.end.Sub(q.start), q.err
+	d, err := time.Duration(q.end-q.start), q.err
 	q.args = args{} // drop the caller's buffers
 	if a.op == opFinalize {
 		w.closed = true
@@ -274,7 +274,7 @@ func (w *World) IallreduceSum(buf []float32, r *Request) {
 		r.finish(time.Now(), ErrClosed)
 		return
 	}
-	w.queue.push(&r.q)
+	w.queue.push(&r.q, false)
 }
 
 func (w *World) Rank() int      { return w.rank }
