@@ -114,7 +114,7 @@ type Config struct {
 	GPUShare bool   `toml:"gpu_share" json:"-"`
 
 	CheckpointDir   string `toml:"checkpoint_dir" json:"-"`
-	CheckpointEvery string `toml:"checkpoint_every" json:"-"`
+	CheckpointEvery Every  `toml:"checkpoint_every" json:"-"`
 	Keep            int    `toml:"keep" json:"-"`
 	Resume          string `toml:"resume" json:"-"`
 
@@ -196,7 +196,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.GPUShare, "gpu-share", c.GPUShare, "let several local ranks drive one GPU (e.g. under MPS); without it more local ranks than GPUs is an error")
 	fs.BoolVar(&c.ReportBindings, "report-bindings", c.ReportBindings, "rank 0 prints every rank's host, rank, local rank, cores and NUMA node, and its GPU (index, bus id, NUMA node)")
 	fs.StringVar(&c.CheckpointDir, "checkpoint-dir", c.CheckpointDir, "rank 0 writes checkpoints here; SIGUSR1/SIGTERM then checkpoint and exit 85 (requeue)")
-	fs.StringVar(&c.CheckpointEvery, "checkpoint-every", c.CheckpointEvery, "periodic checkpoints: every `N` steps (500) or a duration (10m); empty: on signals and at the end")
+	fs.StringVar((*string)(&c.CheckpointEvery), "checkpoint-every", string(c.CheckpointEvery), "periodic checkpoints: every `N` steps (500) or a duration (10m); empty: on signals and at the end")
 	fs.IntVar(&c.Keep, "keep", c.Keep, "keep the newest `N` checkpoints (0: all)")
 	fs.StringVar(&c.Resume, "resume", c.Resume, "resume from `auto` (the newest valid checkpoint in -checkpoint-dir, if any) or a checkpoint file")
 	fs.Float64Var(&c.BucketMB, "bucket-mb", c.BucketMB, "gradient bucket size in MB; buckets are all-reduced during backward (0: one all-reduce after backward; -1: auto, 1 MB when a rank has 2 or more threads, else 0)")
@@ -281,6 +281,9 @@ func LoadFile(path string, cfg *Config) error {
 func (c *Config) Validate() error {
 	bad := func(key string, v any, want string) error {
 		return fmt.Errorf("config: %s = %v: must be %s", key, v, want)
+	}
+	if _, err := parseEvery(c.CheckpointEvery); err != nil {
+		return err
 	}
 	switch {
 	case c.Epochs < 1:

@@ -42,9 +42,27 @@ type everyPolicy struct {
 	Period time.Duration
 }
 
+// Every is checkpoint_every as written: a step count or a duration. In
+// TOML it is an integer (500) or a string ("500", "10m").
+type Every string
+
+// UnmarshalTOML takes an integer or a string; parseEvery checks the value.
+func (e *Every) UnmarshalTOML(v any) error {
+	switch v := v.(type) {
+	case int64:
+		*e = Every(strconv.FormatInt(v, 10))
+	case string:
+		*e = Every(v)
+	default:
+		return fmt.Errorf("checkpoint_every = %v: must be a step count (500) or a duration (\"10m\")", v)
+	}
+	return nil
+}
+
 // parseEvery reads -checkpoint-every: a step count ("500") or a duration
 // ("10m"); empty means only on signals and at the end.
-func parseEvery(s string) (everyPolicy, error) {
+func parseEvery(e Every) (everyPolicy, error) {
+	s := string(e)
 	if s == "" || s == "0" {
 		return everyPolicy{}, nil
 	}

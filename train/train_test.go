@@ -198,12 +198,33 @@ func TestConfigFileAndFlags(t *testing.T) {
 		{"batch = 0\n", "batch = 0: must be >= 1"},
 		{"lr = -1.0\n", "lr = -1: must be >= 0"},
 		{"epochs = 0\n", "epochs = 0: must be >= 1"},
+		{"checkpoint_every = 1.5\n", "checkpoint_every = 1.5: must be a step count"},
+		{"checkpoint_every = \"often\"\n", `checkpoint_every = "often": must be a step count`},
+		{"checkpoint_every = -3\n", `checkpoint_every = "-3": must be a step count`},
 	} {
 		os.WriteFile(p, []byte(c.file), 0o644)
 		if _, _, err := Parse([]string{"-config", p}, io.Discard); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%q: %v, want %q", c.file, err, c.want)
 		}
 	}
+	// checkpoint_every: a TOML integer is a step count, a string a step
+	// count or a duration.
+	for file, want := range map[string]everyPolicy{
+		"checkpoint_every = 40\n":      {Steps: 40},
+		"checkpoint_every = \"40\"\n":  {Steps: 40},
+		"checkpoint_every = \"10m\"\n": {Period: 10 * time.Minute},
+	} {
+		os.WriteFile(p, []byte(file), 0o644)
+		cfg, _, err := Parse([]string{"-config", p}, io.Discard)
+		if err != nil {
+			t.Errorf("%q: %v", file, err)
+			continue
+		}
+		if got, err := parseEvery(cfg.CheckpointEvery); err != nil || got != want {
+			t.Errorf("%q: %+v, %v; want %+v", file, got, err, want)
+		}
+	}
+
 	a, b := Defaults(), Defaults()
 	b.Metrics = "x.jsonl"
 	if a.Hash() != b.Hash() {
