@@ -10,6 +10,7 @@ import (
 
 	"hpctrain/affinity"
 	"hpctrain/model"
+	"hpctrain/optim"
 )
 
 // StepReport is `hpctrain bench step`'s result.
@@ -17,6 +18,7 @@ type StepReport struct {
 	Model            string      `json:"model"`
 	Batch            int         `json:"batch"`
 	Threads          int         `json:"threads"`
+	Optimizer        string      `json:"optimizer"` // "none": forward, loss and backward only
 	SamplesPerSecond float64     `json:"samples_per_second"`
 	StepMillis       float64     `json:"step_ms_median"`
 	GFLOPS           float64     `json:"gflops"`
@@ -35,14 +37,15 @@ type LayerTime struct {
 }
 
 // Step is `hpctrain bench step`: full training steps (forward, loss,
-// backward) of a model on pinned workers, with the per-layer breakdown and
-// the SGEMM rate measured in the same run.
+// backward, optimizer update) of a model on pinned workers, with the
+// per-layer breakdown and the SGEMM rate measured in the same run.
 func Step(args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("hpctrain bench step", flag.ContinueOnError)
 	name := fs.String("model", "cnn", "model: "+fmt.Sprint(model.Names()))
 	batch := fs.Int("batch", 64, "batch")
 	threads := fs.Int("threads", 1, "compute threads (pinned to the first cores of the mask)")
 	steps := fs.Int("steps", 30, "timed steps")
+	opt := fs.String("optimizer", "sgd", "update in each step, lr 0.01 and, for sgd, momentum 0.9 (the PyTorch comparison's recipe): "+fmt.Sprint(optim.Names())+" or none")
 	js := fs.String("json", "", "also write the report as JSON to `FILE`")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -50,12 +53,12 @@ func Step(args []string, out io.Writer) error {
 	if *batch < 1 || *threads < 1 || *steps < 1 {
 		return fmt.Errorf("batch, threads and steps must be >= 1")
 	}
-	rep, err := StepRate(*name, *batch, *threads, *steps)
+	rep, err := StepRate(*name, *batch, *threads, *steps, *opt)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "%s batch %d, %d thread(s): %.0f samples/s, %.2f ms/step, %.1f GFLOP/s = %.0f%% of SGEMM 2048^3 (%.1f GFLOP/s, same run), peak RSS %.0f MB\n",
-		rep.Model, rep.Batch, rep.Threads, rep.SamplesPerSecond, rep.StepMillis, rep.GFLOPS, 100*rep.FractionOfSgemm, rep.SgemmGFLOPS, rep.PeakRSSMB)
+	fmt.Fprintf(out, "%s batch %d, %d thread(s), optimizer %s: %.0f samples/s, %.2f ms/step, %.1f GFLOP/s = %.0f%% of SGEMM 2048^3 (%.1f GFLOP/s, same run), peak RSS %.0f MB\n",
+		rep.Model, rep.Batch, rep.Threads, rep.Optimizer, rep.SamplesPerSecond, rep.StepMillis, rep.GFLOPS, 100*rep.FractionOfSgemm, rep.SgemmGFLOPS, rep.PeakRSSMB)
 	fmt.Fprintf(out, "%-10s %12s %12s %14s\n", "layer", "forward_ms", "backward_ms", "fwd GFLOP/s")
 	for _, l := range rep.Layers {
 		fmt.Fprintf(out, "%-10s %12.3f %12.3f %14.1f\n", l.Name, l.ForwardMS, l.BackwardMS, l.ForwardGFLOPS)
@@ -63,11 +66,22 @@ func Step(args []string, out io.Writer) error {
 	return writeJSON(*js, rep)
 }
 
-// StepRate measures steps of the named model.
-func StepRate(name string, batch, threads, steps int) (StepReport, error) {
+// StepRate measures steps of the named model, each updating the
+// parameters with the named optimizer ("none": no update).
+func StepRate(name string, batch, threads, steps int, optimizer string) (StepReport, error) {
 	net, err := model.New(name, model.Shape{}, 10, batch, 1)
 	if err != nil {
 		return StepReport{}, err
+	}
+	var opt optim.Optimizer
+	if optimizer != "none" {
+		c := optim.Config{Name: optimizer, LR: 0.01}
+		if optimizer == "sgd" {
+			c.Momentum = 0.9
+		}
+		if opt, err = optim.New(c, nil, len(net.Params)); err != nil {
+			return StepReport{}, err
+		}
 	}
 	mask, err := affinity.Allowed()
 	if err != nil {
@@ -84,6 +98,9 @@ func StepRate(name string, batch, threads, steps int) (StepReport, error) {
 	defer w.Close()
 	runtime.GOMAXPROCS(max(threads, 1))
 	net.SetParallel(w)
+	if opt != nil {
+		opt.SetParallel(w)
+	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	for i := range net.Input() {
 		net.Input()[i] = rng.Float32()
@@ -96,6 +113,9 @@ func StepRate(name string, batch, threads, steps int) (StepReport, error) {
 		net.Forward(batch)
 		net.Loss(labels)
 		net.Backward(nil)
+		if opt != nil {
+			opt.Step(net.Params, net.Grads, 0.01)
+		}
 	}
 	for i := 0; i < 3; i++ {
 		step()
@@ -119,7 +139,7 @@ func StepRate(name string, batch, threads, steps int) (StepReport, error) {
 	}
 	flop := 2 * float64(net.TrainMACs()) * float64(batch) // 2 flops per multiply-add
 	rep := StepReport{
-		Model: name, Batch: batch, Threads: threads,
+		Model: name, Batch: batch, Threads: threads, Optimizer: optimizer,
 		SamplesPerSecond: float64(batch) / med.Seconds(), StepMillis: 1e3 * med.Seconds(),
 		GFLOPS: flop / med.Seconds() / 1e9, SgemmGFLOPS: gemm[0].GFLOPS, PeakRSSMB: float64(peakRSS()) / (1 << 20),
 	}

@@ -1,5 +1,7 @@
 package optim
 
+import "hpctrain/internal/kernels"
+
 // SGD is stochastic gradient descent with momentum, dampening, Nesterov
 // momentum and L2 weight decay, in PyTorch's formulation (torch.optim.SGD,
 // https://pytorch.org/docs/stable/generated/torch.optim.SGD.html; Nesterov
@@ -80,12 +82,8 @@ func sgdUpdate(p, gr, v []float32, lr, wd, ratio float64, c Config, first bool) 
 	gr = gr[:len(p)]
 	if !first && !c.Nesterov && ratio == 1 {
 		// The common case, the same arithmetic without the per-element
-		// branches (a multiplication by ratio 1 is exact).
-		for i := range p {
-			vi := m*float64(v[i]) + damp*(float64(gr[i])+wd*float64(p[i]))
-			v[i] = float32(vi)
-			p[i] = float32(float64(p[i]) - lr*vi)
-		}
+		// branches (a multiplication by ratio 1 is exact), vectorised.
+		kernels.SGDMomentum(p, gr, v, lr, m, damp, wd)
 		return
 	}
 	for i := range p {

@@ -194,6 +194,19 @@ func GoReLUBackward(y, dy, dx []float32) {
 	}
 }
 
+// GoSGDMomentum is SGD's update with momentum m, dampening 1-damp and
+// weight decay wd, in float64 and rounded to float32 per element:
+//
+//	v = m*v + damp*(g + wd*p);  p -= lr*v
+func GoSGDMomentum(p, g, v []float32, lr, m, damp, wd float64) {
+	g, v = g[:len(p)], v[:len(p)]
+	for i := range p {
+		vi := m*float64(v[i]) + damp*(float64(g[i])+wd*float64(p[i]))
+		v[i] = float32(vi)
+		p[i] = float32(float64(p[i]) - lr*vi)
+	}
+}
+
 // SmallMax is the largest K*K*C of the direct convolution kernels; their
 // number of output channels must be a multiple of 8.
 const SmallMax = 32

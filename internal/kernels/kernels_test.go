@@ -117,6 +117,26 @@ func TestColSumsReLU(t *testing.T) {
 	equal(t, "relu backward", dx, dxr)
 }
 
+// The SGD update is bit for bit the reference's, at lengths that leave
+// vector remainders, and it changes p and v (the test can fail).
+func TestSGDMomentum(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	for _, n := range []int{1, 7, 8, 33, 1000, 4099} {
+		p, g, v := randf(rng, n), randf(rng, n), randf(rng, n)
+		pr, vr := append([]float32(nil), p...), append([]float32(nil), v...)
+		p0 := append([]float32(nil), p...)
+		for step := 0; step < 3; step++ {
+			SGDMomentum(p, g, v, 0.01, 0.9, 0.9, 1e-4)
+			GoSGDMomentum(pr, g, vr, 0.01, 0.9, 0.9, 1e-4)
+		}
+		equal(t, "sgd p", p, pr)
+		equal(t, "sgd v", v, vr)
+		if p[n-1] == p0[n-1] {
+			t.Fatalf("n %d: p unchanged", n)
+		}
+	}
+}
+
 func TestBadArguments(t *testing.T) {
 	g := conv(4, 4, 2, 3, 1, 1)
 	defer func() {

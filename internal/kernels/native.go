@@ -264,6 +264,18 @@ CLONES static void relu_fwd(const float *x, float *y, long n) {
 CLONES static void relu_bwd(const float *y, const float *dy, float *dx, long n) {
 	for (long i = 0; i < n; i++) dx[i] = y[i] > 0 ? dy[i] : 0;
 }
+
+// In double, each operation rounded on its own (no fused multiply-add):
+// the same bits as GoSGDMomentum.
+CLONES __attribute__((optimize("fp-contract=off")))
+static void sgd_momentum(float *restrict p, const float *restrict g, float *restrict v, long n,
+		double lr, double m, double damp, double wd) {
+	for (long i = 0; i < n; i++) {
+		double vi = m * (double)v[i] + damp * ((double)g[i] + wd * (double)p[i]);
+		v[i] = (float)vi;
+		p[i] = (float)((double)p[i] - lr * vi);
+	}
+}
 */
 import "C"
 
@@ -353,6 +365,14 @@ func ReLUBackward(y, dy, dx []float32) {
 		panic("kernels: ReLUBackward buffers shorter than y")
 	}
 	C.relu_bwd(fp(y), fp(dy), fp(dx), C.long(len(y)))
+}
+
+// SGDMomentum is GoSGDMomentum in C.
+func SGDMomentum(p, g, v []float32, lr, m, damp, wd float64) {
+	if len(g) < len(p) || len(v) < len(p) {
+		panic("kernels: SGDMomentum buffers shorter than p")
+	}
+	C.sgd_momentum(fp(p), fp(g), fp(v), C.long(len(p)), C.double(lr), C.double(m), C.double(damp), C.double(wd))
 }
 
 // ConvSmallForward is GoConvSmallForward in C.

@@ -41,6 +41,9 @@ func ReLU(x, y []float32) { GoReLU(x, y) }
 // ReLUBackward is GoReLUBackward.
 func ReLUBackward(y, dy, dx []float32) { GoReLUBackward(y, dy, dx) }
 
+// SGDMomentum is GoSGDMomentum.
+func SGDMomentum(p, g, v []float32, lr, m, damp, wd float64) { GoSGDMomentum(p, g, v, lr, m, damp, wd) }
+
 // ConvSmallForward is GoConvSmallForward.
 func ConvSmallForward(g Window, n int, x, wT []float32, o int, y, scratch []float32) {
 	g.checkSmall(n, o, len(x), len(wT), len(y), len(scratch))
