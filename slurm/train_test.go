@@ -114,8 +114,11 @@ verbose = true
 	})
 
 	t.Run("preempted, requeued, resumed", func(t *testing.T) {
+		// Four epochs (300 steps, 10-20 s here), stopped from the first
+		// progress line on: a signal slowed by a busy machine still
+		// arrives well before the end.
 		config := `model = "cnn"
-epochs = 2
+epochs = 4
 limit = 9600
 test_limit = 500
 threads = 1
@@ -129,7 +132,7 @@ checkpoint_every = "40"
 
 		d := jobDir(t, "preempted", config)
 		id, out := sbatch(t, d)
-		waitFor(ctx, t, out, "checkpoint ")
+		waitFor(ctx, t, out, "epoch 1 step ")
 		run(t, d, "scancel", "--signal=USR1", "--batch", id)
 		waitFor(ctx, t, out, "trainer exited with status 85")
 		waitFor(ctx, t, out, "requeueing job "+id)
