@@ -1,0 +1,55 @@
+package cli
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"strings"
+	"testing"
+)
+
+func newFS() (*flag.FlagSet, *int) {
+	fs := flag.NewFlagSet("hpctrain x", flag.ContinueOnError)
+	n := fs.Int("n", 1, "a number")
+	return fs, n
+}
+
+func TestParse(t *testing.T) {
+	var out bytes.Buffer
+	fs, n := newFS()
+	if err := Parse(fs, []string{"-n", "3"}, &out, false); err != nil || *n != 3 {
+		t.Fatalf("good flags: err %v, n %d", err, *n)
+	}
+
+	out.Reset()
+	fs, _ = newFS()
+	err := Parse(fs, []string{"-bogus"}, &out, false)
+	var ue UsageError
+	if !errors.As(err, &ue) {
+		t.Fatalf("unknown flag: %v is not a UsageError", err)
+	}
+	if out.Len() != 0 {
+		t.Errorf("unknown flag printed the usage:\n%s", out.String())
+	}
+	if msg := err.Error(); strings.Contains(msg, "\n") || !strings.Contains(msg, "-bogus") || !strings.Contains(msg, "hpctrain x -h") {
+		t.Errorf("unknown flag: message %q should be one line naming -bogus and pointing to -h", msg)
+	}
+
+	out.Reset()
+	fs, _ = newFS()
+	if err := Parse(fs, []string{"-h"}, &out, false); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("-h: %v, want flag.ErrHelp", err)
+	}
+	if !strings.Contains(out.String(), "a number") {
+		t.Errorf("-h did not print the flags: %q", out.String())
+	}
+
+	fs, _ = newFS()
+	if err := Parse(fs, []string{"extra"}, &out, false); !errors.As(err, &ue) {
+		t.Errorf("positional argument: %v, want a UsageError", err)
+	}
+	fs, _ = newFS()
+	if err := Parse(fs, []string{"extra"}, &out, true); err != nil {
+		t.Errorf("positional argument allowed: %v", err)
+	}
+}
