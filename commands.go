@@ -12,14 +12,15 @@ import (
 	"hpctrain/bench"
 	"hpctrain/chart"
 	"hpctrain/gpu"
+	"hpctrain/internal/cli"
 	"hpctrain/slurm"
+	"hpctrain/train"
 )
 
 // topoCmd prints this node's topology and the plan for -np local ranks,
 // without MPI; with -gpu, its GPUs and each local rank's GPU and cores.
 func topoCmd(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("hpctrain topo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	np := fs.Int("np", 1, "local ranks to plan for")
 	threads := fs.Int("threads", 0, "threads per rank (0: cores / ranks)")
 	bind := fs.String("bind", "cores", "policy: cores, numa, none")
@@ -29,15 +30,15 @@ func topoCmd(args []string, stdout, stderr io.Writer) error {
 	gpuMatrix := fs.Bool("gpu", false, "print the GPUs instead: the GPU-GPU and GPU-CPU matrix in nvidia-smi topo -m notation, then each of -np local ranks' GPU and cores")
 	gpus := fs.String("gpus", "", "with -gpu: GPU of each local rank, e.g. 0,1, or none (as for train)")
 	gpuShare := fs.Bool("gpu-share", false, "with -gpu: let local ranks share GPUs (as for train)")
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args, stderr, false); err != nil {
 		return err
 	}
 	policy, err := affinity.ParsePolicy(*bind)
 	if err != nil {
-		return usageError{err}
+		return cli.Usage(err)
 	}
 	if *np < 1 {
-		return usageError{fmt.Errorf("-np %d: must be >= 1", *np)}
+		return cli.Usage(fmt.Errorf("-np %d: must be >= 1", *np))
 	}
 	topo, err := affinity.ReadTopology(*sys)
 	if err != nil {
@@ -51,7 +52,7 @@ func topoCmd(args []string, stdout, stderr io.Writer) error {
 	if *gpuMatrix {
 		spec, err := gpu.ParseSpec(*gpus, *gpuShare)
 		if err != nil {
-			return usageError{fmt.Errorf("-gpus %q: %w", *gpus, err)}
+			return cli.Usage(fmt.Errorf("-gpus %q: %w", *gpus, err))
 		}
 		g, err := gpu.Discover(*sys).Visible(os.LookupEnv("CUDA_VISIBLE_DEVICES"))
 		if err != nil {
@@ -98,7 +99,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "help" {
 		fmt.Fprint(stdout, benchUsage)
 		if len(args) == 0 {
-			return usageError{fmt.Errorf("bench needs a benchmark name")}
+			return cli.Usage(fmt.Errorf("bench needs a benchmark name"))
 		}
 		return nil
 	}
@@ -130,17 +131,25 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 		}
 		return err
 	}
-	return usageError{fmt.Errorf("unknown benchmark %q (gemm, step, allreduce, affinity, optim, data)", what)}
+	return cli.Usage(fmt.Errorf("unknown benchmark %q (gemm, step, allreduce, affinity, optim, data)", what))
 }
+
+const slurmUsage = `Usage: hpctrain slurm template [-job FILE] [flags]
+
+  template    render an sbatch script (hpctrain slurm template -h for its flags)
+`
 
 // slurmCmd renders batch scripts: hpctrain slurm template -job job.toml.
 func slurmCmd(args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help") {
+		fmt.Fprint(stdout, slurmUsage)
+		return nil
+	}
 	if len(args) == 0 || args[0] != "template" {
-		return usageError{fmt.Errorf("usage: hpctrain slurm template [-job FILE] [flags]")}
+		return cli.Usage(fmt.Errorf("hpctrain slurm: want the subcommand template (see hpctrain slurm -h)"))
 	}
 	s := slurm.DefaultJobSpec()
 	fs := flag.NewFlagSet("hpctrain slurm template", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	job := fs.String("job", "", "job TOML `file` (keys: name, partition, account, nodes, tasks_per_node, cpus_per_task, gpus_per_node, time, output, error, signal_grace, requeue, binary, config, checkpoint_dir, extra_args, mpirun, oversubscribe, modules)")
 	fs.StringVar(&s.Partition, "partition", s.Partition, "partition")
 	fs.StringVar(&s.Account, "account", s.Account, "account")
@@ -151,7 +160,7 @@ func slurmCmd(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&s.Time, "time", s.Time, "time limit (SLURM format)")
 	fs.StringVar(&s.Config, "config", s.Config, "training TOML passed to hpctrain train -config")
 	fs.BoolVar(&s.Oversubscribe, "oversubscribe", s.Oversubscribe, "add --oversubscribe to mpirun")
-	if err := fs.Parse(args[1:]); err != nil {
+	if err := cli.Parse(fs, args[1:], stderr, false); err != nil {
 		return err
 	}
 	if *job != "" {
@@ -159,13 +168,20 @@ func slurmCmd(args []string, stdout, stderr io.Writer) error {
 		fs.Visit(func(f *flag.Flag) { set[f.Name] = f.Value.String() })
 		loaded, err := slurm.LoadJobSpec(*job)
 		if err != nil {
-			return usageError{err}
+			return cli.Usage(err)
 		}
 		s = loaded
 		fs.Parse(args[1:]) // flags given on the command line win over the file
 	}
+	// The script runs hpctrain train -config on the cluster; a file that is
+	// not there (or not a valid configuration) would only fail in the queue.
+	if s.Config != "" {
+		if _, _, err := train.Parse([]string{"-config", s.Config}, io.Discard); err != nil {
+			return cli.Usage(fmt.Errorf("slurm template: -config %s: %w", s.Config, err))
+		}
+	}
 	if err := slurm.Render(stdout, s); err != nil {
-		return usageError{err}
+		return cli.Usage(err)
 	}
 	return nil
 }
@@ -173,14 +189,13 @@ func slurmCmd(args []string, stdout, stderr io.Writer) error {
 // plotCmd draws loss and accuracy curves of one or more runs' -metrics files.
 func plotCmd(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("hpctrain plot", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	metrics := fs.String("metrics", "", "comma-separated -metrics JSON-lines files, overlaid")
 	out := fs.String("out", "out/curves.png", "PNG file to write")
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args, stderr, false); err != nil {
 		return err
 	}
 	if *metrics == "" {
-		return usageError{fmt.Errorf("plot needs -metrics FILE[,FILE...]")}
+		return cli.Usage(fmt.Errorf("plot needs -metrics FILE[,FILE...]"))
 	}
 	if err := chart.MetricsPNG(*out, strings.Split(*metrics, ",")); err != nil {
 		return err

@@ -22,6 +22,7 @@ import (
 	"io"
 	"os"
 
+	"hpctrain/internal/cli"
 	_ "hpctrain/internal/openblas"
 	"hpctrain/mpi"
 	"hpctrain/slurm"
@@ -73,7 +74,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "plot":
 		err = plotCmd(rest, stdout, stderr)
 	default:
-		err = usageError{fmt.Errorf("unknown command %q (commands: train, topo, bench, slurm, plot)", cmd)}
+		err = cli.Usage(fmt.Errorf("unknown command %q (commands: train, topo, bench, slurm, plot; see hpctrain -h)", cmd))
 	}
 	switch {
 	case err == nil:
@@ -86,17 +87,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if !errors.As(err, new(reported)) {
 		fmt.Fprintf(stderr, "hpctrain: %s%v\n", where(), err)
 	}
-	var ue usageError
-	if errors.As(err, &ue) {
+	if errors.As(err, new(cli.UsageError)) {
 		return 2
 	}
 	return 1
 }
-
-// usageError marks errors in what the user asked for (exit code 2).
-type usageError struct{ error }
-
-func (e usageError) Unwrap() error { return e.error }
 
 // who is set once the communicator exists, for error prefixes.
 var who string
@@ -120,7 +115,7 @@ func trainCmd(args []string, stdout, stderr io.Writer) error {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
 		}
-		return usageError{err}
+		return cli.Usage(err)
 	}
 	if printCfg {
 		return cfg.WriteTOML(stdout)
@@ -166,7 +161,7 @@ func printLaunch(comm mpi.Comm, out io.Writer) error {
 	}
 	li, err := slurm.Resolve(comm.Rank(), mpiSize, os.Getenv)
 	if err != nil {
-		return usageError{err}
+		return cli.Usage(err)
 	}
 	fmt.Fprintf(out, "hpctrain: %slaunch: %s; using %s\n", who, li.Decision, local)
 	return nil

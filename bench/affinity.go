@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"hpctrain/internal/cli"
 	"image/color"
 	"io"
 	"os"
@@ -51,7 +52,7 @@ func Affinity(args []string, self string, out io.Writer) error {
 	noisy := fs.Bool("noisy", false, "also run every cell with a busy process pinned to the first core (a noisy neighbour)")
 	dir := fs.String("out", "out", "directory for affinity.csv, affinity.json, affinity.png")
 	extra := fs.String("args", "", "extra flags for every training run")
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args, os.Stderr, false); err != nil {
 		return err
 	}
 	topo, err := affinity.ReadTopology("/")

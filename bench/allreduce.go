@@ -4,8 +4,10 @@ import (
 	"encoding/binary"
 	"flag"
 	"fmt"
+	"hpctrain/internal/cli"
 	"io"
 	"math"
+	"os"
 	"slices"
 	"sort"
 	"time"
@@ -90,7 +92,7 @@ func Allreduce(args []string, c mpi.Comm, out io.Writer) error {
 	target := fs.Float64("overhead-target", 3, "summary line: the wrapper's allowed overhead over raw MPI_Allreduce, in `PERCENT`")
 	typ := fs.String("type", "float32", "element type (float32)")
 	js := fs.String("json", "", "rank 0 writes the rows as JSON to `FILE`")
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args, os.Stderr, false); err != nil {
 		return err
 	}
 	if *typ != "float32" {

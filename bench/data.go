@@ -3,7 +3,9 @@ package bench
 import (
 	"flag"
 	"fmt"
+	"hpctrain/internal/cli"
 	"io"
+	"os"
 	"runtime"
 	"strconv"
 	"strings"
@@ -79,7 +81,7 @@ func Data(args []string, out io.Writer) error {
 	rounds := fs.Int("rounds", 11, "alternating rounds (in memory, with the loader) per row")
 	procs := fs.String("gomaxprocs", "train", "GOMAXPROCS: train (as hpctrain train sets it), threads, or threads+workers")
 	js := fs.String("json", "", "also write the report as JSON to `FILE`")
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args, os.Stderr, false); err != nil {
 		return err
 	}
 	var workers []int

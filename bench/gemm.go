@@ -3,7 +3,9 @@ package bench
 import (
 	"flag"
 	"fmt"
+	"hpctrain/internal/cli"
 	"io"
+	"os"
 	"time"
 
 	"gonum.org/v1/gonum/blas"
@@ -42,7 +44,7 @@ func Gemm(args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("hpctrain bench gemm", flag.ContinueOnError)
 	reps := fs.Int("reps", 7, "timed repetitions per shape (median reported)")
 	js := fs.String("json", "", "also write the rows as JSON to `FILE`")
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args, os.Stderr, false); err != nil {
 		return err
 	}
 	rows, err := GemmRates(*reps)

@@ -3,6 +3,7 @@ package bench
 import (
 	"flag"
 	"fmt"
+	"hpctrain/internal/cli"
 	"io"
 	"os"
 	"path/filepath"
@@ -18,7 +19,7 @@ func Optim(args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("hpctrain bench optim", flag.ContinueOnError)
 	steps := fs.Int("steps", 200, "optimizer steps")
 	dir := fs.String("out", "out", "directory for optim_trajectories.png and .csv")
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args, os.Stderr, false); err != nil {
 		return err
 	}
 	var names []string

@@ -3,8 +3,10 @@ package bench
 import (
 	"flag"
 	"fmt"
+	"hpctrain/internal/cli"
 	"io"
 	"math/rand/v2"
+	"os"
 	"runtime"
 	"time"
 
@@ -47,7 +49,7 @@ func Step(args []string, out io.Writer) error {
 	steps := fs.Int("steps", 30, "timed steps")
 	opt := fs.String("optimizer", "sgd", "update in each step, lr 0.01 and, for sgd, momentum 0.9 (the PyTorch comparison's recipe): "+fmt.Sprint(optim.Names())+" or none")
 	js := fs.String("json", "", "also write the report as JSON to `FILE`")
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args, os.Stderr, false); err != nil {
 		return err
 	}
 	if *batch < 1 || *threads < 1 || *steps < 1 {
