@@ -1,6 +1,7 @@
 // Package kernels holds the model's memory-bound CPU kernels: im2col and
-// col2im, max-pooling with a fused bias and ReLU, column sums and ReLU, on
-// channels-last (NHWC) float32 samples.
+// col2im, max-pooling with a fused bias and ReLU, column sums, ReLU, batch
+// normalisation's per-channel statistics and affine maps, and the residual
+// add, on channels-last (NHWC) float32 samples.
 //
 // Each kernel exists twice: in plain Go (the reference, always compiled,
 // named with a Go prefix) and in C compiled by cgo, vectorised by the

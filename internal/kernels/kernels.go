@@ -279,3 +279,65 @@ func (g Window) taps(xs []float32, oh, ow int, f func(t int, v float32)) {
 		}
 	}
 }
+
+// GoChanMoments adds, for each channel j of the row-major (m, c) matrices a
+// and b, the sum over rows of a to sa[j] and of a*(b - mu[j]) to sab[j], in
+// float64, rows in order. Batch normalisation takes its statistics with it:
+// a = b = x and mu = 0 give the sums of x and x^2; a = dy, b = x and mu the
+// batch mean give the sums of dy and dy*(x - mean).
+func GoChanMoments(a, b []float32, m, c int, mu []float32, sa, sab []float64) {
+	for i := 0; i < m; i++ {
+		ar, br := a[i*c:][:c], b[i*c:][:c]
+		for j := range ar {
+			av := float64(ar[j])
+			sa[j] += av
+			sab[j] += float64(av * (float64(br[j]) - float64(mu[j])))
+		}
+	}
+}
+
+func checkChan(m, c int, lens ...int) {
+	if m < 0 || c < 1 {
+		panic(fmt.Sprintf("kernels: bad channel kernel arguments (%d rows, %d channels)", m, c))
+	}
+	for i, l := range lens {
+		need := m * c
+		if i >= 3 {
+			need = c // per-channel vectors after the three matrices
+		}
+		if l >= 0 && l < need {
+			panic(fmt.Sprintf("kernels: buffer of %d values, need %d (%d rows, %d channels)", l, need, m, c))
+		}
+	}
+}
+
+// GoChanNorm sets y = (x - mu)*s + t for each channel of the row-major
+// (m, c) matrix x: batch normalisation's forward pass with s = gamma/std
+// and t = beta.
+func GoChanNorm(y, x []float32, m, c int, mu, s, t []float32) {
+	for i := 0; i < m; i++ {
+		xr, yr := x[i*c:][:c], y[i*c:][:c]
+		for j, v := range xr {
+			yr[j] = float32((v-mu[j])*s[j]) + t[j]
+		}
+	}
+}
+
+// GoChanNormBackward sets dx = a*dy + b*(x - mu) + k for each channel of
+// the row-major (m, c) matrices: batch normalisation's input gradient.
+func GoChanNormBackward(dx, dy, x []float32, m, c int, mu, a, b, k []float32) {
+	for i := 0; i < m; i++ {
+		xr, dyr, dxr := x[i*c:][:c], dy[i*c:][:c], dx[i*c:][:c]
+		for j, v := range xr {
+			dxr[j] = float32(a[j]*dyr[j]) + float32(b[j]*(v-mu[j])) + k[j]
+		}
+	}
+}
+
+// GoAdd sets dst = a + b element-wise (dst may be a or b).
+func GoAdd(dst, a, b []float32) {
+	a, b = a[:len(dst)], b[:len(dst)]
+	for i := range dst {
+		dst[i] = a[i] + b[i]
+	}
+}

@@ -176,3 +176,70 @@ func TestConvSmall(t *testing.T) {
 		close("weights", dw, dwr)
 	}
 }
+
+// The batch-norm channel kernels and Add, bit for bit against their Go
+// twins, with channel counts that leave vector remainders and a and b the
+// same buffer (the forward statistics).
+func TestChannelKernels(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	for _, c := range []int{1, 3, 16, 37, 64} {
+		const m = 29
+		x, dy := randf(rng, m*c), randf(rng, m*c)
+		for i := range x {
+			x[i] = 3 + 2*x[i] // a mean far from zero
+		}
+		mu, s, tt, k := randf(rng, c), randf(rng, c), randf(rng, c), randf(rng, c)
+		zero := make([]float32, c)
+		for _, v := range []struct {
+			a, b, mu []float32
+		}{{x, x, zero}, {dy, x, mu}} {
+			sa, sab := make([]float64, c), make([]float64, c)
+			ra, rab := make([]float64, c), make([]float64, c)
+			for j := range sa {
+				sa[j], ra[j] = 1.5, 1.5 // the kernel adds to what is there
+			}
+			ChanMoments(v.a, v.b, m, c, v.mu, sa, sab)
+			GoChanMoments(v.a, v.b, m, c, v.mu, ra, rab)
+			for j := range sa {
+				if sa[j] != ra[j] || sab[j] != rab[j] {
+					t.Fatalf("c %d: moments[%d] = %v, %v, reference %v, %v", c, j, sa[j], sab[j], ra[j], rab[j])
+				}
+			}
+			// A plain float64 restatement: the sums are right, not only equal.
+			for j := 0; j < c; j++ {
+				var wa, wab float64 = 1.5, 0
+				for i := 0; i < m; i++ {
+					wa += float64(v.a[i*c+j])
+					wab += float64(v.a[i*c+j]) * (float64(v.b[i*c+j]) - float64(v.mu[j]))
+				}
+				if d := sa[j] - wa; d > 1e-9 || d < -1e-9 {
+					t.Fatalf("c %d: sum[%d] = %v, want %v", c, j, sa[j], wa)
+				}
+				if d := sab[j] - wab; d > 1e-9*(1+abs64(wab)) || d < -1e-9*(1+abs64(wab)) {
+					t.Fatalf("c %d: sum of products[%d] = %v, want %v", c, j, sab[j], wab)
+				}
+			}
+		}
+		y, yr := randf(rng, m*c), make([]float32, m*c)
+		ChanNorm(y, x, m, c, mu, s, tt)
+		GoChanNorm(yr, x, m, c, mu, s, tt)
+		equal(t, "chan norm", y, yr)
+		dx, dxr := randf(rng, m*c), make([]float32, m*c)
+		ChanNormBackward(dx, dy, x, m, c, mu, s, tt, k)
+		GoChanNormBackward(dxr, dy, x, m, c, mu, s, tt, k)
+		equal(t, "chan norm backward", dx, dxr)
+		sum, sumr := make([]float32, m*c), make([]float32, m*c)
+		Add(sum, x, dy)
+		GoAdd(sumr, x, dy)
+		equal(t, "add", sum, sumr)
+		Add(dy, dy, x) // in place
+		equal(t, "add in place", dy, sumr)
+	}
+}
+
+func abs64(v float64) float64 {
+	if v < 0 {
+		return -v
+	}
+	return v
+}

@@ -276,6 +276,47 @@ static void sgd_momentum(float *restrict p, const float *restrict g, float *rest
 		p[i] = (float)((double)p[i] - lr * vi);
 	}
 }
+
+// Batch normalisation's channel kernels and the residual add, in the
+// order of operations of their Go twins (no fused multiply-add), so that
+// both give the same bits. The loops run over the channels of a row, so
+// they vectorise across channels and keep each channel's row order.
+CLONES __attribute__((optimize("fp-contract=off")))
+static void chan_moments(const float *a, const float *b, long m, long c, const float *restrict mu,
+		double *restrict sa, double *restrict sab) {
+	for (long i = 0; i < m; i++) {
+		const float *ar = a + i * c, *br = b + i * c;
+		for (long j = 0; j < c; j++) {
+			double av = ar[j];
+			sa[j] += av;
+			sab[j] += av * ((double)br[j] - (double)mu[j]);
+		}
+	}
+}
+
+CLONES __attribute__((optimize("fp-contract=off")))
+static void chan_norm(float *y, const float *x, long m, long c, const float *restrict mu,
+		const float *restrict s, const float *restrict t) {
+	for (long i = 0; i < m; i++) {
+		const float *xr = x + i * c;
+		float *yr = y + i * c;
+		for (long j = 0; j < c; j++) yr[j] = (xr[j] - mu[j]) * s[j] + t[j];
+	}
+}
+
+CLONES __attribute__((optimize("fp-contract=off")))
+static void chan_norm_bwd(float *dx, const float *dy, const float *x, long m, long c, const float *restrict mu,
+		const float *restrict a, const float *restrict b, const float *restrict k) {
+	for (long i = 0; i < m; i++) {
+		const float *xr = x + i * c, *dyr = dy + i * c;
+		float *dxr = dx + i * c;
+		for (long j = 0; j < c; j++) dxr[j] = a[j] * dyr[j] + b[j] * (xr[j] - mu[j]) + k[j];
+	}
+}
+
+CLONES static void add(float *dst, const float *a, const float *b, long n) {
+	for (long i = 0; i < n; i++) dst[i] = a[i] + b[i];
+}
 */
 import "C"
 
@@ -395,4 +436,42 @@ func cbool(b bool) C.int {
 		return 1
 	}
 	return 0
+}
+
+// ChanMoments is GoChanMoments in C.
+func ChanMoments(a, b []float32, m, c int, mu []float32, sa, sab []float64) {
+	checkChan(m, c, len(a), len(b), -1, len(mu), len(sa), len(sab))
+	if m == 0 {
+		return
+	}
+	C.chan_moments(fp(a), fp(b), C.long(m), C.long(c), fp(mu), (*C.double)(unsafe.Pointer(&sa[0])), (*C.double)(unsafe.Pointer(&sab[0])))
+}
+
+// ChanNorm is GoChanNorm in C.
+func ChanNorm(y, x []float32, m, c int, mu, s, t []float32) {
+	checkChan(m, c, len(y), len(x), -1, len(mu), len(s), len(t))
+	if m == 0 {
+		return
+	}
+	C.chan_norm(fp(y), fp(x), C.long(m), C.long(c), fp(mu), fp(s), fp(t))
+}
+
+// ChanNormBackward is GoChanNormBackward in C.
+func ChanNormBackward(dx, dy, x []float32, m, c int, mu, a, b, k []float32) {
+	checkChan(m, c, len(dx), len(dy), len(x), len(mu), len(a), len(b), len(k))
+	if m == 0 {
+		return
+	}
+	C.chan_norm_bwd(fp(dx), fp(dy), fp(x), C.long(m), C.long(c), fp(mu), fp(a), fp(b), fp(k))
+}
+
+// Add is GoAdd in C.
+func Add(dst, a, b []float32) {
+	if len(a) < len(dst) || len(b) < len(dst) {
+		panic("kernels: Add operands shorter than dst")
+	}
+	if len(dst) == 0 {
+		return
+	}
+	C.add(fp(dst), fp(a), fp(b), C.long(len(dst)))
 }

@@ -55,3 +55,29 @@ func ConvSmallWeights(g Window, n int, x, dy []float32, o int, dwT, scratch []fl
 	g.checkSmall(n, o, len(x), len(dwT), len(dy), len(scratch))
 	GoConvSmallWeights(g, n, x, dy, o, dwT, scratch)
 }
+
+// ChanMoments is GoChanMoments.
+func ChanMoments(a, b []float32, m, c int, mu []float32, sa, sab []float64) {
+	checkChan(m, c, len(a), len(b), -1, len(mu), len(sa), len(sab))
+	GoChanMoments(a, b, m, c, mu, sa, sab)
+}
+
+// ChanNorm is GoChanNorm.
+func ChanNorm(y, x []float32, m, c int, mu, s, t []float32) {
+	checkChan(m, c, len(y), len(x), -1, len(mu), len(s), len(t))
+	GoChanNorm(y, x, m, c, mu, s, t)
+}
+
+// ChanNormBackward is GoChanNormBackward.
+func ChanNormBackward(dx, dy, x []float32, m, c int, mu, a, b, k []float32) {
+	checkChan(m, c, len(dx), len(dy), len(x), len(mu), len(a), len(b), len(k))
+	GoChanNormBackward(dx, dy, x, m, c, mu, a, b, k)
+}
+
+// Add is GoAdd.
+func Add(dst, a, b []float32) {
+	if len(a) < len(dst) || len(b) < len(dst) {
+		panic("kernels: Add operands shorter than dst")
+	}
+	GoAdd(dst, a, b)
+}
