@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -216,5 +217,46 @@ func TestDivergenceCheck(t *testing.T) {
 	// Without the fault the same run passes every check.
 	if r := hpctrain(t, 2, time.Minute, args...); r.code != 0 {
 		t.Fatalf("healthy run: exit %d\n%s", r.code, r.out)
+	}
+}
+
+// Every collective after MPI is up is under the watchdog, and MPI_Init under
+// the start-up timeout: a rank that stops in any phase (HPCTRAIN_FAULT
+// stop@1:PHASE sends it SIGSTOP as it enters the phase) ends the job with a
+// message naming the collective and the phase, instead of hanging it.
+func TestWatchdogEveryPhase(t *testing.T) {
+	for _, tc := range []struct {
+		phase, want string
+		stopped     int // the rank that stops; the other one reports
+		extra       []string
+	}{
+		{"init", "MPI_Init did not complete within 3s", 1, nil},
+		{"startup", "MPI_Allgather during start-up", 1, nil},
+		// The root of a broadcast may finish before its peers have the
+		// data, so the root stops and the receiver is caught.
+		{"broadcast", "MPI_Bcast during the initial parameter broadcast", 0, nil},
+		{"resume", "during resuming from a checkpoint", 1, []string{"-resume", "auto"}},
+		{"signals", "MPI_Allreduce during agreeing on signals", 1, nil},
+		{"checksum", "MPI_Allgather during comparing parameter checksums", 1, []string{"-check-every", "1"}},
+		{"checkpoint", "during writing a checkpoint", 1, []string{"-checkpoint-every", "1"}},
+		{"evaluation", "MPI_Allreduce during evaluation", 1, nil},
+	} {
+		t.Run(tc.phase, func(t *testing.T) {
+			reporter := fmt.Sprintf("rank %d ", 1-tc.stopped)
+			args := []string{"train", "-model", "mlp", "-limit", "256", "-test-limit", "1000", "-threads", "1", "-progress", "0",
+				"-collective-timeout", "3s", "-checkpoint-dir", filepath.Join(t.TempDir(), "ck")}
+			fault := fmt.Sprintf("HPCTRAIN_FAULT=stop@%d:%s", tc.stopped, tc.phase)
+			j := startJob(t, 2, []string{fault}, append(args, tc.extra...)...)
+			code, took := j.end(t, 40*time.Second)
+			out := j.out.String()
+			t.Logf("job ended %v after rank %d stopped in %s, exit %d", took.Round(time.Millisecond), tc.stopped, tc.phase, code)
+			if code == 0 {
+				t.Errorf("exit 0 with rank %d stopped in %s:\n%s", tc.stopped, tc.phase, out)
+			}
+			host, _ := os.Hostname()
+			if !strings.Contains(out, tc.want) || !strings.Contains(out, reporter) || !strings.Contains(out, host) {
+				t.Errorf("no message naming %q, %sand host %s:\n%s", tc.want, reporter, host, out)
+			}
+		})
 	}
 }

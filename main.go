@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	"hpctrain/internal/cli"
 	_ "hpctrain/internal/openblas"
@@ -120,7 +121,8 @@ func trainCmd(args []string, stdout, stderr io.Writer) error {
 	if printCfg {
 		return cfg.WriteTOML(stdout)
 	}
-	comm, err := connect()
+	train.StopBeforeInit() // a test fault: a rank that never reaches MPI_Init
+	comm, err := connectWithin(cfg.CollectiveTimeout)
 	if err != nil {
 		return err
 	}
@@ -169,11 +171,14 @@ func printLaunch(comm mpi.Comm, out io.Writer) error {
 
 // connect returns the job's communicator: MPI when a launcher started us,
 // else a job of one process (no MPI_Init, so the binary runs anywhere).
-func connect() (mpi.Comm, error) {
+func connect() (mpi.Comm, error) { return connectWithin(0) }
+
+// connectWithin is connect with a time limit on MPI_Init (0: none).
+func connectWithin(timeout time.Duration) (mpi.Comm, error) {
 	if !mpi.Launched() {
 		return mpi.NewSingle(), nil
 	}
-	w, err := mpi.Start()
+	w, err := mpi.StartWithin(timeout)
 	if err != nil {
 		return nil, fmt.Errorf("starting MPI: %w", err)
 	}

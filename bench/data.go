@@ -15,7 +15,9 @@ import (
 	"hpctrain/affinity"
 	"hpctrain/data"
 	"hpctrain/model"
+	"hpctrain/mpi"
 	"hpctrain/optim"
+	"hpctrain/train"
 )
 
 // DataReport is `hpctrain bench data`'s result.
@@ -136,11 +138,7 @@ func Data(args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	var groups []optim.Group
-	for _, g := range net.Groups() {
-		groups = append(groups, optim.Group{Name: g.Name, Off: g.Off, Len: g.Len, NoDecay: g.Bias})
-	}
-	opt, err := optim.New(optim.Config{Name: "sgd", LR: 0.01, Momentum: 0.9}, groups, len(net.Params))
+	opt, err := optim.New(optim.Config{Name: "sgd", LR: 0.01, Momentum: 0.9}, train.Groups(net), len(net.Params))
 	if err != nil {
 		return err
 	}
@@ -152,17 +150,21 @@ func Data(args []string, out io.Writer) error {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
 	net.SetParallel(w)
 	opt.SetParallel(w)
-	labels := make([]int32, *batch)
+	// The training step itself (train.Step), with no peers.
+	sched, err := optim.NewSchedule(optim.ScheduleConfig{Name: "constant"}, 0.01, 1)
+	if err != nil {
+		return err
+	}
+	st := train.NewStep(net, opt, sched, mpi.NewSingle(), 0)
 	step := func() {
-		net.Forward(*batch)
-		net.Loss(labels)
-		net.Backward(nil)
-		opt.Step(net.Params, net.Grads, 0.01)
+		if _, err := st.Run(0); err != nil {
+			panic("bench: training step failed: " + err.Error())
+		}
 	}
 	// The in-memory batch: the first samples, in [0, 1].
-	data.NewBatcher(ds, nil, nil).FillRange(0, *batch, net.Input(), labels)
-	mem := append([]float32(nil), net.Input()...)
-	memY := append([]int32(nil), labels...)
+	mem := make([]float32, *batch*net.In.Size())
+	memY := make([]int32, *batch)
+	data.NewBatcher(ds, nil, nil).FillRange(0, *batch, mem, memY)
 
 	fmt.Fprintf(out, "\n## Training step of the reference CNN on %dx%dx%d, batch %d, %d compute thread(s) pinned to cpus %v, GOMAXPROCS %s: batch in memory vs. fed by the loader\n\n", s.H, s.W, s.C, *batch, *threads, cpus[:*threads], *procs)
 	fmt.Fprintf(out, "Median over %d alternating rounds of the mean step time of %d steps; ratio = with loader / in memory; median pair ratio = median over rounds of (loader round / the in-memory round before it); cpu = the process's CPU time per step (all threads), which a shared machine's other load disturbs less than wall time.\n\n", *rounds, *steps)
@@ -192,8 +194,7 @@ func Data(args []string, out io.Writer) error {
 					b, _ = l.Next()
 				}
 				pos++
-				copy(net.Input(), b.X)
-				copy(labels, b.Y)
+				st.Load(b.X, b.Y)
 				l.Release(b)
 				step()
 			}
@@ -210,8 +211,7 @@ func Data(args []string, out io.Writer) error {
 				}
 			}
 			inMemory := func() {
-				copy(net.Input(), mem) // what the loader path copies too
-				copy(labels, memY)
+				st.Load(mem, memY) // what the loader path copies too
 				step()
 			}
 			// Untimed warm-up of both paths.

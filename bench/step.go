@@ -12,7 +12,9 @@ import (
 
 	"hpctrain/affinity"
 	"hpctrain/model"
+	"hpctrain/mpi"
 	"hpctrain/optim"
+	"hpctrain/train"
 )
 
 // StepReport is `hpctrain bench step`'s result.
@@ -81,7 +83,7 @@ func StepRate(name string, batch, threads, steps int, optimizer string) (StepRep
 		if optimizer == "sgd" {
 			c.Momentum = 0.9
 		}
-		if opt, err = optim.New(c, nil, len(net.Params)); err != nil {
+		if opt, err = optim.New(c, train.Groups(net), len(net.Params)); err != nil {
 			return StepReport{}, err
 		}
 	}
@@ -103,20 +105,26 @@ func StepRate(name string, batch, threads, steps int, optimizer string) (StepRep
 	if opt != nil {
 		opt.SetParallel(w)
 	}
+	// The training step itself (train.Step), on one random batch, with
+	// no peers: the all-reduce of a job of one is free.
+	sched, err := optim.NewSchedule(optim.ScheduleConfig{Name: "constant"}, 0.01, steps)
+	if err != nil {
+		return StepReport{}, err
+	}
+	st := train.NewStep(net, opt, sched, mpi.NewSingle(), 0)
 	rng := rand.New(rand.NewPCG(1, 2))
-	for i := range net.Input() {
-		net.Input()[i] = rng.Float32()
+	x := make([]float32, batch*net.In.Size())
+	for i := range x {
+		x[i] = rng.Float32()
 	}
 	labels := make([]int32, batch)
 	for i := range labels {
 		labels[i] = int32(rng.IntN(10))
 	}
+	st.Load(x, labels)
 	step := func() {
-		net.Forward(batch)
-		net.Loss(labels)
-		net.Backward(nil)
-		if opt != nil {
-			opt.Step(net.Params, net.Grads, 0.01)
+		if _, err := st.Run(0); err != nil {
+			panic("bench: step on random data failed: " + err.Error())
 		}
 	}
 	for i := 0; i < 3; i++ {

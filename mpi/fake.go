@@ -1,6 +1,7 @@
 package mpi
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -23,7 +24,11 @@ type fakeGroup struct {
 	arrived, gen  int
 	slots         []any
 	abort         func(code int)
+	dead          bool // Kill was called: collectives fail at once
 }
+
+// ErrKilled is returned by a Fake's collectives once any rank called Kill.
+var ErrKilled = errors.New("mpi: fake job killed (a rank failed)")
 
 // NewFake returns the n ranks of an in-process job. perNode ranks share each
 // simulated node (0 means all on one node): rank r has local rank r%perNode.
@@ -43,20 +48,37 @@ func NewFake(n, perNode int) []*Fake {
 	return ranks
 }
 
-// barrier blocks until all ranks of the group have arrived.
-func (g *fakeGroup) barrier() {
+// barrier blocks until all ranks of the group have arrived, or returns
+// false at once when the job was killed.
+func (g *fakeGroup) barrier() bool {
 	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.dead {
+		return false
+	}
 	gen := g.gen
 	g.arrived++
 	if g.arrived == g.size {
 		g.arrived = 0
 		g.gen++
 		g.cond.Broadcast()
-	} else {
-		for gen == g.gen {
-			g.cond.Wait()
-		}
+		return true
 	}
+	for gen == g.gen && !g.dead {
+		g.cond.Wait()
+	}
+	return !g.dead
+}
+
+// Kill ends the fake job as a dead rank would: every collective in
+// progress on any rank, and every later one, returns ErrKilled at once.
+// A test whose rank goroutine fails calls it so the others do not wait for
+// that rank forever.
+func (f *Fake) Kill() {
+	g := f.group
+	g.mu.Lock()
+	g.dead = true
+	g.cond.Broadcast()
 	g.mu.Unlock()
 }
 
@@ -78,9 +100,13 @@ func (f *Fake) exchange(v any, read func(slots []any)) error {
 	}
 	g := f.group
 	g.slots[f.rank] = v
-	g.barrier()
+	if !g.barrier() {
+		return ErrKilled
+	}
 	read(g.slots)
-	g.barrier()
+	if !g.barrier() {
+		return ErrKilled
+	}
 	return nil
 }
 

@@ -3,6 +3,7 @@ package mpi
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -134,10 +135,76 @@ func TestSuiteFake(t *testing.T) {
 			var wg sync.WaitGroup
 			for _, c := range NewFake(n, 2) {
 				wg.Add(1)
-				go func() { defer wg.Done(); suite(t, c) }()
+				go func() { defer wg.Done(); suite(rankT{t, c}, c) }()
 			}
 			wg.Wait()
 		})
+	}
+}
+
+// rankT reports a rank goroutine's failures to the test. t.Fatal may only
+// be called from the test's own goroutine; a rank that fails instead
+// records the error, kills the fake job so that no other rank waits for it
+// in a collective, and ends its own goroutine.
+type rankT struct {
+	t *testing.T
+	f *Fake
+}
+
+func (r rankT) Errorf(format string, args ...any) { r.t.Errorf(format, args...) }
+func (r rankT) Error(args ...any)                 { r.t.Error(args...) }
+func (r rankT) Fatalf(format string, args ...any) {
+	r.t.Errorf("rank %d: "+format, append([]any{r.f.Rank()}, args...)...)
+	r.f.Kill()
+	runtime.Goexit()
+}
+func (r rankT) Fatal(args ...any) { r.Fatalf("%s", fmt.Sprint(args...)) }
+
+// recorder is a reporter that only counts, for testing the harness itself.
+type recorder struct {
+	mu     sync.Mutex
+	errors []string
+}
+
+func (r *recorder) Errorf(format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.errors = append(r.errors, fmt.Sprintf(format, args...))
+}
+
+// One failing rank must not leave the others in a collective: they get
+// ErrKilled at once, and the test ends (before the fix it waited for the
+// whole test binary's timeout).
+func TestFakeFailFast(t *testing.T) {
+	ranks := NewFake(3, 0)
+	rec := &recorder{}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, c := range ranks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if c.Rank() == 1 {
+				rec.Errorf("rank 1 fails before the barrier")
+				c.Kill()
+				return
+			}
+			if err := c.Barrier(); err != ErrKilled {
+				rec.Errorf("rank %d: barrier after a peer failed: %v, want ErrKilled", c.Rank(), err)
+			}
+			if err := c.AllreduceSum(make([]float32, 4)); err != ErrKilled {
+				rec.Errorf("rank %d: allreduce after a peer failed: %v, want ErrKilled", c.Rank(), err)
+			}
+		}()
+	}
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("ranks still waiting 10 s after a peer failed")
+	}
+	if len(rec.errors) != 1 {
+		t.Errorf("want only rank 1's own failure, got %q", rec.errors)
 	}
 }
 

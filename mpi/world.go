@@ -112,14 +112,32 @@ func mpiErr(op string, rc C.int) error {
 // communicator. Rank and size come from MPI; the local rank from
 // OMPI_COMM_WORLD_LOCAL_RANK/LOCAL_SIZE (Open MPI), MPI_LOCALRANKID/
 // MPI_LOCALNRANKS (MPICH), else MPI_Comm_split_type(MPI_COMM_TYPE_SHARED).
-func Start() (*World, error) {
+func Start() (*World, error) { return StartWithin(0) }
+
+// StartWithin is Start with a time limit on MPI_Init (0: none). MPI_Init
+// waits for every rank of the job to arrive; a rank that never does (a
+// node that hangs while starting, a process stopped before MPI) would hang
+// the others here. After timeout StartWithin returns an error, and the
+// caller should exit: MPI cannot be used or finalised from this state.
+func StartWithin(timeout time.Duration) (*World, error) {
 	w := &World{queue: newQueue(), host: hostname()}
-	started := make(chan error)
+	started := make(chan error, 1)
 	go w.loop(started)
-	if err := <-started; err != nil {
-		return nil, err
+	var expired <-chan time.Time
+	if timeout > 0 {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		expired = t.C
 	}
-	return w, nil
+	select {
+	case err := <-started:
+		if err != nil {
+			return nil, err
+		}
+		return w, nil
+	case <-expired:
+		return nil, fmt.Errorf("MPI_Init did not complete within %v on host %s: another rank of the job has not started MPI (stuck or stopped while starting, or its node unreachable); raise -collective-timeout if start-up is this slow", timeout, w.host)
+	}
 }
 
 // loop owns the MPI thread: it initialises MPI and then serves requests.

@@ -76,7 +76,7 @@ for i in $(seq 400); do sleep 0.1; done
 	waitFor(ctx, t, out, "rank 1 of 2 started: train -config cfg.toml -checkpoint-dir checkpoints -resume auto")
 	waitFor(ctx, t, out, "rank 0 of 2 started")
 	run("scancel", "--signal=USR1", "--batch", id)
-	waitFor(ctx, t, out, "got SIGUSR1, forwarding to mpirun")
+	waitFor(ctx, t, out, "got SIGUSR1, forwarding SIGUSR1 to mpirun")
 	waitFor(ctx, t, out, "trainer exited with status 85")
 	waitFor(ctx, t, out, "requeueing job "+id)
 	// SLURM holds a requeued job for about two minutes (BeginTime) before

@@ -26,7 +26,9 @@
 // rank. The script then runs `scontrol requeue $SLURM_JOB_ID`; the rerun
 // starts `hpctrain train -resume auto`, which loads the newest valid
 // checkpoint. Any other exit status is passed through unchanged. SIGTERM
-// (scancel, preemption) is forwarded the same way.
+// (scancel --batch, preemption) is forwarded as SIGUSR1 too: mpirun relays
+// USR1 to the ranks, but on TERM it kills them itself and exits 1, which
+// would skip the requeue.
 //
 // # Invariants
 //

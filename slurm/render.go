@@ -96,12 +96,13 @@ fi
 echo "hpctrain.sbatch: job ${SLURM_JOB_ID} run ${SLURM_RESTART_COUNT:-0} on ${SLURM_JOB_NODELIST} at $(date -Is)"
 
 # Forward SIGUSR1 (time limit near) and SIGTERM (scancel, pre-emption) to
-# mpirun, which relays them to every rank; the trainer then checkpoints and
-# exits with {{.ExitRequeue}}. Without this the signal would stop at this shell.
+# mpirun as SIGUSR1: Open MPI relays USR1 to every rank, whereas a TERM would
+# make mpirun kill the ranks itself and exit 1. The trainer then checkpoints
+# and exits with {{.ExitRequeue}}. Without this the signal would stop at this shell.
 pid=
 forward() {
-	echo "hpctrain.sbatch: got SIG$1, forwarding to mpirun${pid:+ (pid $pid)}"
-	if [ -n "$pid" ]; then kill -s "$1" "$pid" 2>/dev/null || true; fi
+	echo "hpctrain.sbatch: got SIG$1, forwarding SIGUSR1 to mpirun${pid:+ (pid $pid)}"
+	if [ -n "$pid" ]; then kill -s USR1 "$pid" 2>/dev/null || true; fi
 }
 trap 'forward USR1' USR1
 trap 'forward TERM' TERM

@@ -25,7 +25,7 @@ func TestSbatchTrain(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: not starting a SLURM cluster")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
 	repo, err := filepath.Abs("..")
@@ -113,11 +113,15 @@ verbose = true
 		}
 	})
 
-	t.Run("preempted, requeued, resumed", func(t *testing.T) {
-		// Four epochs (300 steps, 10-20 s here), stopped from the first
-		// progress line on: a signal slowed by a busy machine still
-		// arrives well before the end.
-		config := `model = "cnn"
+	// SIGUSR1 is SLURM's warning before the time limit (--signal=B:USR1);
+	// SIGTERM is what scancel and pre-emption send. Both must end in the
+	// agreed checkpoint, exit 85 through mpirun and a requeue.
+	for _, sig := range []string{"USR1", "TERM"} {
+		t.Run("SIG"+sig+": preempted, requeued, resumed", func(t *testing.T) {
+			// Four epochs (300 steps, 10-20 s here), stopped from the first
+			// progress line on: a signal slowed by a busy machine still
+			// arrives well before the end.
+			config := `model = "cnn"
 epochs = 4
 limit = 9600
 test_limit = 500
@@ -125,98 +129,99 @@ threads = 1
 progress = "500ms"
 checkpoint_every = "40"
 `
-		// The uninterrupted reference, same configuration, same world size.
-		ref := jobDir(t, "reference", config)
-		refCk := filepath.Join(ref, "checkpoints")
-		mpitest.Run(t, 3*time.Minute, 2, bin, "train", "-config", filepath.Join(ref, "scripts/train.toml"), "-checkpoint-dir", refCk)
+			// The uninterrupted reference, same configuration, same world size.
+			ref := jobDir(t, "reference-"+sig, config)
+			refCk := filepath.Join(ref, "checkpoints")
+			mpitest.Run(t, 3*time.Minute, 2, bin, "train", "-config", filepath.Join(ref, "scripts/train.toml"), "-checkpoint-dir", refCk)
 
-		d := jobDir(t, "preempted", config)
-		id, out := sbatch(t, d)
-		waitFor(ctx, t, out, "epoch 1 step ")
-		run(t, d, "scancel", "--signal=USR1", "--batch", id)
-		waitFor(ctx, t, out, "trainer exited with status 85")
-		waitFor(ctx, t, out, "requeueing job "+id)
-		// SLURM holds a requeued job for a while (BeginTime); an
-		// administrator's "start now" keeps the test short. Not at once,
-		// though: slurmd revokes the old run's credential, and a new launch
-		// within the same second as that revocation is refused ("Job
-		// credential revoked") and fails the job; SLURM's own hold exists
-		// for this. So the job is started only after it has been seen
-		// pending for two seconds. It passes through COMPLETING and REQUEUE
-		// first. Each state is logged, and a stuck or failed job is reported
-		// with the queue, the node and the daemons' logs.
-		var show, seen string
-		var pendingSince time.Time
-		stuck := func(why string) {
-			t.Helper()
-			log, _ := os.ReadFile(out)
-			t.Fatalf("requeued job %s %s; last seen as\n%s\n--- %s ---\n%s\n%s", id, why, show, out, log, c.diagnose())
-		}
-		for {
-			cmd := exec.CommandContext(ctx, "scontrol", "show", "job", id)
-			cmd.Env = env
-			b, err := cmd.Output()
-			if ctx.Err() != nil {
-				stuck("never ran again")
+			d := jobDir(t, "preempted-"+sig, config)
+			id, out := sbatch(t, d)
+			waitFor(ctx, t, out, "epoch 1 step ")
+			run(t, d, "scancel", "--signal="+sig, "--batch", id)
+			waitFor(ctx, t, out, "trainer exited with status 85")
+			waitFor(ctx, t, out, "requeueing job "+id)
+			// SLURM holds a requeued job for a while (BeginTime); an
+			// administrator's "start now" keeps the test short. Not at once,
+			// though: slurmd revokes the old run's credential, and a new launch
+			// within the same second as that revocation is refused ("Job
+			// credential revoked") and fails the job; SLURM's own hold exists
+			// for this. So the job is started only after it has been seen
+			// pending for two seconds. It passes through COMPLETING and REQUEUE
+			// first. Each state is logged, and a stuck or failed job is reported
+			// with the queue, the node and the daemons' logs.
+			var show, seen string
+			var pendingSince time.Time
+			stuck := func(why string) {
+				t.Helper()
+				log, _ := os.ReadFile(out)
+				t.Fatalf("requeued job %s %s; last seen as\n%s\n--- %s ---\n%s\n%s", id, why, show, out, log, c.diagnose())
 			}
+			for {
+				cmd := exec.CommandContext(ctx, "scontrol", "show", "job", id)
+				cmd.Env = env
+				b, err := cmd.Output()
+				if ctx.Err() != nil {
+					stuck("never ran again")
+				}
+				if err != nil {
+					t.Fatalf("scontrol show job %s: %v", id, err)
+				}
+				show = string(b)
+				state := jobField(show, "JobState") + " Reason=" + jobField(show, "Reason") + " Restarts=" + jobField(show, "Restarts")
+				if state != seen {
+					t.Logf("job %s: %s", id, state)
+					seen = state
+				}
+				if strings.Contains(show, "Restarts=1") && (strings.Contains(show, "JobState=RUNNING") || strings.Contains(show, "JobState=COMPLETED")) {
+					break
+				}
+				switch jobField(show, "JobState") {
+				case "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "BOOT_FAIL", "OUT_OF_MEMORY", "DEADLINE":
+					stuck("ended without running again")
+				}
+				if strings.Contains(show, "Restarts=1") && strings.Contains(show, "JobState=PENDING") && pendingSince.IsZero() {
+					pendingSince = time.Now()
+				}
+				if strings.Contains(show, "Restarts=1") && strings.Contains(show, "JobState=PENDING") && time.Since(pendingSince) > 2*time.Second {
+					// It may have started in between: then this fails, harmlessly.
+					upd := exec.CommandContext(ctx, "scontrol", "update", "JobId="+id, "StartTime=now")
+					upd.Env = env
+					upd.Run()
+				}
+				time.Sleep(300 * time.Millisecond)
+			}
+			waitFor(ctx, t, out, "resuming from")
+			waitFor(ctx, t, out, "trainer exited with status 0")
+
+			a, _, err := checkpoint.Latest(refCk, nil)
 			if err != nil {
-				t.Fatalf("scontrol show job %s: %v", id, err)
+				t.Fatal(err)
 			}
-			show = string(b)
-			state := jobField(show, "JobState") + " Reason=" + jobField(show, "Reason") + " Restarts=" + jobField(show, "Restarts")
-			if state != seen {
-				t.Logf("job %s: %s", id, state)
-				seen = state
+			b, _, err := checkpoint.Latest(filepath.Join(d, "checkpoints"), nil)
+			if err != nil {
+				t.Fatal(err)
 			}
-			if strings.Contains(show, "Restarts=1") && (strings.Contains(show, "JobState=RUNNING") || strings.Contains(show, "JobState=COMPLETED")) {
-				break
+			if a.Step != b.Step || len(a.Sections) != len(b.Sections) {
+				t.Fatalf("final checkpoints: step %d vs %d, %d vs %d sections", a.Step, b.Step, len(a.Sections), len(b.Sections))
 			}
-			switch jobField(show, "JobState") {
-			case "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "BOOT_FAIL", "OUT_OF_MEMORY", "DEADLINE":
-				stuck("ended without running again")
-			}
-			if strings.Contains(show, "Restarts=1") && strings.Contains(show, "JobState=PENDING") && pendingSince.IsZero() {
-				pendingSince = time.Now()
-			}
-			if strings.Contains(show, "Restarts=1") && strings.Contains(show, "JobState=PENDING") && time.Since(pendingSince) > 2*time.Second {
-				// It may have started in between: then this fails, harmlessly.
-				upd := exec.CommandContext(ctx, "scontrol", "update", "JobId="+id, "StartTime=now")
-				upd.Env = env
-				upd.Run()
-			}
-			time.Sleep(300 * time.Millisecond)
-		}
-		waitFor(ctx, t, out, "resuming from")
-		waitFor(ctx, t, out, "trainer exited with status 0")
-
-		a, _, err := checkpoint.Latest(refCk, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _, err := checkpoint.Latest(filepath.Join(d, "checkpoints"), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if a.Step != b.Step || len(a.Sections) != len(b.Sections) {
-			t.Fatalf("final checkpoints: step %d vs %d, %d vs %d sections", a.Step, b.Step, len(a.Sections), len(b.Sections))
-		}
-		// Parameters and optimizer state, bit for bit.
-		for k, sa := range a.Sections {
-			sb := b.Sections[k]
-			if sa.Name != sb.Name || len(sa.Data) != len(sb.Data) {
-				t.Fatalf("section %d: %s[%d] vs %s[%d]", k, sa.Name, len(sa.Data), sb.Name, len(sb.Data))
-			}
-			for i := range sa.Data {
-				if sa.Data[i] != sb.Data[i] {
-					log, _ := os.ReadFile(out)
-					t.Fatalf("%s[%d]: uninterrupted %v, preempted and resumed %v\n%s", sa.Name, i, sa.Data[i], sb.Data[i], log)
+			// Parameters and optimizer state, bit for bit.
+			for k, sa := range a.Sections {
+				sb := b.Sections[k]
+				if sa.Name != sb.Name || len(sa.Data) != len(sb.Data) {
+					t.Fatalf("section %d: %s[%d] vs %s[%d]", k, sa.Name, len(sa.Data), sb.Name, len(sb.Data))
+				}
+				for i := range sa.Data {
+					if sa.Data[i] != sb.Data[i] {
+						log, _ := os.ReadFile(out)
+						t.Fatalf("%s[%d]: uninterrupted %v, preempted and resumed %v\n%s", sa.Name, i, sa.Data[i], sb.Data[i], log)
+					}
 				}
 			}
-		}
-		if len(a.Lookup("params")) == 0 {
-			t.Fatalf("no parameters in the final checkpoint")
-		}
-	})
+			if len(a.Lookup("params")) == 0 {
+				t.Fatalf("no parameters in the final checkpoint")
+			}
+		})
+	}
 }
 
 // jobField returns the value of key in scontrol's "key=value key=value"

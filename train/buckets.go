@@ -93,7 +93,7 @@ func (bs *buckets) wait(step int) (comm time.Duration, err error) {
 	}
 	for i := range bs.b {
 		bk := &bs.b[i]
-		bs.wd.enter(step, i)
+		bs.wd.enter(&opGradients, step, i)
 		e := bk.req.Wait()
 		bs.wd.leave()
 		if e != nil && err == nil {

@@ -4,22 +4,39 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // FaultEnv names the environment variable that injects a fault into one
-// rank, so that the failure paths (NaN stop, divergence check) are tested
-// end to end under the real mpirun. Its value is a comma-separated list of
-// kind@rank:step, for example "nan@1:5" (rank 1's loss is NaN at step 5) or
-// "perturb@2:3" (rank 2 changes one parameter after step 3). Unset, it
-// costs one nil check per step.
+// rank, so that the failure paths (NaN stop, divergence check, watchdog)
+// are tested end to end under the real mpirun. Its value is a
+// comma-separated list of kind@rank:where:
+//
+//	nan@1:5            rank 1's loss is NaN at step 5
+//	perturb@2:3        rank 2 changes one parameter after step 3
+//	stop@1:evaluation  rank 1 stops itself (SIGSTOP) when it enters a phase:
+//	                   init (before MPI_Init), startup, broadcast, resume,
+//	                   signals, checksum, checkpoint, evaluation
+//
+// Unset, it costs one nil check per step.
 const FaultEnv = "HPCTRAIN_FAULT"
+
+// stopPhases maps the names stop@ takes to the run's phases.
+var stopPhases = map[string]*string{
+	"startup": &phaseStartup, "broadcast": &phaseBroadcast, "resume": &phaseResume,
+	"signals": &phaseSignals, "checksum": &phaseChecksum, "checkpoint": &phaseCheckpoint,
+	"evaluation": &phaseEvaluation,
+}
 
 // fault is one injected failure.
 type fault struct {
-	kind       string // "nan" or "perturb"
-	rank, step int
+	kind  string // "nan", "perturb" or "stop"
+	rank  int
+	step  int     // nan, perturb
+	phase *string // stop; nil for "init"
 }
 
 // faults are the failures injected into this rank.
@@ -36,19 +53,65 @@ func parseFaults(spec string, rank int) (faults, error) {
 		kind, where, ok := strings.Cut(f, "@")
 		r, s, ok2 := strings.Cut(where, ":")
 		ri, err1 := strconv.Atoi(r)
-		si, err2 := strconv.Atoi(s)
-		if !ok || !ok2 || err1 != nil || err2 != nil || (kind != "nan" && kind != "perturb") {
-			return nil, fmt.Errorf("%s: %q is not kind@rank:step with kind nan or perturb", FaultEnv, f)
+		ft := fault{kind: kind, rank: ri}
+		var err2 error
+		switch kind {
+		case "nan", "perturb":
+			ft.step, err2 = strconv.Atoi(s)
+		case "stop":
+			if ft.phase = stopPhases[s]; ft.phase == nil && s != "init" {
+				err2 = fmt.Errorf("unknown phase")
+			}
+		default:
+			ok = false
+		}
+		if !ok || !ok2 || err1 != nil || err2 != nil {
+			return nil, fmt.Errorf("%s: %q is not nan@rank:step, perturb@rank:step or stop@rank:phase (phases: init, %s)", FaultEnv, f, strings.Join(phaseNames(), ", "))
 		}
 		if ri == rank {
-			fs = append(fs, fault{kind, ri, si})
+			fs = append(fs, ft)
 		}
 	}
 	return fs, nil
 }
 
+func phaseNames() []string {
+	var ns []string
+	for n := range stopPhases {
+		ns = append(ns, n)
+	}
+	slices.Sort(ns)
+	return ns
+}
+
 func faultsFromEnv(rank int) (faults, error) {
 	return parseFaults(os.Getenv(FaultEnv), rank)
+}
+
+// StopBeforeInit stops this process (SIGSTOP) if FaultEnv says
+// stop@RANK:init for the rank the launcher gave it: a rank that never
+// reaches MPI_Init, for the start-up timeout's test.
+func StopBeforeInit() {
+	r, err := strconv.Atoi(os.Getenv("OMPI_COMM_WORLD_RANK"))
+	if err != nil {
+		return
+	}
+	fs, _ := faultsFromEnv(r)
+	for _, f := range fs {
+		if f.kind == "stop" && f.phase == nil {
+			syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+		}
+	}
+}
+
+// enter stops this rank where a fault says so: it then hangs its peers in
+// the phase's next collective, as a stopped or swapped-out process would.
+func (fs faults) enter(phase *string) {
+	for _, f := range fs {
+		if f.kind == "stop" && f.phase == phase {
+			syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+		}
+	}
 }
 
 // loss returns the loss this rank reports at step (1-based): NaN where a

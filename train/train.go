@@ -35,7 +35,10 @@ type Result struct {
 	// backward (the rest was hidden behind backward).
 	CommSeconds     float64 `json:"comm_seconds"`
 	CommWaitSeconds float64 `json:"comm_wait_seconds"`
-	Final           bool    `json:"final,omitempty"`
+	// ResumedFrom is the step a resumed run continued from (its lines are
+	// appended to the record of the run it continues).
+	ResumedFrom int  `json:"resumed_from,omitempty"`
+	Final       bool `json:"final,omitempty"`
 
 	// Params are the final parameters (the same on every rank).
 	Params []float32 `json:"-"`
@@ -52,255 +55,361 @@ func Run(cfg Config, c mpi.Comm, out io.Writer) (Result, error) {
 // RunWith is Run with the stream for messages that must appear on every
 // rank (the watchdog's).
 func RunWith(cfg Config, c mpi.Comm, out, errOut io.Writer) (Result, error) {
-	log := func(format string, a ...any) {
-		if c.Rank() == 0 {
+	r, err := start(cfg, c, out, errOut)
+	if err != nil {
+		return Result{}, err
+	}
+	defer r.close()
+	for r.epoch = r.step/r.steps + 1; r.more(); r.epoch++ {
+		if err := r.trainEpoch(); err != nil {
+			return r.res, err
+		}
+		if err := r.endEpoch(); err != nil {
+			return r.res, err
+		}
+	}
+	return r.finish()
+}
+
+// run is one training run on one rank: its parts, joined by start, and
+// where it is.
+type run struct {
+	cfg     Config
+	c       mpi.Comm // every collective under the watchdog (guard)
+	log     func(format string, a ...any)
+	wd      *watchdog
+	flt     faults
+	pipe    *pipeline
+	net     *model.Net
+	opt     optim.Optimizer
+	lr      float64
+	sched   optim.Schedule
+	pl      *placement
+	st      *Step
+	cp      *checkpointer
+	metrics *os.File
+	prog    *progress
+	tl      *timeline
+	closers []func()
+
+	steps, total      int // steps per epoch (the sampler's, drop-last), in the run
+	startStep, step   int // where this call began, and the global step
+	epoch             int
+	res               Result
+	trainTime         time.Duration
+	commTime, waiting time.Duration
+}
+
+// start builds the run: every stage ends in an agreement, so a failure on
+// any rank stops all ranks with a message instead of hanging the others in
+// the next collective.
+func start(cfg Config, comm mpi.Comm, out, errOut io.Writer) (r *run, err error) {
+	r = &run{cfg: cfg}
+	defer func() {
+		if err != nil {
+			r.close()
+		}
+	}()
+	r.log = func(format string, a ...any) {
+		if comm.Rank() == 0 {
 			fmt.Fprintf(out, format+"\n", a...)
 		}
 	}
-	// Start-up: every stage ends in an agreement, so a failure on any rank
-	// stops all ranks here instead of hanging them in the loop.
+	r.wd = newWatchdog(cfg.CollectiveTimeout, fmt.Sprintf("rank %d on host %s", comm.Rank(), comm.Host()), errOut, comm.Abort)
+	r.closers = append(r.closers, r.wd.close)
+	c := guard(comm, r.wd)
+	r.c = c
+	r.flt, err = faultsFromEnv(c.Rank())
+	r.enter(&phaseStartup)
+	if err = agree(c, "reading "+FaultEnv, err); err != nil {
+		return r, err
+	}
 	if err := agreeConfig(c, &cfg); err != nil {
-		return Result{}, err
+		return r, err
 	}
 	// The data and its loaders; the model takes the loader's sample shape
 	// (after transforms) and the data set's classes.
-	pipe, err := loadData(cfg, c)
+	r.pipe, err = loadData(cfg, c)
+	if r.pipe != nil {
+		r.closers = append(r.closers, r.pipe.close)
+	}
 	if err = agree(c, "loading data", err); err != nil {
-		if pipe != nil {
-			pipe.close()
-		}
-		return Result{}, err
+		return r, err
 	}
-	defer pipe.close()
-	pipe.warn.flush(log, "skipped at load")
-	trainSet := pipe.train
-	net, err := model.New(cfg.Model, model.Shape(pipe.trainLoad.Shape()), trainSet.Classes(), cfg.Batch, cfg.Seed)
-	if err = agree(c, "building the model", err); err != nil {
-		return Result{}, err
+	r.pipe.warn.flush(r.log, "skipped at load")
+	n := r.pipe.train.Len()
+	r.steps = n / (cfg.Batch * c.Size()) // the sampler's Steps: drop-last
+	r.total = totalSteps(cfg, n, c.Size())
+	if r.steps == 0 {
+		err = fmt.Errorf("%d training samples do not fill one global batch of %d x %d ranks; lower -batch or raise -limit", n, cfg.Batch, c.Size())
 	}
-	opt, err := optim.New(cfg.Config, groups(net), len(net.Params))
-	if err = agree(c, "creating the optimizer", err); err != nil {
-		return Result{}, err
+	if err = agree(c, "sizing the epoch", err); err != nil {
+		return r, err
 	}
-	// The learning rate: scaled with the global batch if asked (Goyal et
-	// al. 2017), then scheduled per step.
-	lr, err := optim.ScaleLR(cfg.Config.WithDefaults().LR, cfg.Batch*c.Size(), cfg.BaseBatch, cfg.LRScaling)
-	var sched optim.Schedule
-	if err == nil {
-		sched, err = optim.NewSchedule(cfg.ScheduleConfig, lr, totalSteps(cfg, trainSet.Len(), c.Size()))
+	if err := r.build(); err != nil {
+		return r, err
 	}
-	if err = agree(c, "setting up the learning-rate schedule", err); err != nil {
-		return Result{}, err
+	if err := r.placeAndPin(out); err != nil {
+		return r, err
 	}
-	// Pin this rank's compute threads to its own cores; the model and the
-	// optimizer split their work over them.
-	pl, err := place(cfg, c, log)
-	if err != nil {
-		return Result{}, err
+	// Every replica starts from rank 0's parameters; a resumed run then
+	// takes the checkpoint's.
+	r.enter(&phaseBroadcast)
+	if err := c.Bcast(r.net.Params, 0); err != nil {
+		return r, fmt.Errorf("broadcasting initial parameters: %w", err)
 	}
-	defer pl.close()
-	if cfg.ReportBindings {
-		if err := pl.report(c, out); err != nil {
-			return Result{}, err
-		}
-	}
-	threads := pl.plan.Threads
-	if cfg.DataWorkers > 0 {
-		// Loader goroutines get Ps of their own beside the compute
-		// workers' (package data, Procs); their threads are confined to
-		// this rank's cores like every unpinned thread.
-		runtime.GOMAXPROCS(data.Procs(threads, cfg.DataWorkers))
-	}
-	net.SetParallel(pl.workers)
-	opt.SetParallel(pl.workers)
-	var metrics *os.File
-	if c.Rank() == 0 && cfg.Metrics != "" {
-		metrics, err = os.Create(cfg.Metrics)
-		if err == nil {
-			defer metrics.Close()
-		}
-	}
-	if err = agree(c, "opening the metrics file", err); err != nil {
-		return Result{}, err
-	}
-	// Every replica starts from rank 0's parameters.
-	if err := c.Bcast(net.Params, 0); err != nil {
-		return Result{}, fmt.Errorf("broadcasting initial parameters: %w", err)
-	}
-
-	// Resume: rank 0 reads the checkpoint and broadcasts it.
-	cp, err := newCheckpointer(cfg, c, net, opt, log)
+	r.enter(&phaseResume)
+	r.cp, err = newCheckpointer(cfg, c, r.net, r.opt, r.log)
 	if err = agree(c, "preparing checkpoints", err); err != nil {
-		return Result{}, err
+		return r, err
 	}
-	defer cp.close()
-	startStep, err := cp.resume()
-	if err != nil {
-		return Result{}, err
+	r.closers = append(r.closers, r.cp.close)
+	if r.startStep, err = r.cp.resume(); err != nil {
+		return r, err
+	}
+	r.step = r.startStep
+	if err := r.openMetrics(); err != nil {
+		return r, err
 	}
 
-	loader := pipe.trainLoad
-	steps := trainSet.Len() / (cfg.Batch * c.Size()) // the sampler's Steps: drop-last
-	if steps == 0 {
-		return Result{}, fmt.Errorf("%d training samples do not fill one global batch of %d x %d ranks; lower -batch or raise -limit", trainSet.Len(), cfg.Batch, c.Size())
-	}
-	log("hpctrain: model %s, %d parameters, %d ranks x %d threads, batch %d per rank (%d global), %d steps per epoch, %s lr %g (%s schedule)",
-		cfg.Model, len(net.Params), c.Size(), threads, cfg.Batch, cfg.Batch*c.Size(), steps, opt.Name(), lr, cfg.ScheduleConfig.Name)
-	log("hpctrain: %s", pipe.desc)
-
-	labels := make([]int32, cfg.Batch)
 	// Each rank's gradient is of its mean loss divided by the ranks, so
 	// that the all-reduced sum is the gradient of the mean over the global
 	// batch without another pass over the gradients.
-	net.SetGradScale(1 / float32(c.Size()))
-	total := totalSteps(cfg, trainSet.Len(), c.Size())
-	prog := newProgress(out, c.Rank() == 0, cfg.Progress, total-startStep, cfg.Batch*c.Size())
-	wd := newWatchdog(cfg.CollectiveTimeout, fmt.Sprintf("rank %d on host %s (%s)", c.Rank(), c.Host(), pl.plan), errOut, c.Abort)
-	defer wd.close()
-	flt, err := faultsFromEnv(c.Rank())
-	if err != nil {
-		return Result{}, err
-	}
-	bk := newBuckets(c, net.Grads, layerStarts(net), bucketBytes(cfg.BucketMB, threads), wd)
-	var tl *timeline
+	r.net.SetGradScale(1 / float32(c.Size()))
+	r.st = newStep(r.net, r.opt, r.sched, c, bucketBytes(cfg.BucketMB, r.pl.plan.Threads), r.wd, r.flt)
+	r.prog = newProgress(out, c.Rank() == 0, cfg.Progress, r.total-r.startStep, cfg.Batch*c.Size())
 	if cfg.Timeline != "" {
-		tl = newTimeline(c.Rank(), min(10, total/2), cfg.TimelineSteps)
+		r.tl = newTimeline(c.Rank(), min(10, r.total/2), cfg.TimelineSteps)
 	}
-	var res Result
-	var trainTime, commTime, waitTime time.Duration
-	step := startStep
-	for epoch := step/steps + 1; epoch <= cfg.Epochs && !(cfg.Steps > 0 && step >= cfg.Steps); epoch++ {
-		// The epoch's batches depend only on (seed, epoch, step), so a
-		// resumed run starts the loader at the checkpoint's step and sees
-		// what the uninterrupted run saw.
-		loader.StartAt(epoch, step%steps)
-		start := time.Now()
-		var lossSum float64
-		first := step
-		for s := step % steps; s < steps && !(cfg.Steps > 0 && step >= cfg.Steps); s++ {
-			t0 := time.Now()
-			b, ok := loader.Next()
-			if !ok {
-				panic("train: loader ended before the epoch's last step") // Steps() said otherwise
-			}
-			copy(net.Input(), b.X)
-			copy(labels, b.Y)
-			loader.Release(b) // the buffer goes back to the workers at once
-			tIn := time.Now()
-			net.Forward(cfg.Batch)
-			loss, _ := net.Loss(labels)
-			loss = flt.loss(step+1, loss)
-			bk.poison = math.IsNaN(loss) || math.IsInf(loss, 0)
-			t1 := time.Now()
-			// Backward starts each bucket's all-reduce as soon as its layers
-			// are done; wait collects them. The sums of all replicas'
-			// gradients (each scaled by 1/ranks, see SetGradScale) are the
-			// gradient of the mean loss over the global batch.
-			net.Backward(bk)
-			t2 := time.Now()
-			comm, err := bk.wait(step)
-			if err != nil {
-				return res, fmt.Errorf("epoch %d step %d: all-reduce of gradients: %w", epoch, s, err)
-			}
-			t3 := time.Now()
-			if !bk.healthy() {
-				if bk.poison {
-					return res, fmt.Errorf("epoch %d step %d: loss is %v on this rank; all ranks stop here (lower -lr?)", epoch, s+1, loss)
-				}
-				return res, fmt.Errorf("epoch %d step %d: another rank's loss or gradients are NaN/Inf; all ranks stop here", epoch, s+1)
-			}
-			opt.Step(net.Params, net.Grads, sched.LR(step))
-			flt.perturb(step+1, net.Params)
-			t4 := time.Now()
-			if cfg.CheckEvery > 0 && (step+1)%cfg.CheckEvery == 0 {
-				if err := checkParams(c, net.Params, step+1); err != nil {
-					return res, err
-				}
-			}
-			commTime += comm
-			waitTime += t3.Sub(t2)
-			if tl.on(step) {
-				tl.span(step, "wait for batch", laneCompute, t0, tIn)
-				tl.span(step, "forward+loss", laneCompute, tIn, t1)
-				tl.span(step, "backward", laneCompute, t1, t2)
-				tl.span(step, "wait for all-reduce", laneCompute, t2, t3)
-				tl.span(step, "optimizer step", laneCompute, t3, t4)
-				for i := range bk.b {
-					a, b := bk.b[i].req.Span()
-					tl.span(step, fmt.Sprintf("all-reduce bucket %d (%.2f MB)", i, float64(4*(bk.b[i].hi-bk.b[i].lo))/(1<<20)), laneMPI, a, b)
-				}
-			}
-			lossSum += loss
-			res.StepLosses = append(res.StepLosses, loss)
-			step++
-			prog.update(epoch, s+1, steps, step-startStep, loss)
+	r.log("hpctrain: model %s, %d parameters, %d ranks x %d threads, batch %d per rank (%d global), %d steps per epoch, %s lr %g (%s schedule)",
+		cfg.Model, len(r.net.Params), c.Size(), r.pl.plan.Threads, cfg.Batch, cfg.Batch*c.Size(), r.steps, r.opt.Name(), r.lr, cfg.ScheduleConfig.Name)
+	r.log("hpctrain: %s", r.pipe.desc)
+	return r, nil
+}
 
-			// Checkpoints: periodic ones from rank 0, and on a signal on
-			// any rank, agreed by all at this step boundary.
-			stop, err := cp.stopAgreed()
-			if err != nil {
-				return res, err
-			}
-			if stop || cp.due(step) {
-				if err := agree(c, "writing a checkpoint", cp.save(step, epoch)); err != nil {
-					return res, err
-				}
-			}
-			if stop {
-				log("hpctrain: signal received: checkpointed step %d; exiting with code %d for requeue", step, ExitRequeue)
-				return res, ErrPreempted
-			}
-		}
-		trainTime += time.Since(start)
+// build makes the model, the optimizer and the learning-rate schedule.
+func (r *run) build() error {
+	cfg, c := r.cfg, r.c
+	var err error
+	r.net, err = model.New(cfg.Model, model.Shape(r.pipe.trainLoad.Shape()), r.pipe.train.Classes(), cfg.Batch, cfg.Seed)
+	if err = agree(c, "building the model", err); err != nil {
+		return err
+	}
+	r.opt, err = optim.New(cfg.Config, Groups(r.net), len(r.net.Params))
+	if err = agree(c, "creating the optimizer", err); err != nil {
+		return err
+	}
+	// The learning rate: scaled with the global batch if asked (Goyal et
+	// al. 2017), then scheduled per step.
+	r.lr, err = optim.ScaleLR(cfg.Config.WithDefaults().LR, cfg.Batch*c.Size(), cfg.BaseBatch, cfg.LRScaling)
+	if err == nil {
+		r.sched, err = optim.NewSchedule(cfg.ScheduleConfig, r.lr, r.total)
+	}
+	return agree(c, "setting up the learning-rate schedule", err)
+}
 
-		// Epoch summary: the mean training loss over all ranks, then the
-		// test set, sharded and reduced.
-		tl := []float64{lossSum}
-		if err := c.AllreduceSum64(tl); err != nil {
-			return res, err
+// placeAndPin pins this rank's compute threads to its own cores; the model
+// and the optimizer split their work over them.
+func (r *run) placeAndPin(out io.Writer) error {
+	pl, err := place(r.cfg, r.c, r.log)
+	if err != nil {
+		return err
+	}
+	r.pl = pl
+	r.closers = append(r.closers, pl.close)
+	r.wd.setDescribe(fmt.Sprintf("rank %d on host %s (%s)", r.c.Rank(), r.c.Host(), pl.plan))
+	if r.cfg.ReportBindings {
+		if err := pl.report(r.c, out); err != nil {
+			return err
 		}
-		testLoss, acc, err := evaluate(c, net, pipe.testLoad, pipe.test.Len())
+	}
+	if r.cfg.DataWorkers > 0 {
+		// Loader goroutines get Ps of their own beside the compute
+		// workers' (package data, Procs); their threads are confined to
+		// this rank's cores like every unpinned thread.
+		runtime.GOMAXPROCS(data.Procs(pl.plan.Threads, r.cfg.DataWorkers))
+	}
+	r.net.SetParallel(pl.workers)
+	r.opt.SetParallel(pl.workers)
+	return nil
+}
+
+// openMetrics opens -metrics on rank 0: a fresh run starts the file, a
+// resumed one appends to the record of the run it continues.
+func (r *run) openMetrics() error {
+	var err error
+	if r.c.Rank() == 0 && r.cfg.Metrics != "" {
+		flags := os.O_WRONLY | os.O_CREATE | os.O_TRUNC
+		if r.startStep > 0 {
+			flags = os.O_WRONLY | os.O_CREATE | os.O_APPEND
+		}
+		r.metrics, err = os.OpenFile(r.cfg.Metrics, flags, 0o644)
+		if err == nil {
+			r.closers = append(r.closers, func() { r.metrics.Close() })
+		}
+	}
+	return agree(r.c, "opening the metrics file", err)
+}
+
+// enter records the phase for the watchdog, and stops here if a fault says so.
+func (r *run) enter(phase *string) {
+	r.wd.setPhase(phase, r.step)
+	r.flt.enter(phase)
+}
+
+// more reports whether the run has epochs and steps left.
+func (r *run) more() bool {
+	return r.epoch <= r.cfg.Epochs && !(r.cfg.Steps > 0 && r.step >= r.cfg.Steps)
+}
+
+// trainEpoch runs the epoch's steps from wherever the run is in it.
+func (r *run) trainEpoch() error {
+	// The epoch's batches depend only on (seed, epoch, step), so a resumed
+	// run starts the loader at the checkpoint's step and sees what the
+	// uninterrupted run saw.
+	ld := r.pipe.trainLoad
+	ld.StartAt(r.epoch, r.step%r.steps)
+	start := time.Now()
+	var lossSum float64
+	first := r.step
+	for s := r.step % r.steps; s < r.steps && !(r.cfg.Steps > 0 && r.step >= r.cfg.Steps); s++ {
+		r.enter(&phaseTraining)
+		t0 := time.Now()
+		b, ok := ld.Next()
+		if !ok {
+			panic("train: loader ended before the epoch's last step") // Steps() said otherwise
+		}
+		r.st.Load(b.X, b.Y)
+		ld.Release(b) // the buffer goes back to the workers at once
+		loss, err := r.st.Run(r.step)
 		if err != nil {
-			return res, err
+			return fmt.Errorf("epoch %d step %d: %w", r.epoch, s+1, err)
 		}
-		// Images a lazy folder failed to decode were read as zeros; under
-		// bad_input = "stop" every rank stops here, together.
-		pipe.warn.flush(log, "read as zeros in this epoch (lazy decoding)")
-		if err := agree(c, "reading images", pipe.lazyErr(cfg)); err != nil {
-			return res, err
+		if r.cfg.CheckEvery > 0 && (r.step+1)%r.cfg.CheckEvery == 0 {
+			r.enter(&phaseChecksum)
+			if err := checkParams(r.c, r.net.Params, r.step+1); err != nil {
+				return err
+			}
 		}
-		res = Result{
-			StepLosses: res.StepLosses,
-			Epoch:      epoch, Step: step, WorldSize: c.Size(), ThreadsPerRank: threads,
-			TrainLoss: tl[0] / float64((step-first)*c.Size()), TestLoss: testLoss, TestAccuracy: acc,
-			SamplesPerSecond: float64((step-startStep)*cfg.Batch*c.Size()) / trainTime.Seconds(),
-			TrainSeconds:     trainTime.Seconds(),
-			CommSeconds:      commTime.Seconds(), CommWaitSeconds: waitTime.Seconds(),
-		}
-		log("epoch %d/%d: train loss %.4f, test loss %.4f, test accuracy %.2f%%, %.0f samples/s, %.1f s",
-			epoch, cfg.Epochs, res.TrainLoss, res.TestLoss, 100*res.TestAccuracy, res.SamplesPerSecond, res.TrainSeconds)
-		if err := writeMetrics(metrics, res); err != nil {
-			return res, err
+		r.account(t0)
+		lossSum += loss
+		r.res.StepLosses = append(r.res.StepLosses, loss)
+		r.step++
+		r.prog.update(r.epoch, s+1, r.steps, r.step-r.startStep, loss)
+		if err := r.checkpointOrStop(); err != nil {
+			r.trainTime += time.Since(start)
+			return err
 		}
 	}
-	if err := agree(c, "writing the final checkpoint", cp.save(step, res.Epoch)); err != nil {
-		return res, err
+	r.trainTime += time.Since(start)
+	// The mean training loss over all ranks.
+	r.enter(&phaseEpochLoss)
+	tl := []float64{lossSum}
+	if err := r.c.AllreduceSum64(tl); err != nil {
+		return err
 	}
+	r.res.TrainLoss = tl[0] / float64((r.step-first)*r.c.Size())
+	return nil
+}
+
+// account adds the last step's communication figures and, when the
+// timeline records this step, its spans; t0 is when it asked for its batch.
+func (r *run) account(t0 time.Time) {
+	m := &r.st.Marks
+	r.commTime += r.st.Comm
+	r.waiting += m.Reduced.Sub(m.Backward)
+	if !r.tl.on(r.step) {
+		return
+	}
+	r.tl.span(r.step, "wait for batch", laneCompute, t0, m.Start)
+	r.tl.span(r.step, "forward+loss", laneCompute, m.Start, m.Forward)
+	r.tl.span(r.step, "backward", laneCompute, m.Forward, m.Backward)
+	r.tl.span(r.step, "wait for all-reduce", laneCompute, m.Backward, m.Reduced)
+	r.tl.span(r.step, "optimizer step", laneCompute, m.Reduced, m.Updated)
+	for i := 0; i < r.st.Buckets(); i++ {
+		a, b, bytes := r.st.Bucket(i)
+		r.tl.span(r.step, fmt.Sprintf("all-reduce bucket %d (%.2f MB)", i, float64(bytes)/(1<<20)), laneMPI, a, b)
+	}
+}
+
+// checkpointOrStop writes periodic checkpoints from rank 0, and on a
+// signal on any rank, agreed by all at this step boundary, checkpoints and
+// returns ErrPreempted.
+func (r *run) checkpointOrStop() error {
+	r.enter(&phaseSignals)
+	stop, err := r.cp.stopAgreed()
+	if err != nil {
+		return err
+	}
+	if stop || r.cp.due(r.step) {
+		r.enter(&phaseCheckpoint)
+		if err := agree(r.c, "writing a checkpoint", r.cp.save(r.step, r.epoch)); err != nil {
+			return err
+		}
+	}
+	if stop {
+		r.log("hpctrain: signal received: checkpointed step %d; exiting with code %d for requeue", r.step, ExitRequeue)
+		return ErrPreempted
+	}
+	return nil
+}
+
+// endEpoch evaluates on the test set and reports the epoch.
+func (r *run) endEpoch() error {
+	r.enter(&phaseEvaluation)
+	testLoss, acc, err := evaluate(r.c, r.net, r.pipe.testLoad, r.pipe.test.Len())
+	if err != nil {
+		return err
+	}
+	// Images a lazy folder failed to decode were read as zeros; under
+	// bad_input = "stop" every rank stops here, together.
+	r.pipe.warn.flush(r.log, "read as zeros in this epoch (lazy decoding)")
+	if err := agree(r.c, "reading images", r.pipe.lazyErr(r.cfg)); err != nil {
+		return err
+	}
+	c := r.c
+	r.res = Result{
+		StepLosses: r.res.StepLosses, TrainLoss: r.res.TrainLoss,
+		Epoch: r.epoch, Step: r.step, WorldSize: c.Size(), ThreadsPerRank: r.pl.plan.Threads,
+		TestLoss: testLoss, TestAccuracy: acc,
+		SamplesPerSecond: float64((r.step-r.startStep)*r.cfg.Batch*c.Size()) / r.trainTime.Seconds(),
+		TrainSeconds:     r.trainTime.Seconds(),
+		CommSeconds:      r.commTime.Seconds(), CommWaitSeconds: r.waiting.Seconds(),
+		ResumedFrom: r.startStep,
+	}
+	r.log("epoch %d/%d: train loss %.4f, test loss %.4f, test accuracy %.2f%%, %.0f samples/s, %.1f s",
+		r.epoch, r.cfg.Epochs, r.res.TrainLoss, r.res.TestLoss, 100*r.res.TestAccuracy, r.res.SamplesPerSecond, r.res.TrainSeconds)
+	return writeMetrics(r.metrics, r.res)
+}
+
+// finish writes the final checkpoint, metrics line and summary.
+func (r *run) finish() (Result, error) {
+	r.enter(&phaseCheckpoint)
+	if err := agree(r.c, "writing the final checkpoint", r.cp.save(r.step, r.res.Epoch)); err != nil {
+		return r.res, err
+	}
+	r.enter(&phaseFinish)
+	res := r.res
 	res.Final = true
-	res.Params = net.Params
-	if err := writeMetrics(metrics, res); err != nil {
+	res.Params = r.net.Params
+	if err := writeMetrics(r.metrics, res); err != nil {
 		return res, err
 	}
-	log("final: test accuracy %.2f%% after %d epochs (%d steps, %d ranks), %.0f samples/s",
+	r.log("final: test accuracy %.2f%% after %d epochs (%d steps, %d ranks), %.0f samples/s",
 		100*res.TestAccuracy, res.Epoch, res.Step, res.WorldSize, res.SamplesPerSecond)
-	if c.Size() > 1 {
-		log("communication: all-reduce %.1f ms per step, of which the step waited %.1f ms (%.0f%%) after backward; %d buckets",
-			1e3*res.CommSeconds/float64(step), 1e3*res.CommWaitSeconds/float64(step), 100*res.CommWaitSeconds/max(res.CommSeconds, 1e-9), len(bk.b))
+	if done := r.step - r.startStep; r.c.Size() > 1 && done > 0 {
+		r.log("communication: all-reduce %.1f ms per step, of which the step waited %.1f ms (%.0f%%) after backward; %d buckets",
+			1e3*res.CommSeconds/float64(done), 1e3*res.CommWaitSeconds/float64(done), 100*res.CommWaitSeconds/max(res.CommSeconds, 1e-9), r.st.Buckets())
 	}
-	if err := tl.write(cfg.Timeline); err != nil {
-		return res, err
+	return res, r.tl.write(r.cfg.Timeline)
+}
+
+// close releases what start acquired, last first.
+func (r *run) close() {
+	for i := len(r.closers) - 1; i >= 0; i-- {
+		r.closers[i]()
 	}
-	return res, nil
+	r.closers = nil
 }
 
 // totalSteps is the number of steps the run will take.
@@ -364,8 +473,8 @@ func checkParams(c mpi.Comm, params []float32, step int) error {
 	return nil
 }
 
-// groups maps the model's parameter tensors to the optimizer's groups.
-func groups(net *model.Net) []optim.Group {
+// Groups maps the model's parameter tensors to the optimizer's groups.
+func Groups(net *model.Net) []optim.Group {
 	var gs []optim.Group
 	for _, g := range net.Groups() {
 		gs = append(gs, optim.Group{Name: g.Name, Off: g.Off, Len: g.Len, NoDecay: g.Bias})

@@ -6,18 +6,25 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"hpctrain/mpi"
 )
 
 // watchdog aborts the job when a collective has not completed within a
-// timeout: a dead or stuck peer would otherwise hang every rank forever. It
-// reports host, rank, step, the bucket waited on and the rank's cores, then
-// calls abort (MPI_Abort of the whole job).
+// timeout: a dead or stuck peer would otherwise hang every rank forever.
+// Every collective the run makes goes through guard, so the watchdog covers
+// start-up agreement, the parameter broadcast, resume, the gradient
+// all-reduce, checksums, signal agreement and evaluation alike. It reports
+// the collective, what the run was doing, the step, host, rank and cores,
+// then calls abort (MPI_Abort of the whole job).
 type watchdog struct {
 	timeout  time.Duration
 	since    atomic.Int64 // unix nanoseconds when the wait began; 0: not waiting
 	step     atomic.Int64
-	bucket   atomic.Int64
-	describe string // "rank R on host H, cores C"
+	bucket   atomic.Int64           // gradient bucket waited on; -1: another collective
+	op       atomic.Pointer[string] // the collective waited on
+	phase    atomic.Pointer[string] // what the run is doing
+	describe atomic.Pointer[string] // "rank R on host H (cores C)"
 	out      io.Writer
 	abort    func(code int)
 	stop     chan struct{}
@@ -27,19 +34,62 @@ type watchdog struct {
 // ExitWatchdog is the exit code of a job aborted by the watchdog.
 const ExitWatchdog = 3
 
+// The collectives and phases the watchdog names. They are variables so
+// that the hot path stores a pointer and allocates nothing.
+var (
+	opGradients = "the gradient all-reduce"
+	opAllreduce = "MPI_Allreduce"
+	opBcast     = "MPI_Bcast"
+	opAllgather = "MPI_Allgather"
+	opBarrier   = "MPI_Barrier"
+
+	phaseStartup    = "start-up"
+	phaseBroadcast  = "the initial parameter broadcast"
+	phaseResume     = "resuming from a checkpoint"
+	phaseTraining   = "training"
+	phaseSignals    = "agreeing on signals"
+	phaseChecksum   = "comparing parameter checksums (-check-every)"
+	phaseCheckpoint = "writing a checkpoint"
+	phaseEpochLoss  = "reducing the epoch's training loss"
+	phaseEvaluation = "evaluation"
+	phaseFinish     = "finishing"
+)
+
 func newWatchdog(timeout time.Duration, describe string, out io.Writer, abort func(int)) *watchdog {
-	w := &watchdog{timeout: timeout, describe: describe, out: out, abort: abort, stop: make(chan struct{})}
+	w := &watchdog{timeout: timeout, out: out, abort: abort, stop: make(chan struct{})}
+	w.describe.Store(&describe)
+	w.phase.Store(&phaseStartup)
 	if timeout > 0 {
 		go w.run()
 	}
 	return w
 }
 
-func (w *watchdog) enter(step, bucket int) {
+// setDescribe replaces how the rank is named (once its cores are known).
+func (w *watchdog) setDescribe(d string) {
+	if w != nil {
+		w.describe.Store(&d)
+	}
+}
+
+// setPhase records what the run is doing, for the report.
+func (w *watchdog) setPhase(p *string, step int) {
+	if w == nil {
+		return
+	}
+	w.phase.Store(p)
+	w.step.Store(int64(step))
+}
+
+// enter starts timing a wait for op (bucket >= 0: that gradient bucket).
+func (w *watchdog) enter(op *string, step, bucket int) {
 	if w == nil || w.timeout <= 0 {
 		return
 	}
-	w.step.Store(int64(step))
+	w.op.Store(op)
+	if step >= 0 {
+		w.step.Store(int64(step))
+	}
 	w.bucket.Store(int64(bucket))
 	w.since.Store(time.Now().UnixNano())
 }
@@ -49,6 +99,16 @@ func (w *watchdog) leave() {
 		return
 	}
 	w.since.Store(0)
+}
+
+// message is the report for a wait that began at since.
+func (w *watchdog) message() string {
+	what := *w.op.Load()
+	if b := w.bucket.Load(); b >= 0 {
+		what = fmt.Sprintf("%s (bucket %d)", what, b)
+	}
+	return fmt.Sprintf("hpctrain: %s: collective timeout: %s during %s at step %d waited %v; a peer is dead or stuck; aborting the job (raise -collective-timeout if this part of the run is this slow)",
+		*w.describe.Load(), what, *w.phase.Load(), w.step.Load(), w.timeout)
 }
 
 func (w *watchdog) run() {
@@ -63,12 +123,7 @@ func (w *watchdog) run() {
 			if s == 0 || now.Sub(time.Unix(0, s)) < w.timeout {
 				continue
 			}
-			what := fmt.Sprintf("gradient bucket %d", w.bucket.Load())
-			if w.bucket.Load() < 0 {
-				what = "a blocking collective"
-			}
-			fmt.Fprintf(w.out, "hpctrain: %s: collective timeout: step %d waited %v for %s; a peer is dead or stuck; aborting the job (raise -collective-timeout if steps are this slow)\n",
-				w.describe, w.step.Load(), w.timeout, what)
+			fmt.Fprintln(w.out, w.message())
 			w.abort(ExitWatchdog)
 			return
 		}
@@ -79,4 +134,51 @@ func (w *watchdog) close() {
 	if w != nil {
 		w.once.Do(func() { close(w.stop) })
 	}
+}
+
+// guarded is a communicator whose blocking collectives are timed by a
+// watchdog. The run hands it to everything it calls, so no collective can
+// escape the timeout. Non-blocking calls are timed where they are waited
+// for (buckets.wait).
+type guarded struct {
+	mpi.Comm
+	wd *watchdog
+}
+
+func guard(c mpi.Comm, wd *watchdog) mpi.Comm { return guarded{c, wd} }
+
+func (g guarded) AllreduceSum(buf []float32) error {
+	g.wd.enter(&opAllreduce, -1, -1)
+	defer g.wd.leave()
+	return g.Comm.AllreduceSum(buf)
+}
+
+func (g guarded) AllreduceSum64(buf []float64) error {
+	g.wd.enter(&opAllreduce, -1, -1)
+	defer g.wd.leave()
+	return g.Comm.AllreduceSum64(buf)
+}
+
+func (g guarded) Bcast(buf []float32, root int) error {
+	g.wd.enter(&opBcast, -1, -1)
+	defer g.wd.leave()
+	return g.Comm.Bcast(buf, root)
+}
+
+func (g guarded) BcastBytes(buf []byte, root int) error {
+	g.wd.enter(&opBcast, -1, -1)
+	defer g.wd.leave()
+	return g.Comm.BcastBytes(buf, root)
+}
+
+func (g guarded) Allgather(send, recv []byte) error {
+	g.wd.enter(&opAllgather, -1, -1)
+	defer g.wd.leave()
+	return g.Comm.Allgather(send, recv)
+}
+
+func (g guarded) Barrier() error {
+	g.wd.enter(&opBarrier, -1, -1)
+	defer g.wd.leave()
+	return g.Comm.Barrier()
 }
