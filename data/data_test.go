@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"compress/gzip"
 	"encoding/binary"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -93,6 +95,111 @@ func TestIDXBadInput(t *testing.T) {
 	if _, err := LoadMNIST(dir, false); err == nil || !strings.Contains(err.Error(), "t10k-images-idx3-ubyte") {
 		t.Errorf("missing files: %v", err)
 	}
+}
+
+// TestIDXDamagedGzip: a gzip IDX file whose checksum, length or deflate
+// stream is damaged is an error of one line naming the file and saying it
+// is damaged, at every damaged byte; never data, and never "more data than
+// dimensions promise" (the message of an intact but over-long file).
+func TestIDXDamagedGzip(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.gz")
+	pix := make([]byte, 2*7*5)
+	for i := range pix {
+		pix[i] = byte(i*37 + i*i)
+	}
+	writeIDX(t, good, 8, []int{2, 7, 5}, pix, true)
+	z, err := os.ReadFile(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, got, err := ReadIDX(good); err != nil || !bytes.Equal(got, pix) {
+		t.Fatalf("intact file: %v", err)
+	}
+	bad := filepath.Join(dir, "bad.gz")
+	var got []byte
+	read := func(b []byte) error {
+		if err := os.WriteFile(bad, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, e, err := ReadIDX(bad)
+		got = e
+		return err
+	}
+	// The trailer: CRC-32 then the length, the last 8 bytes.
+	crc := append([]byte(nil), z...)
+	crc[len(crc)-8] ^= 0x01
+	if err := read(crc); err == nil || !strings.Contains(err.Error(), bad) || !strings.Contains(err.Error(), "checksum") {
+		t.Errorf("bad CRC: %v, want an error naming %s and its checksum", err, bad)
+	}
+	size := append([]byte(nil), z...)
+	size[len(size)-1] ^= 0x40
+	if err := read(size); err == nil || !strings.Contains(err.Error(), "corrupt gzip") {
+		t.Errorf("bad length in the trailer: %v, want corrupt gzip data", err)
+	}
+	if err := read(z[:len(z)-3]); err == nil || !strings.Contains(err.Error(), "truncated") {
+		t.Errorf("trailer cut short: %v, want truncated", err)
+	}
+	// Every bit of the deflate stream and trailer (after the 10-byte
+	// header): the damage is found, and called damage. A few bits do not
+	// change what the stream decodes to (padding after the last block):
+	// those files must give the intact pixels.
+	damaged := 0
+	for i := 10; i < len(z); i++ {
+		for bit := byte(1); bit != 0; bit <<= 1 {
+			b := append([]byte(nil), z...)
+			b[i] ^= bit
+			err := read(b)
+			if err == nil {
+				if !bytes.Equal(got, pix) {
+					t.Errorf("byte %d ^ %#x: damaged file read as other pixels without error", i, bit)
+				}
+				continue
+			}
+			damaged++
+			msg := err.Error()
+			if strings.Contains(msg, "\n") || !strings.HasPrefix(msg, bad+": ") || strings.Contains(msg, "more data than") {
+				t.Errorf("byte %d ^ %#x: %q, want one line naming the file as damaged", i, bit, msg)
+			}
+		}
+	}
+	if damaged < 8*(len(z)-10)*9/10 {
+		t.Errorf("only %d of %d bit flips were errors", damaged, 8*(len(z)-10))
+	}
+	// A gzip stream that is intact but longer than promised is too long.
+	writeIDX(t, bad, 8, []int{2, 2}, make([]byte, 5), true)
+	if err := read(mustRead(t, bad)); err == nil || !strings.Contains(err.Error(), "more data than dimensions [2 2] promise (1 bytes more)") {
+		t.Errorf("intact, one byte too long: %v", err)
+	}
+}
+
+// TestIDXPromiseNotAllocated: a header promising far more than the file
+// holds fails without allocating the promise.
+func TestIDXPromiseNotAllocated(t *testing.T) {
+	dir := t.TempDir()
+	for _, gz := range []bool{false, true} {
+		p := filepath.Join(dir, fmt.Sprint("huge", gz))
+		writeIDX(t, p, 8, []int{1 << 16, 1 << 16, 2}, make([]byte, 100), gz) // 8 GiB promised
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		_, _, err := ReadIDX(p)
+		runtime.ReadMemStats(&after)
+		if err == nil || !strings.Contains(err.Error(), p) {
+			t.Errorf("gzip %v: %v, want an error naming %s", gz, err, p)
+		}
+		if grew := after.TotalAlloc - before.TotalAlloc; grew > 64<<20 {
+			t.Errorf("gzip %v: reading a 100-byte file allocated %d MiB", gz, grew>>20)
+		}
+	}
+}
+
+func mustRead(t *testing.T, p string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 func TestSamplerShards(t *testing.T) {

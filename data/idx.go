@@ -27,27 +27,43 @@ func (e *IDXError) Error() string { return e.Path + ": " + e.Msg }
 
 // ReadIDX reads an IDX file of unsigned bytes, gzip-compressed or raw, and
 // returns its dimensions and elements. It checks the magic number, the
-// element type, and that the file holds exactly the elements the dimensions
-// promise.
+// element type, that the file holds exactly the elements the dimensions
+// promise, and, for gzip, every checksum: a damaged file is an error
+// naming it, never corrupted pixels. Memory is allocated as data arrives
+// (a raw file's size is checked first), so a header that promises more
+// than the file holds fails without allocating what it promised.
 func ReadIDX(path string) (dims []int, elems []byte, err error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer f.Close()
-	var r io.Reader = bufio.NewReaderSize(f, 1<<20)
-	br := r.(*bufio.Reader)
+	br := bufio.NewReaderSize(f, 1<<20)
+	var r io.Reader = br
+	gz := false
 	if head, _ := br.Peek(2); bytes.Equal(head, []byte{0x1f, 0x8b}) {
 		zr, err := gzip.NewReader(br)
 		if err != nil {
 			return nil, nil, &IDXError{path, "bad gzip header: " + err.Error()}
 		}
 		defer zr.Close()
-		r = zr
+		r, gz = zr, true
+	}
+	// bad describes a read that failed: a stream that ended early is
+	// truncated; anything else (a bad deflate block, a checksum that
+	// does not match) is a damaged file.
+	bad := func(err error, truncated string) error {
+		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+			return &IDXError{path, truncated}
+		}
+		if gz {
+			return &IDXError{path, fmt.Sprintf("corrupt gzip data (%v): the file is damaged; download it again", err)}
+		}
+		return &IDXError{path, err.Error()}
 	}
 	var magic [4]byte
 	if _, err := io.ReadFull(r, magic[:]); err != nil {
-		return nil, nil, &IDXError{path, "too short for an IDX header"}
+		return nil, nil, bad(err, "too short for an IDX header")
 	}
 	if magic[0] != 0 || magic[1] != 0 {
 		return nil, nil, &IDXError{path, fmt.Sprintf("bad magic number %#08x (not an IDX file)", binary.BigEndian.Uint32(magic[:]))}
@@ -61,7 +77,7 @@ func ReadIDX(path string) (dims []int, elems []byte, err error) {
 	}
 	raw := make([]byte, 4*nd)
 	if _, err := io.ReadFull(r, raw); err != nil {
-		return nil, nil, &IDXError{path, "truncated header"}
+		return nil, nil, bad(err, "truncated header")
 	}
 	n := 1
 	for i := 0; i < nd; i++ {
@@ -72,18 +88,65 @@ func ReadIDX(path string) (dims []int, elems []byte, err error) {
 		dims = append(dims, d)
 		n *= d
 	}
-	elems = make([]byte, n)
-	got, err := io.ReadFull(r, elems)
-	if err != nil {
-		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-			return nil, nil, &IDXError{path, fmt.Sprintf("truncated: %d of %d data bytes (dimensions %v)", got, n, dims)}
+	head := int64(4 + 4*nd)
+	if st, err := f.Stat(); err == nil && st.Mode().IsRegular() && !gz {
+		switch size := st.Size() - head; {
+		case size < int64(n):
+			return nil, nil, &IDXError{path, fmt.Sprintf("truncated: %d of %d data bytes (dimensions %v)", size, n, dims)}
+		case size > int64(n):
+			return nil, nil, &IDXError{path, fmt.Sprintf("more data than dimensions %v promise (%d bytes more)", dims, size-int64(n))}
 		}
-		return nil, nil, &IDXError{path, err.Error()}
+	} else if m, src := Memory(); m > 0 && int64(n) > m {
+		return nil, nil, &IDXError{path, fmt.Sprintf("dimensions %v promise %s of data, more than this machine's %s (%s)", dims, GiB(int64(n)), GiB(m), src)}
 	}
-	if extra, _ := io.Copy(io.Discard, io.LimitReader(r, 1)); extra > 0 {
-		return nil, nil, &IDXError{path, fmt.Sprintf("more data than dimensions %v promise", dims)}
+	elems, err = readN(r, n, !gz)
+	if err != nil {
+		return nil, nil, bad(err, fmt.Sprintf("truncated: %d of %d data bytes (dimensions %v)", len(elems), n, dims))
+	}
+	// Read to the end: gzip checks its CRC and length there, and a stream
+	// longer than promised is damaged if its checksum fails, and merely
+	// too long otherwise.
+	extra, err := io.Copy(io.Discard, io.LimitReader(r, maxExtra))
+	if err != nil {
+		return nil, nil, bad(err, "truncated gzip stream (it ends before its checksum)")
+	}
+	if extra > 0 {
+		more := fmt.Sprintf("%d bytes more", extra)
+		if extra == maxExtra {
+			more = fmt.Sprintf("at least %s more", GiB(extra))
+		}
+		return nil, nil, &IDXError{path, fmt.Sprintf("more data than dimensions %v promise (%s)", dims, more)}
 	}
 	return dims, elems, nil
+}
+
+// maxExtra bounds how far ReadIDX reads past the promised elements to
+// tell a damaged gzip stream from one that is merely too long.
+const maxExtra = 64 << 20
+
+// readN reads n bytes from r. Unless exact (the size is known to be
+// there), the buffer grows as data arrives, so that a stream shorter than
+// n never costs n bytes of memory. On error it returns what it read.
+func readN(r io.Reader, n int, exact bool) ([]byte, error) {
+	c := n
+	if !exact {
+		c = min(n, 16<<20)
+	}
+	buf := make([]byte, c)
+	got := 0
+	for {
+		k, err := io.ReadFull(r, buf[got:])
+		got += k
+		if err != nil {
+			return buf[:got], err
+		}
+		if got == n {
+			return buf, nil
+		}
+		nb := make([]byte, min(n, 2*len(buf)))
+		copy(nb, buf)
+		buf = nb
+	}
 }
 
 // LoadIDX reads an image file (N, H, W) and a label file (N) in IDX format

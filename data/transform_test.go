@@ -340,10 +340,16 @@ func TestPipelineNoAlloc(t *testing.T) {
 }
 
 // FuzzTransforms runs the heavy chain and parsed specs on arbitrary shapes,
-// seeds and pixels: no panic, output of the promised size.
+// seeds and pixels. Each transform's Apply returns the shape its Out
+// promised, writes every byte of an output of that size (the result does
+// not depend on what dst held) and nothing past it, leaves src alone, and
+// is a function of the seed; the pipeline's output is the transforms'
+// outputs chained.
 func FuzzTransforms(f *testing.F) {
 	f.Add(uint8(5), uint8(7), uint8(3), uint64(1), "crop_pad=2,flip,rotate_deg=30:nearest,blur_sigma=0.7", []byte{1, 2, 3})
 	f.Add(uint8(1), uint8(1), uint8(1), uint64(2), "resize=3x2,center_crop=1", []byte{})
+	f.Add(uint8(9), uint8(4), uint8(2), uint64(3), "crop_pad=1:6x3,flip=1,resize=5:nearest,blur_sigma=2", []byte{200, 7})
+	f.Add(uint8(5), uint8(7), uint8(3), uint64(84), "crop_pad=1", []byte("0")) // a window into the left padding
 	f.Fuzz(func(t *testing.T, h, w, c uint8, seed uint64, spec string, pix []byte) {
 		in := Shape{int(h%40) + 1, int(w%40) + 1, int(c%4) + 1}
 		ts, err := ParseTransforms([]string{spec})
@@ -356,11 +362,73 @@ func FuzzTransforms(f *testing.F) {
 		}
 		src := make([]byte, in.Size())
 		copy(src, pix)
-		dst := make([]byte, p.Out().Size())
-		s := NewScratch()
-		s.Seed(seed, 0, 0)
-		p.Apply(dst, src, s)
+		const guard = 64
+		// run applies one transform into a dst prefilled with fill and
+		// returns the output; it fails t on a broken promise.
+		run := func(tr Transform, x []byte, sh Shape, fill byte) ([]byte, Shape) {
+			out, err := tr.Out(sh)
+			if err != nil {
+				t.Fatalf("%s on %v: Out failed inside a checked pipeline: %v", tr, sh, err)
+			}
+			dst := bytes.Repeat([]byte{fill}, out.Size()+guard)
+			keep := append([]byte(nil), x...)
+			s := NewScratch()
+			s.Seed(seed, 0, 0)
+			if got := tr.Apply(dst, x, sh, s); got != out {
+				t.Fatalf("%s on %v: Apply returned %v, Out promised %v", tr, sh, got, out)
+			}
+			if !bytes.Equal(dst[out.Size():], bytes.Repeat([]byte{fill}, guard)) {
+				t.Fatalf("%s on %v: wrote past the promised %d bytes", tr, sh, out.Size())
+			}
+			if !bytes.Equal(x, keep) {
+				t.Fatalf("%s on %v: modified its source", tr, sh)
+			}
+			return dst[:out.Size()], out
+		}
+		x, sh := src, in
+		for _, tr := range ts {
+			a, out := run(tr, x, sh, 0x00)
+			b, _ := run(tr, x, sh, 0xff)
+			if !bytes.Equal(a, b) {
+				t.Fatalf("%s on %v: output depends on what dst held (not every byte written)", tr, sh)
+			}
+			x, sh = a, out
+		}
+		if sh != p.Out() {
+			t.Fatalf("%s: chain ends at %v, pipeline promises %v", spec, sh, p.Out())
+		}
+		for _, fill := range []byte{0x00, 0xff} {
+			dst := bytes.Repeat([]byte{fill}, p.Out().Size()+guard)
+			s := NewScratch()
+			s.Seed(seed, 0, 0)
+			p.Apply(dst, src, s)
+			// The pipeline reseeds nothing between transforms: one stream
+			// runs through the chain. Compare with the chain run on one
+			// scratch.
+			want := chainOnOneScratch(ts, src, in, seed)
+			if !bytes.Equal(dst[:p.Out().Size()], want) {
+				t.Fatalf("%s: pipeline output differs from its transforms applied in turn", spec)
+			}
+			if !bytes.Equal(dst[p.Out().Size():], bytes.Repeat([]byte{fill}, guard)) {
+				t.Fatalf("%s: pipeline wrote past its %v output", spec, p.Out())
+			}
+		}
 	})
+}
+
+// chainOnOneScratch applies ts in turn with one scratch seeded once, as a
+// Pipeline does, into fresh buffers.
+func chainOnOneScratch(ts []Transform, src []byte, in Shape, seed uint64) []byte {
+	s := NewScratch()
+	s.Seed(seed, 0, 0)
+	x := append([]byte(nil), src...)
+	for _, t := range ts {
+		out, _ := t.Out(in)
+		dst := make([]byte, out.Size())
+		t.Apply(dst, x, in, s)
+		x, in = dst, out
+	}
+	return x
 }
 
 // Evaluation chains keep the preprocessing and the training chain's
