@@ -35,7 +35,8 @@ type Conv2D struct {
 	kkc     int // K*K*C: one row of col
 	hwo     int // Ho*Wo: rows of col per sample
 	win     kernels.Window
-	w, b    []float32 // (O, K, K, C), (O)
+	bias    bool
+	w, b    []float32 // (O, K, K, C), (O) or nil without bias
 	grad    []float32 // dW then db, contiguous
 	chunk   int       // samples per chunk
 	cols    [][]float32
@@ -63,33 +64,63 @@ type Conv2D struct {
 }
 
 // Conv returns the Spec of a convolution with o output channels, a k x k
-// kernel, stride s and zero padding p.
-func Conv(o, k, s, p int) Spec {
-	return func(in Shape, name string) (Layer, error) {
+// kernel, stride s, zero padding p and a bias.
+func Conv(o, k, s, p int) Spec { return conv(o, k, s, p, true) }
+
+// conv is Conv with or without bias (a convolution followed by batch
+// normalisation needs none: the normalisation's shift replaces it).
+func conv(o, k, s, p int, bias bool) Spec {
+	return Spec{prefix: "conv", kind: "conv", make: func(in Shape, name, path string) (Layer, error) {
 		if o < 1 || k < 1 || s < 1 || p < 0 {
-			return nil, fmt.Errorf("%s: bad convolution (out %d, kernel %d, stride %d, pad %d)", name, o, k, s, p)
+			return nil, fmt.Errorf("bad convolution (out %d, kernel %d, stride %d, pad %d)", o, k, s, p)
+		}
+		if k > in.H+2*p || k > in.W+2*p {
+			return nil, fmt.Errorf("kernel %d larger than its input %dx%d with pad %d", k, in.H, in.W, p)
 		}
 		ho := (in.H+2*p-k)/s + 1
 		wo := (in.W+2*p-k)/s + 1
-		if ho < 1 || wo < 1 {
-			return nil, fmt.Errorf("%s: kernel %d does not fit input %v with padding %d", name, k, in, p)
+		if tooLarge(o, k, k, in.C) || tooLarge(ho, wo, o) || tooLarge(ho, wo, k, k, in.C) {
+			return nil, fmt.Errorf("too large (out %d, kernel %d, input %v)", o, k, in)
 		}
-		l := &Conv2D{name: name, in: in, out: Shape{ho, wo, o}}
+		l := &Conv2D{name: name, in: in, out: Shape{ho, wo, o}, bias: bias}
 		l.kkc, l.hwo = k*k*in.C, ho*wo
 		l.win = kernels.Window{H: in.H, W: in.W, C: in.C, K: k, S: s, P: p, Ho: ho, Wo: wo}
 		return l, nil
-	}
+	}}
 }
 
 func (l *Conv2D) Name() string   { return l.name }
 func (l *Conv2D) Out() Shape     { return l.out }
-func (l *Conv2D) NumParams() int { return l.out.C*l.kkc + l.out.C }
+func (l *Conv2D) NumParams() int { return l.out.C*l.kkc + l.nb() }
 func (l *Conv2D) MACs() int      { return l.hwo * l.out.C * l.kkc }
+func (l *Conv2D) buffers() []tensor {
+	return nil
+}
 
-func (l *Conv2D) bind(p, g []float32, n int, x *exec) {
+// nb is the number of biases: O, or 0 without bias.
+func (l *Conv2D) nb() int {
+	if l.bias {
+		return l.out.C
+	}
+	return 0
+}
+
+func (l *Conv2D) tensors() []tensor {
+	t := []tensor{{name: "weight", len: l.out.C * l.kkc}} // (O, K, K, C)
+	if l.bias {
+		t = append(t, tensor{name: "bias", len: l.out.C, bias: true}) // (O)
+	}
+	return t
+}
+
+func (l *Conv2D) bind(s slot) {
+	n, x := s.n, s.x
 	nw := l.out.C * l.kkc
-	l.w, l.b = p[:nw], p[nw:nw+l.out.C]
-	l.grad = g[:nw+l.out.C]
+	l.w, l.b = s.p[:nw], s.p[nw:nw+l.nb()]
+	if !l.bias {
+		l.b = nil // the fused pool's kernel adds no bias
+	}
+	l.grad = s.g[:nw+l.nb()]
 	l.chunk = max(1, min(n, chunkBudget/(4*l.hwo*(l.kkc+l.out.C))))
 	l.part = make([]float32, l.chunks(n)*len(l.grad))
 	if l.direct = l.kkc <= kernels.SmallMax && l.out.C%8 == 0; l.direct {
@@ -204,7 +235,9 @@ func (l *Conv2D) bwd(w, lo, hi int) {
 			kernels.Im2col(l.win, ns, x, col)
 			gemm(tr, noT, o, l.kkc, m, 1, dy, o, col, l.kkc, 0, part[:nw], l.kkc)
 		}
-		kernels.ColSums(part[nw:], dy, m, o, o)
+		if l.bias {
+			kernels.ColSums(part[nw:], dy, m, o, o)
+		}
 		if l.cdx == nil {
 			continue
 		}

@@ -2,7 +2,6 @@ package model
 
 import (
 	"fmt"
-	"math/rand/v2"
 
 	"hpctrain/internal/kernels"
 )
@@ -10,6 +9,7 @@ import (
 // ReLU is max(x, 0), element-wise. A ReLU in front of a MaxPool2D is fused
 // into the pool: it then moves no data and its output is its input.
 type ReLU struct {
+	noParams
 	name             string
 	shape            Shape
 	fused            bool
@@ -20,16 +20,15 @@ type ReLU struct {
 
 // Rectifier returns the Spec of a ReLU.
 func Rectifier() Spec {
-	return func(in Shape, name string) (Layer, error) { return &ReLU{name: name, shape: in}, nil }
+	return Spec{prefix: "relu", kind: "relu", make: func(in Shape, name, path string) (Layer, error) {
+		return &ReLU{name: name, shape: in}, nil
+	}}
 }
 
-func (l *ReLU) Name() string              { return l.name }
-func (l *ReLU) Out() Shape                { return l.shape }
-func (l *ReLU) NumParams() int            { return 0 }
-func (l *ReLU) MACs() int                 { return 0 }
-func (l *ReLU) initParams(rng *rand.Rand) {}
-func (l *ReLU) bind(p, g []float32, n int, x *exec) {
-	l.x = x
+func (l *ReLU) Name() string { return l.name }
+func (l *ReLU) Out() Shape   { return l.shape }
+func (l *ReLU) bind(s slot) {
+	l.x = s.x
 	l.fwdTask, l.bwdTask = l.fwd, l.bwd
 }
 
@@ -74,6 +73,7 @@ func (l *ReLU) bwd(lo, hi int) {
 // four times larger convolution output, and the convolution pools each
 // chunk of samples while it is still in cache.
 type MaxPool2D struct {
+	noParams
 	name             string
 	in, out          Shape
 	win              kernels.Window
@@ -87,27 +87,35 @@ type MaxPool2D struct {
 
 // MaxPool returns the Spec of a max-pool with a k x k window and stride s.
 func MaxPool(k, s int) Spec {
-	return func(in Shape, name string) (Layer, error) {
-		if k < 1 || s < 1 || in.H < k || in.W < k {
-			return nil, fmt.Errorf("%s: pool window %d stride %d does not fit input %v", name, k, s, in)
+	return Spec{prefix: "pool", kind: "maxpool", make: func(in Shape, name, path string) (Layer, error) {
+		win, err := poolWindow(in, k, s)
+		if err != nil {
+			return nil, err
 		}
 		if k > 16 {
-			return nil, fmt.Errorf("%s: pool window %d larger than 16", name, k)
+			return nil, fmt.Errorf("kernel %d larger than 16 (the argmax is one byte)", k)
 		}
-		out := Shape{(in.H-k)/s + 1, (in.W-k)/s + 1, in.C}
-		return &MaxPool2D{name: name, in: in, out: out,
-			win: kernels.Window{H: in.H, W: in.W, C: in.C, K: k, S: s, Ho: out.H, Wo: out.W}}, nil
-	}
+		return &MaxPool2D{name: name, in: in, out: Shape{win.Ho, win.Wo, in.C}, win: win}, nil
+	}}
 }
 
-func (l *MaxPool2D) Name() string              { return l.name }
-func (l *MaxPool2D) Out() Shape                { return l.out }
-func (l *MaxPool2D) NumParams() int            { return 0 }
-func (l *MaxPool2D) MACs() int                 { return 0 }
-func (l *MaxPool2D) initParams(rng *rand.Rand) {}
-func (l *MaxPool2D) bind(p, g []float32, n int, x *exec) {
-	l.arg = make([]uint8, n*l.out.Size())
-	l.x = x
+// poolWindow is the window of a k x k pool with stride s, no padding.
+func poolWindow(in Shape, k, s int) (kernels.Window, error) {
+	if k < 1 || s < 1 {
+		return kernels.Window{}, fmt.Errorf("bad pool (kernel %d, stride %d)", k, s)
+	}
+	if in.H < k || in.W < k {
+		return kernels.Window{}, fmt.Errorf("kernel %d larger than its input %dx%d", k, in.H, in.W)
+	}
+	ho, wo := (in.H-k)/s+1, (in.W-k)/s+1
+	return kernels.Window{H: in.H, W: in.W, C: in.C, K: k, S: s, Ho: ho, Wo: wo}, nil
+}
+
+func (l *MaxPool2D) Name() string { return l.name }
+func (l *MaxPool2D) Out() Shape   { return l.out }
+func (l *MaxPool2D) bind(s slot) {
+	l.arg = make([]uint8, s.n*l.out.Size())
+	l.x = s.x
 	l.fwdTask, l.bwdTask = l.fwd, l.bwd
 }
 

@@ -4,10 +4,40 @@ import "gonum.org/v1/gonum/blas"
 
 // exec is what every layer of a Net shares to run its work: the Parallel of
 // the rank's workers and reusable task values, so that a step allocates
-// nothing. Layers run one after another, so one of each task suffices.
+// nothing (layers run one after another, so one of each task suffices),
+// and the network's mode: training or evaluation, the reducer of
+// synchronised batch norm, the GradHook of the running Backward, and the
+// key of this step's dropout noise.
 type exec struct {
-	par Parallel
-	gt  gemmTask
+	par   Parallel
+	gt    gemmTask
+	train bool
+	sync  SumReducer
+	err   error // the first failed reduction since Net.Err
+	hook  GradHook
+	seed  uint64 // the network's seed
+	step  uint64 // see Net.SetStep
+	first int
+	drops uint64 // dropout layers bound so far: each draws its own stream
+}
+
+// ready tells the running Backward's hook that Grads[off:] is final.
+func (x *exec) ready(off int) {
+	if x.hook != nil {
+		x.hook.Ready(off)
+	}
+}
+
+// reduce sums buf over the replicas with the synchronised batch norm's
+// reducer. After a failure it reduces nothing more (every later result is
+// this replica's own) until Net.Err has reported it.
+func (x *exec) reduce(buf []float64) {
+	if x.sync == nil || x.err != nil {
+		return
+	}
+	if err := x.sync.AllreduceSum64(buf); err != nil {
+		x.err = err
+	}
 }
 
 // gemmTask computes C = alpha*op(A)*op(B) + beta*C split over workers,

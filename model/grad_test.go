@@ -162,13 +162,13 @@ func assertClose(t *testing.T, what string, got []float32, want []float64, tol f
 func checkLayer(t *testing.T, spec Spec, in Shape, n int, ref func(x, p []float64) []float64) {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(1, 2))
-	l, err := spec(in, "test")
+	l, err := spec.make(in, "test", "1.")
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := randSlice(rng, l.NumParams())
 	g := make([]float32, len(p))
-	l.bind(p, g, n, &exec{par: Serial{}})
+	l.bind(slot{p: p, g: g, buf: make([]float32, numBuffers(l)), n: n, x: &exec{par: Serial{}, train: true}})
 	x := randSlice(rng, n*in.Size())
 	y := make([]float32, n*l.Out().Size())
 	l.forward(x, y, n)
@@ -263,7 +263,7 @@ func TestLossGradient(t *testing.T) {
 		t.Fatalf("loss %v, want %v", loss, want)
 	}
 	want := numGrad(z64, func() float64 { return refCE(z64, labels, k) })
-	assertClose(t, "dlogits", net.dacts[len(net.Layers)][:n*k], want, 1e-5)
+	assertClose(t, "dlogits", net.body.dacts[len(net.Layers)][:n*k], want, 1e-5)
 
 	// SetGradScale(1/4): the gradient of a quarter of the mean loss, as
 	// each of 4 replicas that sum their gradients needs.
@@ -272,7 +272,7 @@ func TestLossGradient(t *testing.T) {
 	for i := range want {
 		want[i] /= 4
 	}
-	assertClose(t, "dlogits scaled", net.dacts[len(net.Layers)][:n*k], want, 1e-5)
+	assertClose(t, "dlogits scaled", net.body.dacts[len(net.Layers)][:n*k], want, 1e-5)
 }
 
 // TestNetGradient checks the whole CNN-shaped stack end to end: analytic

@@ -1,0 +1,220 @@
+package model
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+
+	"hpctrain/internal/kernels"
+)
+
+// BatchNorm is batch normalisation (Ioffe and Szegedy 2015) over the
+// channels of its input: for each channel c, over the M = N*H*W values of
+// the batch,
+//
+//	y = (x - mean_c) / sqrt(var_c + eps) * gamma_c + beta_c
+//
+// with the batch's mean and (biased) variance in training, and the
+// running ones in evaluation. Training updates the running statistics as
+// PyTorch does: r = (1-momentum)*r + momentum*batch, the variance unbiased
+// (times M/(M-1)). Parameters: gamma (C) then beta (C); buffers: running
+// mean (C) then running variance (C).
+//
+// The statistics are sums over fixed chunks of samples (independent of the
+// number of workers), each in float64, added in chunk order. Backward uses
+//
+//	dbeta = sum dy, dgamma = sum dy*xhat, xhat = (x - mean)/std
+//	dx = gamma/std * (dy - dbeta/M - xhat*dgamma/M)
+//
+// and recomputes xhat from x rather than keeping it. With SetSyncBN, the
+// sums of forward (x, x^2, M) and of backward (dy, dy*(x-mean)) are
+// reduced over the replicas first, so every replica normalises with the
+// global batch's statistics; dgamma and dbeta stay the replica's own, to be
+// summed with the other gradients.
+type BatchNorm struct {
+	name          string
+	shape         Shape
+	c             int
+	momentum, eps float64
+	gamma, beta   []float32 // (C), (C)
+	dgamma, dbeta []float32
+	rmean, rvar   []float32 // running statistics (C), (C), in Net.Buffers
+
+	x     *exec
+	chunk int       // samples per chunk of the statistics
+	part  []float64 // (chunks, 2C): each chunk's two sums
+	red   []float64 // (2C+1): the batch's sums and count, reduced over replicas when synchronised
+	batch bool      // the last forward normalised with batch statistics
+	m     float64   // values per channel of the last forward (all replicas')
+	mean  []float32 // (C): the mean the last forward subtracted
+	istd  []float64 // (C): its 1/sqrt(var+eps)
+	zero  []float32 // (C) zeros: the forward sums are not centred
+	s, t  []float32 // (C): forward's y = (x-mean)*s + t
+	a, b  []float32 // (C): backward's dx = a*dy + b*(x-mean) + k
+	k     []float32
+
+	cx, cy, cdy []float32 // the current call's buffers, for the tasks
+	cmu         []float32
+	sumTask     perWorker
+	normTask    samples
+	bwdTask     samples
+}
+
+// batchNorm returns the Spec of a batch normalisation with the given
+// momentum and eps (PyTorch's defaults: 0.1 and 1e-5).
+func batchNorm(momentum, eps float64) Spec {
+	return Spec{prefix: "bn", kind: "batchnorm", make: func(in Shape, name, path string) (Layer, error) {
+		if !(momentum >= 0 && momentum <= 1) || !(eps > 0) || math.IsInf(eps, 0) {
+			return nil, fmt.Errorf("bad batch norm (momentum %v, eps %v)", momentum, eps)
+		}
+		return &BatchNorm{name: name, shape: in, c: in.C, momentum: momentum, eps: eps}, nil
+	}}
+}
+
+func (l *BatchNorm) Name() string   { return l.name }
+func (l *BatchNorm) Out() Shape     { return l.shape }
+func (l *BatchNorm) NumParams() int { return 2 * l.c }
+func (l *BatchNorm) MACs() int      { return 0 }
+
+func (l *BatchNorm) tensors() []tensor {
+	return []tensor{{name: "weight", len: l.c, norm: true}, {name: "bias", len: l.c, bias: true, norm: true}}
+}
+
+func (l *BatchNorm) buffers() []tensor {
+	return []tensor{{name: "running_mean", len: l.c}, {name: "running_var", len: l.c}}
+}
+
+func (l *BatchNorm) bind(s slot) {
+	c := l.c
+	l.gamma, l.beta = s.p[:c], s.p[c:2*c]
+	l.dgamma, l.dbeta = s.g[:c], s.g[c:2*c]
+	l.rmean, l.rvar = s.buf[:c], s.buf[c:2*c]
+	l.x = s.x
+	// Chunks of about 1024 values per channel: enough work per task, and
+	// few partial sums.
+	l.chunk = max(1, 1024/(l.shape.H*l.shape.W))
+	l.part = make([]float64, l.chunks(s.n)*2*c)
+	l.red = make([]float64, 2*c+1)
+	l.mean, l.istd, l.zero = make([]float32, c), make([]float64, c), make([]float32, c)
+	l.s, l.t = make([]float32, c), make([]float32, c)
+	l.a, l.b, l.k = make([]float32, c), make([]float32, c), make([]float32, c)
+	l.sumTask, l.normTask, l.bwdTask = l.sums, l.norm, l.bwd
+}
+
+func (l *BatchNorm) initParams(rng *rand.Rand) {
+	for i := range l.gamma {
+		l.gamma[i], l.beta[i] = 1, 0
+		l.rmean[i], l.rvar[i] = 0, 1
+	}
+}
+
+func (l *BatchNorm) chunks(n int) int { return (n + l.chunk - 1) / l.chunk }
+
+// moments sets red[:C] and red[C:2C] to the per-channel sums of a and of
+// a*(b-mu) over the first n samples (chunk sums added in chunk order).
+func (l *BatchNorm) moments(a, b, mu []float32, n int) {
+	l.cx, l.cdy, l.cmu = b, a, mu
+	nc := l.chunks(n)
+	l.x.par.Run(nc, l.sumTask)
+	c := l.c
+	clear(l.red[:2*c])
+	for k := 0; k < nc; k++ {
+		p := l.part[k*2*c:][:2*c]
+		for j, v := range p {
+			l.red[j] += v
+		}
+	}
+}
+
+// sums computes chunks [lo, hi) of moments' partial sums.
+func (l *BatchNorm) sums(w, lo, hi int) {
+	c, hw := l.c, l.shape.H*l.shape.W
+	n := len(l.cx) / l.shape.Size()
+	for k := lo; k < hi; k++ {
+		s0 := k * l.chunk
+		ns := min(l.chunk, n-s0)
+		p := l.part[k*2*c:][:2*c]
+		clear(p)
+		r0, m := s0*hw, ns*hw
+		kernels.ChanMoments(l.cdy[r0*c:][:m*c], l.cx[r0*c:][:m*c], m, c, l.cmu, p[:c], p[c:])
+	}
+}
+
+// forward: x, y (N, H, W, C).
+func (l *BatchNorm) forward(x, y []float32, n int) {
+	c := l.c
+	x = x[:n*l.shape.Size()]
+	l.batch = l.x.train
+	if l.batch {
+		l.moments(x, x, l.zero, n)
+		l.red[2*c] = float64(n * l.shape.H * l.shape.W)
+		l.x.reduce(l.red)
+		m := l.red[2*c]
+		l.m = m
+		for j := 0; j < c; j++ {
+			mean := l.red[j] / m
+			v := max(l.red[c+j]/m-mean*mean, 0)
+			l.mean[j] = float32(mean)
+			l.istd[j] = 1 / math.Sqrt(v+l.eps)
+			unbiased := v
+			if m > 1 {
+				unbiased = v * m / (m - 1)
+			}
+			mo := l.momentum
+			l.rmean[j] = float32((1-mo)*float64(l.rmean[j]) + mo*mean)
+			l.rvar[j] = float32((1-mo)*float64(l.rvar[j]) + mo*unbiased)
+		}
+	} else {
+		for j := 0; j < c; j++ {
+			l.mean[j] = l.rmean[j]
+			l.istd[j] = 1 / math.Sqrt(float64(l.rvar[j])+l.eps)
+		}
+	}
+	for j := 0; j < c; j++ {
+		l.s[j] = float32(float64(l.gamma[j]) * l.istd[j])
+		l.t[j] = l.beta[j]
+	}
+	l.cx, l.cy = x, y
+	l.x.par.Run(n, l.normTask)
+}
+
+func (l *BatchNorm) norm(lo, hi int) {
+	sz, hw := l.shape.Size(), l.shape.H*l.shape.W
+	kernels.ChanNorm(l.cy[lo*sz:hi*sz], l.cx[lo*sz:hi*sz], (hi-lo)*hw, l.c, l.mean, l.s, l.t)
+}
+
+// backward: x, dy, dx (N, H, W, C).
+func (l *BatchNorm) backward(x, y, dy, dx []float32, n int) {
+	c := l.c
+	x, dy = x[:n*l.shape.Size()], dy[:n*l.shape.Size()]
+	l.moments(dy, x, l.mean, n) // sum dy, sum dy*(x-mean)
+	for j := 0; j < c; j++ {
+		l.dbeta[j] = float32(l.red[j])
+		l.dgamma[j] = float32(l.red[c+j] * l.istd[j])
+	}
+	if dx == nil {
+		return
+	}
+	if l.batch {
+		l.x.reduce(l.red[:2*c])
+		for j := 0; j < c; j++ {
+			g := float64(l.gamma[j]) * l.istd[j]
+			dbeta, dgamma := l.red[j], l.red[c+j]*l.istd[j]
+			l.a[j] = float32(g)
+			l.b[j] = float32(-g * l.istd[j] * dgamma / l.m)
+			l.k[j] = float32(-g * dbeta / l.m)
+		}
+	} else {
+		// Evaluation: mean and std are constants.
+		for j := 0; j < c; j++ {
+			l.a[j], l.b[j], l.k[j] = float32(float64(l.gamma[j])*l.istd[j]), 0, 0
+		}
+	}
+	l.cx, l.cy, l.cdy = x, dx, dy
+	l.x.par.Run(n, l.bwdTask)
+}
+
+func (l *BatchNorm) bwd(lo, hi int) {
+	sz, hw := l.shape.Size(), l.shape.H*l.shape.W
+	kernels.ChanNormBackward(l.cy[lo*sz:hi*sz], l.cdy[lo*sz:hi*sz], l.cx[lo*sz:hi*sz], (hi-lo)*hw, l.c, l.mean, l.a, l.b, l.k)
+}
