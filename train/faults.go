@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // FaultEnv names the environment variable that injects a fault into one
@@ -99,7 +100,7 @@ func StopBeforeInit() {
 	fs, _ := faultsFromEnv(r)
 	for _, f := range fs {
 		if f.kind == "stop" && f.phase == nil {
-			syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+			stopSelf()
 		}
 	}
 }
@@ -109,7 +110,7 @@ func StopBeforeInit() {
 func (fs faults) enter(phase *string) {
 	for _, f := range fs {
 		if f.kind == "stop" && f.phase == phase {
-			syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+			stopSelf()
 		}
 	}
 }
@@ -133,4 +134,12 @@ func (fs faults) perturb(step int, params []float32) {
 			params[0] += 1e-3
 		}
 	}
+}
+
+// stopSelf sends this process SIGSTOP and waits for it to land: the kernel
+// stops the threads a moment later, and without the wait the MPI thread
+// could still run the phase's collective.
+func stopSelf() {
+	syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+	time.Sleep(200 * time.Millisecond)
 }
