@@ -155,7 +155,11 @@ func TestFakeRanksMatchSingle(t *testing.T) {
 // TestStartupAgreement: a rank whose data is missing makes every rank stop
 // with an error at start-up (none hangs), and a rank with another
 // configuration is named.
-func TestStartupAgreement(t *testing.T) {
+// Ranks started with different settings (here rank 1's data_dir) stop at
+// the configuration-hash check, every rank naming rank 1. The path in which
+// one rank fails a start-up stage with the same configuration is
+// TestStartupStageFailureNamesRank's.
+func TestStartupConfigMismatch(t *testing.T) {
 	cfg := Defaults()
 	cfg.Model, cfg.Limit, cfg.Progress, cfg.DataDir = "mlp", 256, 0, dataDir
 	ranks := mpi.NewFake(3, 0)
