@@ -7,7 +7,7 @@
 //	t := gpu.Discover("/")                         // NVML, else sysfs, else none
 //	t, err := t.Visible(os.LookupEnv("CUDA_VISIBLE_DEVICES"))
 //	spec, err := gpu.ParseSpec(cfg.GPUs, cfg.GPUShare)
-//	a, err := t.Assign(gpu.Request{LocalSize: n, Spec: spec})
+//	a, err := t.Assign(localSize, spec)
 //	req.Near = t.Near(a, cpuTopo)                 // affinity.Request: cores near each GPU
 //	plan.Device = t.Label(a.GPUs[localRank])       // shown by -report-bindings
 //

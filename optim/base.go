@@ -16,7 +16,8 @@ type Task = interface {
 // when all calls have returned. Workers must not change after SetParallel
 // (Step keeps per-worker scratch). An implementation that allocates nothing
 // keeps Step allocation-free. The training loop's thread pool satisfies it
-// structurally; optim imports no other hpctrain package.
+// structurally: optim imports no hpctrain package but internal/kernels
+// (the vectorised SGD update), so it knows nothing of models or MPI.
 type Parallel interface {
 	Workers() int
 	Run(n int, t Task)
