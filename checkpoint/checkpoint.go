@@ -2,7 +2,9 @@ package checkpoint
 
 import (
 	"bufio"
+	"crypto/rand"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,32 +16,50 @@ import (
 )
 
 // Magic opens every checkpoint file; Version is the format written.
+// Load also reads version 1 (see the package documentation).
 const (
 	Magic   = "\x89HPCKPT\n"
-	Version = 1
+	Version = 2
 )
 
-// Errors that Load wraps, for errors.Is.
+// Errors that Load, Check, CheckFresh and Save wrap, for errors.Is.
 var (
 	ErrFormat       = errors.New("not a checkpoint")        // bad magic, unknown version, bad header
 	ErrTruncated    = errors.New("truncated")               // fewer bytes than the header promises
 	ErrChecksum     = errors.New("checksum mismatch")       // CRC-32C differs: bit rot or a partial overwrite
 	ErrIncompatible = errors.New("incompatible checkpoint") // State.Check refused it
+	ErrInUse        = errors.New("in use")                  // the directory holds files Save must not touch
 )
 
-// State is one checkpoint: everything needed to resume a run.
+// State is one checkpoint: everything needed to resume a run, and what the
+// run was, so that [State.Check] can refuse to resume a different one.
 type State struct {
-	Model      string // model name, e.g. "cnn-fmnist"
-	ConfigHash string // hash of the training config that produced it
-	Optimizer  string // optimizer name; its buffers are Sections
-	WorldSize  int    // MPI ranks that wrote it
-	Epoch      int    // epoch in progress
-	Step       int64  // global optimizer steps taken
-	// SamplerEpoch and SamplerIndex place the data sampler: the next sample
-	// to draw is number SamplerIndex of the shuffle of epoch SamplerEpoch.
-	SamplerEpoch, SamplerIndex int
-	RNG                        []uint64  // RNG state words, opaque here
-	Sections                   []Section // parameters, then each optimizer buffer
+	Model string // model name, e.g. "cnn"
+	// Desc is the model's description (TOML text), compared on resume;
+	// empty when none was recorded.
+	Desc string
+	// Config is the training settings a resumed run must share, a JSON
+	// object compared key by key on resume (nested objects are keys with
+	// dots). Nil in version-1 files, which record only ConfigHash.
+	Config json.RawMessage
+	// ConfigHash is a digest of the configuration. Version 2 records it for
+	// people and tools; only version-1 files are checked by it.
+	ConfigHash string
+	// RunID names the run that wrote the file: a fresh run draws one
+	// (NewRunID), a resumed run keeps its checkpoint's. Save replaces and
+	// prunes only files of s.RunID. Empty in version-1 files.
+	RunID     string
+	Optimizer string // optimizer name; its buffers are Sections
+	WorldSize int    // MPI ranks that wrote it
+	Epoch     int    // epoch in progress
+	Step      int64  // global optimizer steps taken
+	// Final is the run's final result (a JSON object, opaque here) in the
+	// checkpoint written when the run completed; nil in every other one.
+	Final    json.RawMessage
+	Sections []Section // parameters, then each optimizer buffer, ...
+	// Version is the format version Load read the State from; Save ignores
+	// it and writes Version.
+	Version int
 }
 
 // Section is one named flat tensor (parameters, gradients' moments, ...).
@@ -58,51 +78,37 @@ func (s *State) Lookup(name string) []float32 {
 	return nil
 }
 
-// Check returns an ErrIncompatible error when s was not written by a run
-// like the one asking: another model, another config (hash), or another
-// world size. Resuming needs the same -np because the global batch size and
-// each rank's shard of the sampler's permutation depend on it; resuming on a
-// different world size would silently change the training. All differences
-// are reported at once.
-func (s *State) Check(model, configHash string, worldSize int) error {
-	var errs []error
-	if s.Model != model {
-		errs = append(errs, fmt.Errorf("it is for model %q, this run trains %q", s.Model, model))
-	}
-	if s.ConfigHash != configHash {
-		errs = append(errs, fmt.Errorf("its config hash is %s, this run's is %s: the training config changed (restore it, or use a new -checkpoint-dir)", s.ConfigHash, configHash))
-	}
-	if s.WorldSize != worldSize {
-		errs = append(errs, fmt.Errorf("it was written by %d ranks, this run has %d: resume with mpirun -np %d (the global batch and the sampler's shards depend on it)", s.WorldSize, worldSize, s.WorldSize))
-	}
-	if len(errs) == 0 {
-		return nil
-	}
-	msgs := make([]string, len(errs))
-	for i, e := range errs {
-		msgs[i] = e.Error()
-	}
-	return fmt.Errorf("%w at step %d: %s", ErrIncompatible, s.Step, strings.Join(msgs, "; "))
+// NewRunID returns a fresh run identity: 16 random hex digits.
+func NewRunID() string {
+	var b [8]byte
+	rand.Read(b[:]) // never fails (crypto/rand)
+	return hex.EncodeToString(b[:])
 }
 
-// header is the JSON header of format version 1.
+// header is the JSON header. Version-1 headers also held sampler_epoch,
+// sampler_index and rng, written as constants and never read; they are
+// ignored, and version 1 lacks desc, config, run_id and final.
 type header struct {
-	Model        string          `json:"model"`
-	ConfigHash   string          `json:"config_hash"`
-	Optimizer    string          `json:"optimizer"`
-	WorldSize    int             `json:"world_size"`
-	Epoch        int             `json:"epoch"`
-	Step         int64           `json:"step"`
-	SamplerEpoch int             `json:"sampler_epoch"`
-	SamplerIndex int             `json:"sampler_index"`
-	RNG          []uint64        `json:"rng"`
-	Sections     []sectionHeader `json:"sections"`
+	Model      string          `json:"model"`
+	Desc       string          `json:"desc,omitempty"`
+	ConfigHash string          `json:"config_hash"`
+	Config     json.RawMessage `json:"config,omitempty"`
+	RunID      string          `json:"run_id,omitempty"`
+	Optimizer  string          `json:"optimizer"`
+	WorldSize  int             `json:"world_size"`
+	Epoch      int             `json:"epoch"`
+	Step       int64           `json:"step"`
+	Final      json.RawMessage `json:"final,omitempty"`
+	Sections   []sectionHeader `json:"sections"`
 }
 
 // check refuses what Save would refuse, so a loaded State can be saved.
 func (h *header) check() error {
 	if h.Step < 0 {
 		return fmt.Errorf("negative step %d", h.Step)
+	}
+	if !objectOrEmpty(h.Config) || !objectOrEmpty(h.Final) {
+		return errors.New("config or final is not a JSON object")
 	}
 	seen := make(map[string]bool, len(h.Sections))
 	for _, sec := range h.Sections {
@@ -112,6 +118,33 @@ func (h *header) check() error {
 		seen[sec.Name] = true
 	}
 	return nil
+}
+
+// state returns the State h describes, without its sections.
+func (h *header) state(version int) *State {
+	return &State{
+		Model: h.Model, Desc: h.Desc, ConfigHash: h.ConfigHash, Config: nullIsNil(h.Config),
+		RunID: h.RunID, Optimizer: h.Optimizer, WorldSize: h.WorldSize,
+		Epoch: h.Epoch, Step: h.Step, Final: nullIsNil(h.Final), Version: version,
+	}
+}
+
+// nullIsNil reads a JSON null as absent.
+func nullIsNil(m json.RawMessage) json.RawMessage {
+	if strings.TrimSpace(string(m)) == "null" {
+		return nil
+	}
+	return m
+}
+
+// objectOrEmpty reports whether m is absent or a JSON object.
+func objectOrEmpty(m json.RawMessage) bool {
+	m = nullIsNil(m)
+	if len(m) == 0 {
+		return true
+	}
+	var o map[string]json.RawMessage
+	return json.Unmarshal(m, &o) == nil && o != nil
 }
 
 type sectionHeader struct {
@@ -133,6 +166,15 @@ func checkState(s *State) {
 	if s.Step < 0 {
 		panic("checkpoint: negative Step")
 	}
+	if s.RunID == "" {
+		panic("checkpoint: empty RunID")
+	}
+	if !objectOrEmpty(s.Config) {
+		panic("checkpoint: Config is not a JSON object")
+	}
+	if !objectOrEmpty(s.Final) {
+		panic("checkpoint: Final is not a JSON object")
+	}
 	seen := make(map[string]bool, len(s.Sections))
 	for _, sec := range s.Sections {
 		if sec.Name == "" {
@@ -151,13 +193,10 @@ func checkState(s *State) {
 // encode writes s in the file format to w.
 func encode(w io.Writer, s *State) error {
 	h := header{
-		Model: s.Model, ConfigHash: s.ConfigHash, Optimizer: s.Optimizer,
-		WorldSize: s.WorldSize, Epoch: s.Epoch, Step: s.Step,
-		SamplerEpoch: s.SamplerEpoch, SamplerIndex: s.SamplerIndex,
-		RNG: s.RNG, Sections: make([]sectionHeader, len(s.Sections)),
-	}
-	if h.RNG == nil {
-		h.RNG = []uint64{}
+		Model: s.Model, Desc: s.Desc, ConfigHash: s.ConfigHash, Config: s.Config,
+		RunID: s.RunID, Optimizer: s.Optimizer, WorldSize: s.WorldSize,
+		Epoch: s.Epoch, Step: s.Step, Final: s.Final,
+		Sections: make([]sectionHeader, len(s.Sections)),
 	}
 	for i, sec := range s.Sections {
 		h.Sections[i] = sectionHeader{sec.Name, int64(len(sec.Data))}
@@ -216,8 +255,9 @@ func decode(b []byte) (*State, error) {
 	if n < 16 {
 		return nil, fmt.Errorf("%w: %d of at least 20 bytes", ErrTruncated, n)
 	}
-	if v := binary.LittleEndian.Uint32(b[8:]); v != Version {
-		return nil, fmt.Errorf("%w: format version %d, this build reads %d", ErrFormat, v, Version)
+	version := binary.LittleEndian.Uint32(b[8:])
+	if version < 1 || version > Version {
+		return nil, fmt.Errorf("%w: format version %d, this build reads 1 to %d (written by a newer hpctrain?)", ErrFormat, version, Version)
 	}
 	hlen := int64(binary.LittleEndian.Uint32(b[12:]))
 	// The size the header promises, if the header can be read; -1 if not.
@@ -264,12 +304,8 @@ func decode(b []byte) (*State, error) {
 			return nil, fmt.Errorf("%w (CRC-32C of %d bytes)", ErrChecksum, n)
 		}
 	}
-	s := &State{
-		Model: h.Model, ConfigHash: h.ConfigHash, Optimizer: h.Optimizer,
-		WorldSize: h.WorldSize, Epoch: h.Epoch, Step: h.Step,
-		SamplerEpoch: h.SamplerEpoch, SamplerIndex: h.SamplerIndex,
-		RNG: h.RNG, Sections: make([]Section, len(h.Sections)),
-	}
+	s := h.state(int(version))
+	s.Sections = make([]Section, len(h.Sections))
 	off := 16 + hlen
 	for i, sec := range h.Sections {
 		data := make([]float32, sec.Len)
@@ -280,4 +316,50 @@ func decode(b []byte) (*State, error) {
 		s.Sections[i] = Section{Name: sec.Name, Data: data}
 	}
 	return s, nil
+}
+
+// maxHeaderLen bounds the header peek reads (64 MiB), against a length
+// field that bit rot made huge.
+const maxHeaderLen = 1 << 26
+
+// peek reads the header of the checkpoint at path, without its tensors
+// and without verifying the checksum: enough to tell whose file it is and
+// which step it holds, at the cost of a few kilobytes per file.
+func peek(path string) (*State, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("read checkpoint header: %w", err)
+	}
+	defer f.Close()
+	fail := func(err error) (*State, error) {
+		return nil, fmt.Errorf("read checkpoint header %s: %w", path, err)
+	}
+	var pre [16]byte
+	n, err := io.ReadFull(f, pre[:])
+	switch {
+	case n >= 8 && string(pre[:8]) != Magic || n < 8 && string(pre[:n]) != Magic[:n]:
+		return fail(fmt.Errorf("%w: bad magic %q, want %q", ErrFormat, pre[:min(n, 8)], Magic))
+	case err != nil:
+		return fail(fmt.Errorf("%w: %d of at least 20 bytes", ErrTruncated, n))
+	}
+	version := binary.LittleEndian.Uint32(pre[8:])
+	if version < 1 || version > Version {
+		return fail(fmt.Errorf("%w: format version %d, this build reads 1 to %d (written by a newer hpctrain?)", ErrFormat, version, Version))
+	}
+	hlen := binary.LittleEndian.Uint32(pre[12:])
+	if hlen > maxHeaderLen {
+		return fail(fmt.Errorf("%w: header length %d", ErrFormat, hlen))
+	}
+	js := make([]byte, hlen)
+	if n, err := io.ReadFull(f, js); err != nil {
+		return fail(fmt.Errorf("%w: %d of at least %d bytes", ErrTruncated, 16+n, 16+int(hlen)+4))
+	}
+	var h header
+	if err := json.Unmarshal(js, &h); err != nil {
+		return fail(fmt.Errorf("%w: header: %v", ErrFormat, err))
+	}
+	if err := h.check(); err != nil {
+		return fail(fmt.Errorf("%w: %v", ErrFormat, err))
+	}
+	return h.state(int(version)), nil
 }

@@ -2,6 +2,7 @@ package checkpoint
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"math"
 	"os"
@@ -22,15 +23,18 @@ func testState(step int64) *State {
 	params[1] = float32(math.Inf(-1))
 	params[2] = float32(math.Copysign(0, -1))
 	return &State{
-		Model: "cnn-fmnist", ConfigHash: "sha256:abc", Optimizer: "adamw",
-		WorldSize: 4, Epoch: 2, Step: step, SamplerEpoch: 2, SamplerIndex: 640,
-		RNG: []uint64{math.MaxUint64, 1, 0x9e3779b97f4a7c15},
+		Model: "cnn-fmnist", Desc: "[[layer]]\nkind = \"conv\"\nchannels = 32\n",
+		ConfigHash: "abc", Config: json.RawMessage(`{"batch":64,"lr":0.01,"seed":18446744073709551615,"augment":{"flip":true}}`),
+		RunID: "0123456789abcdef", Optimizer: "adamw",
+		WorldSize: 4, Epoch: 2, Step: step,
 		Sections: []Section{
 			{"params", params},
 			{"adamw.m", make([]float32, 1000)},
 			{"adamw.v", []float32{1, 2, 3}},
+			{"buffers", []float32{0.5, -1, float32(math.Inf(1))}},
 			{"empty", []float32{}},
 		},
+		Version: Version,
 	}
 }
 
@@ -86,12 +90,22 @@ func TestRoundTrip(t *testing.T) {
 	if !bytes.Equal(b1, b2) {
 		t.Error("saving the same State twice gave different bytes")
 	}
-	if !bytes.HasPrefix(b1, []byte(Magic+"\x01\x00\x00\x00")) {
+	if !bytes.HasPrefix(b1, []byte(Magic+"\x02\x00\x00\x00")) {
 		t.Errorf("file starts %q", b1[:12])
 	}
+	// The final result of a completed run.
+	want.Final = json.RawMessage(`{"epoch":2,"test_accuracy":0.8125,"final":true}`)
+	p, err := Save(dir, want, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err = Load(p); err != nil {
+		t.Fatal(err)
+	}
+	sameState(t, got, want)
 	// Empty state.
-	empty := &State{}
-	p, err := Save(dir, empty, 0)
+	empty := &State{RunID: "e"}
+	p, err = Save(t.TempDir(), empty, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -322,19 +336,98 @@ func TestUnwritableDir(t *testing.T) {
 	}
 }
 
+// identity is the Identity of testState's run.
+func identity() Identity {
+	s := testState(0)
+	return Identity{Model: s.Model, Desc: s.Desc, Config: s.Config, HashV1: "unused", WorldSize: s.WorldSize}
+}
+
 func TestCheck(t *testing.T) {
 	s := testState(1)
-	if err := s.Check("cnn-fmnist", "sha256:abc", 4); err != nil {
+	if err := s.Check(identity()); err != nil {
 		t.Fatal(err)
 	}
-	err := s.Check("mlp", "sha256:def", 2)
+	run := identity()
+	run.Model, run.WorldSize = "mlp", 2
+	run.Config = json.RawMessage(`{"batch":128,"lr":0.02,"seed":18446744073709551615,"augment":{"flip":false}}`)
+	err := s.Check(run)
 	if !errors.Is(err, ErrIncompatible) {
 		t.Fatalf("%v", err)
 	}
-	for _, want := range []string{`model "cnn-fmnist", this run trains "mlp"`, "sha256:abc", "sha256:def", "mpirun -np 4", "written by 4 ranks, this run has 2"} {
+	for _, want := range []string{
+		`model "cnn-fmnist", this run trains "mlp"`,
+		"its configuration differs: it was written with augment.flip = true, batch = 64, lr = 0.01; this run has augment.flip = false, batch = 128, lr = 0.02 (resume with the same settings",
+		"mpirun -np 4", "written by 4 ranks, this run has 2",
+	} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("%q lacks %q", err, want)
 		}
+	}
+	if strings.Contains(err.Error(), "seed") || strings.Contains(err.Error(), "\n") {
+		t.Errorf("%q names an equal key or spans lines", err)
+	}
+}
+
+// TestCheckConfigKeys: keys absent on one side equal zero values on the
+// other; a key added with another value, or removed, is named; long lists
+// are cut.
+func TestCheckConfigKeys(t *testing.T) {
+	for _, c := range []struct {
+		was, now string
+		want     string // "" for no difference
+	}{
+		{`{"a":1}`, `{"a":1,"new":0,"s":"","b":false,"n":null,"l":[],"o":{}}`, ""},
+		{`{"a":1,"gone":0}`, `{"a":1}`, ""},
+		{`{"a":1}`, `{"a":1,"beta1":0.9}`, "written with beta1 = (unset); this run has beta1 = 0.9"},
+		{`{"mean":[0.5,0.4]}`, `{"mean":[0.5,0.3]}`, "mean = [0.5,0.4]; this run has mean = [0.5,0.3]"},
+		{`{"seed":18446744073709551615}`, `{"seed":18446744073709551614}`, "seed = 18446744073709551615; this run has seed = 18446744073709551614"},
+		{`{"layers":[{"c":1},{"c":2}]}`, `{"layers":[{"c":1},{"c":3}]}`, "layers.1.c = 2; this run has layers.1.c = 3"},
+		{`{"k":"x"}`, `{"k":"y"}`, `k = "x"; this run has k = "y"`},
+		{`{"a":1,"b":1,"c":1,"d":1,"e":1,"f":1,"g":1,"h":1,"i":1,"j":1}`, `{}`, "h = 1 and 2 more; this run has"},
+	} {
+		s := testState(1)
+		s.Config = json.RawMessage(c.was)
+		run := identity()
+		run.Config = json.RawMessage(c.now)
+		err := s.Check(run)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%s vs %s: %v", c.was, c.now, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%s vs %s: %v, want %q", c.was, c.now, err, c.want)
+		}
+	}
+}
+
+// TestCheckDesc: model descriptions compare by TOML key (layout and
+// comments do not count), by line when not TOML; a checkpoint without one
+// is not refused for it.
+func TestCheckDesc(t *testing.T) {
+	s := testState(1)
+	for _, c := range []struct {
+		desc, want string
+	}{
+		{"# the same model\n[[layer]]\nkind = 'conv'\n  channels = 32\n", ""},
+		{"[[layer]]\nkind = \"conv\"\nchannels = 64\n", "its model description differs: it was written with layer.0.channels = 32; this run has layer.0.channels = 64 (resume with the same model"},
+		{"[[layer]]\nkind = \"conv\"\nchannels = 32\n[[layer]]\nkind = \"bn\"\n", "layer.1.kind = (unset); this run has layer.1.kind = \"bn\""},
+		{"not = toml = at all", `line 1 = "[[layer]]"; this run has line 1 = "not = toml = at all"`},
+	} {
+		run := identity()
+		run.Desc = c.desc
+		err := s.Check(run)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%q: %v", c.desc, err)
+		case c.want != "" && (!errors.Is(err, ErrIncompatible) || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%q: %v, want %q", c.desc, err, c.want)
+		}
+	}
+	old := testState(1)
+	old.Desc = ""
+	run := identity()
+	run.Desc = "[[layer]]\nkind = \"dense\"\n"
+	if err := old.Check(run); err != nil {
+		t.Errorf("checkpoint without a description: %v", err)
 	}
 }
 
@@ -344,9 +437,12 @@ func TestMisusePanics(t *testing.T) {
 		want string
 	}{
 		{nil, "checkpoint: nil State"},
-		{&State{Step: -1}, "checkpoint: negative Step"},
-		{&State{Sections: []Section{{"a", nil}, {"a", nil}}}, "checkpoint: duplicate Section name"},
-		{&State{Sections: []Section{{"", nil}}}, "checkpoint: Section with empty name"},
+		{&State{RunID: "r", Step: -1}, "checkpoint: negative Step"},
+		{&State{}, "checkpoint: empty RunID"},
+		{&State{RunID: "r", Config: json.RawMessage(`[1]`)}, "checkpoint: Config is not a JSON object"},
+		{&State{RunID: "r", Final: json.RawMessage(`3`)}, "checkpoint: Final is not a JSON object"},
+		{&State{RunID: "r", Sections: []Section{{"a", nil}, {"a", nil}}}, "checkpoint: duplicate Section name"},
+		{&State{RunID: "r", Sections: []Section{{"", nil}}}, "checkpoint: Section with empty name"},
 	} {
 		func() {
 			defer func() {
@@ -374,9 +470,10 @@ func TestParseName(t *testing.T) {
 
 func FuzzLoad(f *testing.F) {
 	var buf bytes.Buffer
-	small := &State{Model: "m", Step: 3, RNG: []uint64{1}, Sections: []Section{{"p", []float32{1, 2}}, {"v", nil}}}
+	small := &State{Model: "m", Step: 3, RunID: "r", Config: json.RawMessage(`{"a":{"b":1}}`), Final: json.RawMessage(`{}`), Sections: []Section{{"p", []float32{1, 2}}, {"v", nil}}}
 	encode(&buf, small)
 	f.Add(buf.Bytes())
+	f.Add(encodeV1(testState(2)))
 	f.Add([]byte(Magic))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		s, err := decode(b)

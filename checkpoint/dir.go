@@ -40,13 +40,16 @@ func parseName(name string) (step int64, ok bool) {
 // Save writes s to dir/FileName(s.Step) atomically (see the package
 // documentation), creating dir if needed, and returns the path. It then
 // removes leftover .tmp files and, when keep > 0, the oldest valid
-// checkpoints beyond the newest keep; keep <= 0 keeps all. A checkpoint of
-// the same step is replaced.
+// checkpoints of run s.RunID beyond its newest keep; keep <= 0 keeps all.
+// Files of other runs, and files that do not load, are never removed.
 //
-// On error no existing checkpoint has been touched. An unusable dir gives
-// "checkpoint dir /x: not writable: permission denied" (or "not a
-// directory", "read-only file system", ...). Save is for one writer per
-// directory: rank 0, while the other ranks wait.
+// A checkpoint of the same step is replaced only if its header names the
+// same run; a file of another run, or one whose header does not load, is
+// left alone and Save returns an ErrInUse error naming it. On error no
+// existing checkpoint has been touched. An unusable dir gives "checkpoint
+// dir /x: not writable: permission denied" (or "not a directory",
+// "read-only file system", ...). Save is for one writer per directory:
+// rank 0, while the other ranks wait.
 func Save(dir string, s *State, keep int) (path string, err error) {
 	checkState(s)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -54,6 +57,9 @@ func Save(dir string, s *State, keep int) (path string, err error) {
 	}
 	removeTemps(dir)
 	final := filepath.Join(dir, FileName(s.Step))
+	if err := replaceable(final, s.RunID); err != nil {
+		return "", err
+	}
 	tmp, err := os.CreateTemp(dir, fmt.Sprintf("ckpt-%012d-*.tmp", s.Step))
 	if err != nil {
 		return "", notWritable(dir, err)
@@ -82,7 +88,7 @@ func Save(dir string, s *State, keep int) (path string, err error) {
 		return final, fmt.Errorf("save checkpoint %s: fsync dir: %w", final, err)
 	}
 	if keep > 0 {
-		if err := prune(dir, keep); err != nil {
+		if err := prune(dir, s.RunID, keep); err != nil {
 			return final, fmt.Errorf("save checkpoint %s: prune: %w", final, err)
 		}
 	}
@@ -145,14 +151,53 @@ func list(dir string) ([]candidate, error) {
 	return cs, nil
 }
 
-// prune removes valid checkpoints older than the newest keep valid ones.
-func prune(dir string, keep int) error {
+// replaceable returns nil if path is absent or a checkpoint of run, and
+// an ErrInUse error naming the file otherwise.
+func replaceable(path, run string) error {
+	if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	dir, name := filepath.Split(path)
+	dir = filepath.Clean(dir)
+	h, err := peek(path)
+	switch {
+	case err != nil:
+		return fmt.Errorf("checkpoint dir %s %w: %s does not load (%v); not replacing it: move it away, or use another -checkpoint-dir", dir, ErrInUse, name, unwrapPath(err))
+	case h.RunID != run:
+		return fmt.Errorf("checkpoint dir %s %w: %s is step %d of another run (%s); not replacing it: move it away, or use another -checkpoint-dir", dir, ErrInUse, name, h.Step, runName(h))
+	}
+	return nil
+}
+
+// unwrapPath drops the "read checkpoint header PATH: " prefix where the
+// message names the file already.
+func unwrapPath(err error) error {
+	if u := errors.Unwrap(err); u != nil {
+		return u
+	}
+	return err
+}
+
+// runName names the run that wrote s: "run 0123456789abcdef, model cnn".
+func runName(s *State) string {
+	if s.RunID == "" {
+		return fmt.Sprintf("format version %d, model %s", s.Version, s.Model)
+	}
+	return fmt.Sprintf("run %s, model %s", s.RunID, s.Model)
+}
+
+// prune removes the valid checkpoints of run older than its newest keep
+// valid ones.
+func prune(dir, run string, keep int) error {
 	cs, err := list(dir)
 	if err != nil {
 		return err
 	}
 	valid := 0
 	for _, c := range cs {
+		if h, err := peek(c.path); err != nil || h.RunID != run {
+			continue // another run's: never ours to delete
+		}
 		if _, err := loadNamed(c); err != nil {
 			continue // never delete what we cannot read
 		}
@@ -201,4 +246,87 @@ func Latest(dir string, warn func(msg string)) (*State, string, error) {
 		}
 	}
 	return nil, "", nil
+}
+
+// CheckFresh is the rule for a run that starts without resuming: it
+// returns nil when dir does not exist or holds no checkpoint file
+// (ckpt-*.hpck), and otherwise an ErrInUse error saying what is there,
+// per run, compared with run: "checkpoint dir ck in use: it holds 3
+// checkpoints of another configuration (run 1f0e..., model cnn, steps
+// 100-300; differs in batch, lr); ...". A fresh run would replace files of
+// its own steps, so a directory of the same settings is refused too; the
+// message points to -resume auto and to another directory. Only the
+// files' headers are read.
+func CheckFresh(dir string, run Identity) error {
+	cs, err := list(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("checkpoint dir %s: %w", dir, err)
+	}
+	if len(cs) == 0 {
+		return nil
+	}
+	type group struct {
+		s      *State // the newest of the run
+		n      int
+		lo, hi int64
+	}
+	var groups []*group
+	byRun := map[string]*group{}
+	var bad []string
+	for _, c := range cs { // newest first
+		s, err := peek(c.path)
+		if err != nil {
+			bad = append(bad, filepath.Base(c.path))
+			continue
+		}
+		key := s.RunID
+		if key == "" {
+			key = fmt.Sprintf("v%d %s %s %d", s.Version, s.ConfigHash, s.Model, s.WorldSize)
+		}
+		g := byRun[key]
+		if g == nil {
+			g = &group{s: s, hi: s.Step}
+			byRun[key] = g
+			groups = append(groups, g)
+		}
+		g.n++
+		g.lo = s.Step
+	}
+	var parts []string
+	for _, g := range groups {
+		steps := fmt.Sprintf("step %d", g.hi)
+		if g.n > 1 {
+			steps = fmt.Sprintf("steps %d-%d", g.lo, g.hi)
+		}
+		what := "this configuration"
+		detail := fmt.Sprintf("%s, %s", runName(g.s), steps)
+		if m := g.s.compare(run); !m.none() {
+			what = "another configuration"
+			detail += "; differs in " + m.short(g.s)
+		}
+		parts = append(parts, fmt.Sprintf("%s of %s (%s)", plural(g.n, "checkpoint"), what, detail))
+	}
+	if len(bad) > 0 {
+		names := bad
+		if len(names) > 3 {
+			names = append(names[:3:3], "...")
+		}
+		verb := "do"
+		if len(bad) == 1 {
+			verb = "does"
+		}
+		parts = append(parts, fmt.Sprintf("%s that %s not load (%s)", plural(len(bad), "file"), verb, strings.Join(names, ", ")))
+	}
+	return fmt.Errorf("checkpoint dir %s %w: it holds %s; a run without -resume needs a directory without checkpoints: continue with -resume auto (same settings), or use another -checkpoint-dir", dir, ErrInUse, strings.Join(parts, ", "))
+}
+
+// plural writes "1 checkpoint", "3 checkpoints".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }

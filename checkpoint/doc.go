@@ -1,20 +1,29 @@
 // Package checkpoint saves and restores a training run's state in one
-// self-checking file, atomically, and finds the newest good one to resume.
+// self-checking file, atomically, and keeps a directory of them safe for
+// the run that owns it.
 //
 // A [State] holds what a data-parallel run needs to continue exactly where
-// it stopped: the model and optimizer tensors as named float32 [Section]s,
-// the global step and epoch, the data sampler's position, the RNG state, and
-// what the run was (model name, config hash, world size) so that [State.Check]
-// can refuse to resume a different run.
+// it stopped: the model and optimizer tensors (and any other float32
+// state, such as batch-norm running statistics) as named [Section]s, the
+// global step and epoch, and what the run was: its identity (RunID), model
+// name and description, its settings as a JSON object, and its world size,
+// so that [State.Check] can refuse to resume a different run and say which
+// settings differ. The checkpoint written when a run completes also holds
+// its final result (Final), so that resuming a finished run can report it
+// instead of training nothing.
 //
-// # File format (version 1)
+// The data sampler's position is not stored: the batches of a step depend
+// only on the seed, the epoch and the step, so the step places the sampler
+// (version 1 wrote sampler and RNG fields as constants; they are ignored).
+//
+// # File format (version 2)
 //
 // All integers little-endian.
 //
 //	offset        size      field
 //	0             8         magic "\x89HPCKPT\n" (high-bit byte and newline catch
 //	                        7-bit and text-mode transfers, as in PNG)
-//	8             4         format version, uint32 = 1
+//	8             4         format version, uint32 = 2
 //	12            4         header length H, uint32
 //	16            H         header: UTF-8 JSON, see below
 //	16+H          4*ΣLen    the sections' float32 values, IEEE-754 bits, in
@@ -23,18 +32,26 @@
 //
 // The header is a JSON object:
 //
-//	{"model": "cnn-fmnist", "config_hash": "sha256:…", "optimizer": "adamw",
-//	 "world_size": 4, "epoch": 3, "step": 12000,
-//	 "sampler_epoch": 3, "sampler_index": 1536, "rng": [1, 2],
+//	{"model": "cnn", "desc": "[[layer]]\n…", "config_hash": "…",
+//	 "config": {"batch": 64, "lr": 0.01, …}, "run_id": "9f2c…",
+//	 "optimizer": "adamw", "world_size": 4, "epoch": 3, "step": 12000,
+//	 "final": {"test_accuracy": 0.91, …},
 //	 "sections": [{"name": "params", "len": 431080},
-//	              {"name": "adamw.m", "len": 431080}, …]}
+//	              {"name": "optim.0", "len": 431080}, …]}
 //
-// JSON was chosen over a fixed binary header because the header is small
-// next to the tensors, it can be read with `head -c` and jq when debugging,
-// and new fields can be added without a version bump (readers ignore
-// unknown fields; a change to the binary layout bumps the version). RNG words
-// are JSON integers; Go decodes them into uint64 exactly, but a reader that
-// parses JSON numbers as doubles would not.
+// desc, config, run_id and final are left out when empty. JSON was chosen
+// over a fixed binary header because the header is small next to the
+// tensors, it can be read with `head -c` and jq when debugging, and fields
+// can be added without changing the layout. The version went to 2 with
+// run_id, config and final although the layout is unchanged, so that a
+// build that knows nothing of run identities and completed runs refuses
+// these files ("format version 2, this build reads 1") instead of pruning
+// or resuming them wrongly.
+//
+// Version 1 files (same layout, no desc, config, run_id or final) still
+// load: they belong to no run, so Save never replaces or prunes them, and
+// Check compares their configuration hash (Identity.HashV1) since they
+// record no settings to compare key by key.
 //
 // # Files in a checkpoint directory
 //
@@ -45,17 +62,31 @@
 // never a half-written .hpck; stray .tmp files are ignored by [Latest] and
 // removed by the next Save.
 //
+// A directory belongs to the runs whose checkpoints it holds. The rules:
+//
+//   - A run that starts without resuming needs a directory without
+//     checkpoint files (ckpt-*.hpck, readable or not): [CheckFresh] refuses
+//     any other and says what is there (per run: its model, steps, and the
+//     settings that differ from this run's). Even a directory of the same
+//     settings is refused, since the fresh run would replace its files;
+//     -resume auto continues it.
+//   - A resumed run keeps its checkpoint's RunID (a version-1 checkpoint
+//     gets a new one), so its files and the ones it continues are one run.
+//   - Save replaces a file of the same step only if it is of the same run,
+//     and prunes (keep) only the run's own valid files.
+//
 // # Invariants
 //
 //   - A file named *.hpck was complete when it got that name; [Load] still
 //     verifies magic, version, sizes and checksum and says which failed.
-//   - Save never modifies or removes a checkpoint it cannot read back
-//     (corrupt files and other versions are left for a person to inspect),
-//     and on any failure leaves every existing checkpoint as it was.
+//   - Save never modifies or removes a checkpoint of another run, or one it
+//     cannot read back (corrupt files and other versions are left for a
+//     person to inspect), and on any failure leaves every existing
+//     checkpoint as it was.
 //   - Saving the same State twice gives byte-identical files (no
 //     timestamps, no map iteration order).
 //
 // Non-goals: sharded or parallel writes (rank 0 writes the whole state:
 // data parallelism means every rank holds the same tensors), compression,
-// and several writers sharing one directory.
+// and several writers sharing one directory at the same time.
 package checkpoint

@@ -1,17 +1,25 @@
 package train
 
 import (
+	"bytes"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/signal"
+	"reflect"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/BurntSushi/toml"
+
 	"hpctrain/checkpoint"
+	"hpctrain/internal/cli"
 	"hpctrain/model"
 	"hpctrain/mpi"
 	"hpctrain/optim"
@@ -26,13 +34,87 @@ const ExitRequeue = 85
 // checkpoint was written.
 var ErrPreempted = errors.New("stopped by signal after writing a checkpoint; exit for requeue")
 
-// resumeHash is the configuration hash a checkpoint records: the run's
-// configuration less what may change between a run and its resumption
-// (epochs and step cap, checkpoint and output settings).
+// resumeFree names the fields of Config a resumed run may change: the
+// epochs and the step cap (a run may be extended), the compute threads and
+// their placement (the arithmetic, hence every result, is the same for any
+// thread count and any cores), and the checkpoint settings. Output-only
+// fields are out of the hash already (json:"-").
+var resumeFree = []string{"Epochs", "Steps", "Threads", "Bind", "CPUList", "UseSMT", "CheckpointDir", "CheckpointEvery", "Keep", "Resume"}
+
+// resumable is cfg with the resumeFree fields zero, and their JSON keys.
+func resumable(cfg Config) (Config, []string) {
+	v := reflect.ValueOf(&cfg).Elem()
+	keys := make([]string, 0, len(resumeFree))
+	for _, name := range resumeFree {
+		sf, ok := v.Type().FieldByName(name)
+		if !ok {
+			panic("train: resumeFree names no field " + name)
+		}
+		v.FieldByIndex(sf.Index).SetZero()
+		keys = append(keys, strings.Split(sf.Tag.Get("json"), ",")[0])
+	}
+	return cfg, keys
+}
+
+// resumeHash is the configuration hash a checkpoint records, for people
+// and tools: resuming compares the settings key by key (resumeConfig).
 func resumeHash(cfg Config) string {
+	c, _ := resumable(cfg)
+	return c.Hash()
+}
+
+// hashV1 is the hash checkpoints of format version 1 recorded, and the
+// only thing about their settings they hold: the configuration less epochs,
+// steps and the checkpoint settings (threads included).
+func hashV1(cfg Config) string {
 	cfg.Epochs, cfg.Steps = 0, 0
 	cfg.CheckpointDir, cfg.CheckpointEvery, cfg.Keep, cfg.Resume = "", "", 0, ""
 	return cfg.Hash()
+}
+
+// resumeConfig is the record of the run's settings a checkpoint holds and
+// a resumption is compared with, key by key: the JSON object of the
+// resumable configuration (what Hash covers by JSON), plus the keys of
+// every embedded settings struct left out of the JSON (json:"-", as the
+// optimizer's and the schedule's are), taken from its TOML form, as Hash
+// does. The keys are those of the TOML file and the flags, so a refusal
+// names them as the user writes them: "lr = 0.01". Nothing here lists
+// fields: a field added to Config, or to a struct it embeds, is recorded
+// and compared without a change here.
+func resumeConfig(cfg Config) (json.RawMessage, error) {
+	c, free := resumable(cfg)
+	b, err := json.Marshal(c)
+	if err != nil {
+		return nil, fmt.Errorf("recording the configuration: %w", err)
+	}
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber() // a uint64 seed stays exact
+	m := map[string]any{}
+	if err := d.Decode(&m); err != nil {
+		return nil, fmt.Errorf("recording the configuration: %w", err)
+	}
+	v := reflect.ValueOf(c)
+	for i := 0; i < v.NumField(); i++ {
+		f := v.Type().Field(i)
+		if !f.Anonymous || !f.IsExported() || f.Type.Kind() != reflect.Struct || f.Tag.Get("json") != "-" {
+			continue
+		}
+		var buf bytes.Buffer
+		if err := toml.NewEncoder(&buf).Encode(v.Field(i).Interface()); err != nil {
+			return nil, fmt.Errorf("recording the configuration (%s): %w", f.Name, err)
+		}
+		var sub map[string]any
+		if _, err := toml.Decode(buf.String(), &sub); err != nil {
+			return nil, fmt.Errorf("recording the configuration (%s): %w", f.Name, err)
+		}
+		for k, x := range sub {
+			m[k] = x
+		}
+	}
+	for _, k := range free {
+		delete(m, k)
+	}
+	return json.Marshal(m) // keys sorted: the same settings give the same bytes
 }
 
 // everyPolicy says when to write periodic checkpoints: every Steps steps
@@ -87,6 +169,20 @@ type checkpointer struct {
 	sigs     chan os.Signal
 	flag     []float64
 	log      func(string, ...any)
+
+	config json.RawMessage // resumeConfig(cfg)
+	runID  string          // the run the checkpoints belong to (set by resume)
+	// desc is the model's description (TOML), recorded in every checkpoint
+	// and compared on resume; "" records none.
+	desc string
+	// buffers is the net's state that is not parameters (batch-norm running
+	// statistics), saved as the section "buffers" when not empty and
+	// restored into this slice, on every rank, by resume.
+	buffers []float32
+	// Where resume left the run, and the recorded result when the
+	// checkpoint was written at the run's end.
+	resumedStep, resumedEpoch int
+	final                     *Result
 }
 
 func newCheckpointer(cfg Config, c mpi.Comm, net *model.Net, opt optim.Optimizer, log func(string, ...any)) (*checkpointer, error) {
@@ -94,7 +190,11 @@ func newCheckpointer(cfg Config, c mpi.Comm, net *model.Net, opt optim.Optimizer
 	if err != nil {
 		return nil, err
 	}
-	cp := &checkpointer{cfg: cfg, comm: c, net: net, opt: opt, every: every, last: time.Now(), flag: make([]float64, 1), log: log}
+	config, err := resumeConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	cp := &checkpointer{cfg: cfg, comm: c, net: net, opt: opt, every: every, last: time.Now(), flag: make([]float64, 1), log: log, config: config}
 	if cfg.CheckpointDir != "" {
 		if c.Rank() == 0 {
 			if err := os.MkdirAll(cfg.CheckpointDir, 0o755); err != nil {
@@ -122,67 +222,93 @@ func (cp *checkpointer) close() {
 	}
 }
 
-// resume restores the newest valid checkpoint (-resume auto) or the named
-// one, on rank 0, and broadcasts it. It returns the global step to continue
-// from (0 for a fresh start). Collective.
+// identity is what a checkpoint must share with this run to resume it.
+func (cp *checkpointer) identity() checkpoint.Identity {
+	return checkpoint.Identity{Model: cp.cfg.Model, Desc: cp.desc, Config: cp.config, HashV1: hashV1(cp.cfg), WorldSize: cp.comm.Size()}
+}
+
+// resumePlan is what rank 0 tells the other ranks about the checkpoint it
+// read, before the tensors follow.
+type resumePlan struct {
+	Resume  bool            `json:"resume"` // false: a fresh start
+	Step    int             `json:"step"`
+	Epoch   int             `json:"epoch"`
+	RunID   string          `json:"run_id"`
+	Buffers int             `json:"buffers"` // values in the "buffers" section
+	Optim   []int           `json:"optim"`   // lengths of the optimizer's buffers
+	Final   json.RawMessage `json:"final,omitempty"`
+}
+
+// resume starts the run's checkpoints. Without -resume the run is fresh:
+// it gets a new run identity, and a -checkpoint-dir that holds checkpoints
+// is refused (checkpoint.CheckFresh). With -resume it restores the newest
+// valid checkpoint (auto) or the named one on rank 0, after checking that
+// it is of this run's model, description, settings and world size, and
+// broadcasts it. It returns the global step to continue from (0 for a
+// fresh start). Refusals are usage errors (exit 2) on every rank.
+// Collective.
 func (cp *checkpointer) resume() (int, error) {
-	cfg, c := cp.cfg, cp.comm
+	c := cp.comm
 	var st *checkpoint.State
+	var plan resumePlan
 	var err error
-	if c.Rank() == 0 && cfg.Resume != "" {
-		var path string
-		if cfg.Resume == "auto" {
-			st, path, err = checkpoint.Latest(cfg.CheckpointDir, func(m string) { cp.log("hpctrain: warning: %s", m) })
-		} else {
-			path = cfg.Resume
-			st, err = checkpoint.Load(path)
-		}
-		if err == nil && st != nil {
-			err = st.Check(cfg.Model, resumeHash(cfg), c.Size())
-		}
-		if err == nil && st != nil {
-			if len(st.Lookup("params")) != len(cp.net.Params) {
-				err = fmt.Errorf("checkpoint %s: %d parameters, the model has %d", path, len(st.Lookup("params")), len(cp.net.Params))
-			} else {
-				cp.log("hpctrain: resuming from %s (step %d, epoch %d)", path, st.Step, st.Epoch)
-			}
+	if c.Rank() == 0 {
+		st, err = cp.load()
+		if err == nil {
+			plan = cp.plan(st)
 		}
 	}
-	if err = agree(c, "loading the checkpoint", err); err != nil {
+	if err = agreeResume(c, err); err != nil {
 		return 0, err
 	}
-	// Header: step, then the number and lengths of the optimizer buffers.
-	var opt [][]float32
-	hdr := make([]byte, 8*18)
-	if st != nil {
-		binary.LittleEndian.PutUint64(hdr, uint64(st.Step)+1) // 0: nothing to resume
-		for i := 0; ; i++ {
-			s := st.Lookup(fmt.Sprintf("optim.%d", i))
-			if s == nil || i == 16 {
-				break
-			}
-			opt = append(opt, s)
-			binary.LittleEndian.PutUint64(hdr[8:], uint64(i+1))
-			binary.LittleEndian.PutUint64(hdr[16+8*i:], uint64(len(s)))
-		}
-		copy(cp.net.Params, st.Lookup("params"))
+	var js []byte
+	if c.Rank() == 0 {
+		js, _ = json.Marshal(plan) // plain data: cannot fail
 	}
-	if err := c.BcastBytes(hdr, 0); err != nil {
+	n := make([]byte, 8)
+	binary.LittleEndian.PutUint64(n, uint64(len(js)))
+	if err := c.BcastBytes(n, 0); err != nil {
 		return 0, err
-	}
-	step := int(binary.LittleEndian.Uint64(hdr)) - 1
-	if step < 0 {
-		return 0, nil
 	}
 	if c.Rank() != 0 {
-		n := int(binary.LittleEndian.Uint64(hdr[8:]))
-		opt = make([][]float32, n)
-		for i := range opt {
-			opt[i] = make([]float32, binary.LittleEndian.Uint64(hdr[16+8*i:]))
+		js = make([]byte, binary.LittleEndian.Uint64(n))
+	}
+	if err := c.BcastBytes(js, 0); err != nil {
+		return 0, err
+	}
+	if err := json.Unmarshal(js, &plan); err != nil {
+		return 0, fmt.Errorf("reading rank 0's resume plan: %w", err)
+	}
+	cp.runID = plan.RunID
+	if !plan.Resume {
+		return 0, nil
+	}
+	err = nil
+	if len(cp.buffers) != plan.Buffers {
+		err = fmt.Errorf("the checkpoint has %d buffer values, this rank's model %d", plan.Buffers, len(cp.buffers))
+	}
+	if err = agree(c, "restoring buffers", err); err != nil {
+		return 0, err
+	}
+	opt := make([][]float32, len(plan.Optim))
+	for i, n := range plan.Optim {
+		if st != nil {
+			opt[i] = st.Lookup(fmt.Sprintf("optim.%d", i))
+		} else {
+			opt[i] = make([]float32, n)
 		}
+	}
+	if st != nil {
+		copy(cp.net.Params, st.Lookup("params"))
+		copy(cp.buffers, st.Lookup("buffers"))
 	}
 	if err := c.Bcast(cp.net.Params, 0); err != nil {
 		return 0, err
+	}
+	if len(cp.buffers) > 0 {
+		if err := c.Bcast(cp.buffers, 0); err != nil {
+			return 0, err
+		}
 	}
 	for _, s := range opt {
 		if err := c.Bcast(s, 0); err != nil {
@@ -194,19 +320,185 @@ func (cp *checkpointer) resume() (int, error) {
 			return 0, fmt.Errorf("restoring the optimizer: %w", err)
 		}
 	}
-	return step, nil
+	if plan.Final != nil {
+		var r Result
+		if err := json.Unmarshal(plan.Final, &r); err != nil {
+			return 0, fmt.Errorf("reading the checkpoint's final result: %w", err)
+		}
+		cp.final = &r
+	}
+	cp.resumedStep, cp.resumedEpoch = plan.Step, plan.Epoch
+	return plan.Step, nil
+}
+
+// load is resume's part on rank 0: it finds, reads and checks the
+// checkpoint (nil for a fresh start) and sets the run identity.
+func (cp *checkpointer) load() (*checkpoint.State, error) {
+	cfg := cp.cfg
+	if cfg.Resume == "" {
+		cp.runID = checkpoint.NewRunID()
+		if cfg.CheckpointDir == "" {
+			return nil, nil
+		}
+		return nil, cli.Usage(checkpoint.CheckFresh(cfg.CheckpointDir, cp.identity()))
+	}
+	var st *checkpoint.State
+	var path string
+	var err error
+	if cfg.Resume == "auto" {
+		st, path, err = checkpoint.Latest(cfg.CheckpointDir, func(m string) { cp.log("hpctrain: warning: %s", m) })
+		if err != nil {
+			return nil, err
+		}
+		if st == nil {
+			cp.runID = checkpoint.NewRunID()
+			cp.log("hpctrain: no checkpoint in %s: starting a fresh run", cfg.CheckpointDir)
+			return nil, nil
+		}
+	} else {
+		path = cfg.Resume
+		if st, err = checkpoint.Load(path); err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				err = cli.Usage(fmt.Errorf("resume = %q: %w (name a checkpoint file, or use -resume auto)", path, err))
+			}
+			return nil, err
+		}
+	}
+	if err := cp.fits(st); err != nil {
+		return nil, cli.Usage(fmt.Errorf("resume from %s: %w", path, err))
+	}
+	cp.runID = st.RunID
+	if cp.runID == "" {
+		cp.runID = checkpoint.NewRunID()
+		cp.log("hpctrain: %s is of format version %d: continuing it as run %s (its files stay: only the run's own are pruned)", path, st.Version, cp.runID)
+	}
+	cp.log("hpctrain: resuming from %s (step %d, epoch %d)", path, st.Step, st.Epoch)
+	return st, nil
+}
+
+// fits checks that st is of this run and that its tensors fit this model.
+func (cp *checkpointer) fits(st *checkpoint.State) error {
+	if err := st.Check(cp.identity()); err != nil {
+		return err
+	}
+	if n := len(st.Lookup("params")); n != len(cp.net.Params) {
+		return fmt.Errorf("%w at step %d: %d parameters, the model has %d", checkpoint.ErrIncompatible, st.Step, n, len(cp.net.Params))
+	}
+	b := st.Lookup("buffers")
+	switch {
+	case b == nil && len(cp.buffers) > 0:
+		return fmt.Errorf("%w at step %d: it holds no buffers (running statistics), the model has %d values of them: it was written by an older build; start a fresh run in another -checkpoint-dir", checkpoint.ErrIncompatible, st.Step, len(cp.buffers))
+	case len(b) != len(cp.buffers):
+		return fmt.Errorf("%w at step %d: %d buffer values (running statistics), the model has %d", checkpoint.ErrIncompatible, st.Step, len(b), len(cp.buffers))
+	}
+	return nil
+}
+
+// plan describes st (nil: a fresh start) for the other ranks.
+func (cp *checkpointer) plan(st *checkpoint.State) resumePlan {
+	p := resumePlan{RunID: cp.runID}
+	if st == nil {
+		return p
+	}
+	p.Resume, p.Step, p.Epoch, p.Final = true, int(st.Step), st.Epoch, st.Final
+	p.Buffers = len(st.Lookup("buffers"))
+	for i := 0; ; i++ {
+		s := st.Lookup(fmt.Sprintf("optim.%d", i))
+		if s == nil {
+			break
+		}
+		p.Optim = append(p.Optim, len(s))
+	}
+	return p
+}
+
+// agreeResume is agree for the resume stage that keeps the kind of error:
+// when rank 0 refuses the checkpoint or the directory (a usage error), the
+// other ranks' errors are usage errors too, so that every rank exits 2.
+func agreeResume(c mpi.Comm, err error) error {
+	code := []byte{0}
+	if err != nil {
+		code[0] = 1
+		if errors.As(err, new(cli.UsageError)) {
+			code[0] = 2
+		}
+	}
+	all := make([]byte, c.Size())
+	if gerr := c.Allgather(code, all); gerr != nil {
+		return fmt.Errorf("loading the checkpoint: agreeing on start-up: %w", gerr)
+	}
+	if err != nil {
+		return err
+	}
+	var failed []string
+	usage := false
+	for r, f := range all {
+		if f != 0 {
+			failed = append(failed, fmt.Sprint(r))
+			usage = usage || f == 2
+		}
+	}
+	if len(failed) == 0 {
+		return nil
+	}
+	err = fmt.Errorf("loading the checkpoint failed on rank %s (see its message); stopping", strings.Join(failed, ", "))
+	if usage {
+		err = cli.Usage(err)
+	}
+	return err
+}
+
+// complete reports whether the checkpoint resume restored was written at
+// the end of the run and this run asks for no more steps than it took
+// (total: the steps of the whole run), and if so prints on rank 0 that the
+// run is already complete and returns its recorded result. A run whose
+// -epochs or -steps were raised is not complete: it continues from there.
+func (cp *checkpointer) complete(total int) (Result, bool) {
+	if cp.final == nil || cp.resumedStep < total {
+		return Result{}, false
+	}
+	r := *cp.final
+	cp.log("hpctrain: run already complete at step %d (epoch %d, %d ranks): test accuracy %.2f%%, test loss %.4f; nothing to train (raise -epochs or -steps to continue it)",
+		r.Step, r.Epoch, r.WorldSize, 100*r.TestAccuracy, r.TestLoss)
+	return r, true
 }
 
 // save writes the state after global step on rank 0.
 func (cp *checkpointer) save(step, epoch int) error {
+	return cp.write(step, epoch, nil)
+}
+
+// saveFinal writes the checkpoint at the end of the run, recording res as
+// the run's final result, so that resuming the finished run reports it
+// (complete). A res of no epoch (nothing evaluated) is not recorded.
+func (cp *checkpointer) saveFinal(step int, res Result) error {
+	if res.Epoch == 0 {
+		return cp.write(step, cp.resumedEpoch, nil)
+	}
+	res.Final = true
+	final, err := json.Marshal(res) // Params and StepLosses are json:"-"
+	if err != nil {
+		return fmt.Errorf("recording the final result: %w", err)
+	}
+	return cp.write(step, res.Epoch, final)
+}
+
+// write saves the state on rank 0 with final as the recorded result.
+func (cp *checkpointer) write(step, epoch int, final json.RawMessage) error {
 	if cp.cfg.CheckpointDir == "" || cp.comm.Rank() != 0 {
 		return nil
 	}
+	if cp.runID == "" { // resume not called: a run of its own
+		cp.runID = checkpoint.NewRunID()
+	}
 	st := &checkpoint.State{
-		Model: cp.cfg.Model, ConfigHash: resumeHash(cp.cfg), Optimizer: cp.opt.Name(),
-		WorldSize: cp.comm.Size(), Epoch: epoch, Step: int64(step),
-		SamplerEpoch: epoch, RNG: []uint64{cp.cfg.Seed},
+		Model: cp.cfg.Model, Desc: cp.desc, Config: cp.config, ConfigHash: resumeHash(cp.cfg),
+		RunID: cp.runID, Optimizer: cp.opt.Name(), WorldSize: cp.comm.Size(),
+		Epoch: epoch, Step: int64(step), Final: final,
 		Sections: []checkpoint.Section{{Name: "params", Data: cp.net.Params}},
+	}
+	if len(cp.buffers) > 0 {
+		st.Sections = append(st.Sections, checkpoint.Section{Name: "buffers", Data: cp.buffers})
 	}
 	for i, s := range cp.opt.State() {
 		st.Sections = append(st.Sections, checkpoint.Section{Name: fmt.Sprintf("optim.%d", i), Data: s})

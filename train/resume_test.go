@@ -1,0 +1,496 @@
+package train
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"hpctrain/checkpoint"
+	"hpctrain/internal/cli"
+	"hpctrain/model"
+	"hpctrain/mpi"
+	"hpctrain/optim"
+)
+
+// smallRun is the configuration of the resume tests: 20 steps per epoch.
+func smallRun() Config {
+	cfg := Defaults()
+	cfg.Model, cfg.Limit, cfg.TestLimit, cfg.Progress, cfg.DataDir, cfg.Batch = "mlp", 640, 64, 0, dataDir, 32
+	cfg.Epochs, cfg.Steps = 2, 30
+	return cfg
+}
+
+// files reads every file of dir.
+func files(t *testing.T, dir string) map[string][]byte {
+	t.Helper()
+	m := map[string][]byte{}
+	es, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range es {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m[e.Name()] = b
+	}
+	return m
+}
+
+func sameFiles(t *testing.T, what string, got, want map[string][]byte) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Errorf("%s: %d files, want %d", what, len(got), len(want))
+	}
+	for name, b := range want {
+		if !bytes.Equal(got[name], b) {
+			t.Errorf("%s: %s changed or removed", what, name)
+		}
+	}
+}
+
+// TestResumeConfig: the settings record has the keys a user writes (the
+// optimizer's from its TOML form), leaves out what a resumption may change
+// (threads and placement, epochs, steps, checkpoint and output settings),
+// and changes with anything else.
+func TestResumeConfig(t *testing.T) {
+	cfg := smallRun()
+	rec, err := resumeConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(rec, &m); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"lr", "momentum", "optimizer", "schedule", "warmup_steps", "batch", "seed", "model", "augment", "limit", "bucket_mb"} {
+		if _, ok := m[k]; !ok {
+			t.Errorf("record lacks %s: %s", k, rec)
+		}
+	}
+	for _, k := range []string{"threads", "bind", "cpu_list", "use_smt", "epochs", "steps", "checkpoint_dir", "resume", "keep", "data_workers", "metrics", "progress"} {
+		if _, ok := m[k]; ok {
+			t.Errorf("record holds %s: %s", k, rec)
+		}
+	}
+	free := cfg
+	free.Threads, free.Bind, free.CPUList, free.UseSMT, free.Epochs, free.Steps = 2, "none", "0-1", true, 7, 0
+	free.CheckpointDir, free.Resume, free.Keep, free.DataWorkers, free.Metrics = "x", "auto", 3, 2, "m.jsonl"
+	if r2, _ := resumeConfig(free); !bytes.Equal(r2, rec) || resumeHash(free) != resumeHash(cfg) {
+		t.Errorf("a resumable change changed the record:\n%s\n%s", rec, r2)
+	}
+	for name, change := range map[string]func(*Config){
+		"lr":      func(c *Config) { c.LR = 0.02 },
+		"batch":   func(c *Config) { c.Batch = 64 },
+		"beta1":   func(c *Config) { b := 0.8; c.Beta1 = &b },
+		"augment": func(c *Config) { c.Augment = "flip" },
+		"seed":    func(c *Config) { c.Seed = math.MaxUint64 },
+	} {
+		o := cfg
+		change(&o)
+		r2, _ := resumeConfig(o)
+		if bytes.Equal(r2, rec) || resumeHash(o) == resumeHash(cfg) {
+			t.Errorf("changing %s changed neither record nor hash", name)
+		}
+	}
+}
+
+// TestResumeOtherThreads: -threads does not change results, so a run
+// resumed with another thread count is accepted and continues exactly.
+func TestResumeOtherThreads(t *testing.T) {
+	cfg := smallRun()
+	cfg.Threads = 1
+	full, err := Run(cfg, mpi.NewSingle(), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	first := cfg
+	first.Steps, first.CheckpointDir = 13, dir
+	if _, err := Run(first, mpi.NewSingle(), io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	second := cfg
+	second.CheckpointDir, second.Resume, second.Threads = dir, "auto", 2
+	res, err := Run(second, mpi.NewSingle(), io.Discard)
+	if err != nil {
+		t.Fatalf("resuming with -threads 2: %v", err)
+	}
+	if len(res.StepLosses) != 17 {
+		t.Fatalf("resumed run took %d steps, want 17", len(res.StepLosses))
+	}
+	for i := range res.Params {
+		if math.Float32bits(res.Params[i]) != math.Float32bits(full.Params[i]) {
+			t.Fatalf("parameter %d: resumed with 2 threads %v, uninterrupted with 1 %v", i, res.Params[i], full.Params[i])
+		}
+	}
+}
+
+// TestResumeRefusalNamesKeys: a resume with other settings is refused with
+// one line naming each key that differs and both values, as a usage error.
+func TestResumeRefusalNamesKeys(t *testing.T) {
+	cfg := smallRun()
+	dir := t.TempDir()
+	first := cfg
+	first.Steps, first.CheckpointDir = 4, dir
+	if _, err := Run(first, mpi.NewSingle(), io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	other := cfg
+	other.CheckpointDir, other.Resume, other.LR, other.Batch = dir, "auto", 0.02, 16
+	_, err := Run(other, mpi.NewSingle(), io.Discard)
+	if !errors.Is(err, checkpoint.ErrIncompatible) || !errors.As(err, new(cli.UsageError)) {
+		t.Fatalf("%v: want a usage error wrapping ErrIncompatible", err)
+	}
+	want := "its configuration differs: it was written with batch = 32, lr = 0.01; this run has batch = 16, lr = 0.02 (resume with the same settings, or start a fresh run in another -checkpoint-dir)"
+	if msg := err.Error(); !strings.Contains(msg, want) || !strings.Contains(msg, filepath.Join(dir, checkpoint.FileName(4))) || strings.Contains(msg, "\n") {
+		t.Errorf("refusal %q\nwant it to contain %q and the file", msg, want)
+	}
+}
+
+// TestFreshRunRefusesUsedDir: a run without -resume into a directory of
+// checkpoints is refused, saying what is there, and leaves every file as
+// it was, whether the files are of other settings or of the same; -resume
+// auto continues the run of the same settings.
+func TestFreshRunRefusesUsedDir(t *testing.T) {
+	cfg := smallRun()
+	dir := t.TempDir()
+	first := cfg
+	first.Steps, first.CheckpointDir, first.CheckpointEvery = 6, dir, "2"
+	if _, err := Run(first, mpi.NewSingle(), io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	before := files(t, dir)
+	if len(before) != 3 {
+		t.Fatalf("%d checkpoints, want 3 (steps 2, 4, 6)", len(before))
+	}
+	for _, c := range []struct {
+		lr   float64
+		want string
+	}{
+		{0.05, "in use: it holds 3 checkpoints of another configuration (run "},
+		{0.05, "model mlp, steps 2-6; differs in lr); a run without -resume needs a directory without checkpoints: continue with -resume auto (same settings), or use another -checkpoint-dir"},
+		{cfg.LR, "in use: it holds 3 checkpoints of this configuration (run "},
+	} {
+		fresh := cfg
+		fresh.CheckpointDir, fresh.LR, fresh.Keep, fresh.CheckpointEvery = dir, c.lr, 1, "1"
+		_, err := Run(fresh, mpi.NewSingle(), io.Discard)
+		if !errors.Is(err, checkpoint.ErrInUse) || !errors.As(err, new(cli.UsageError)) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("fresh run with lr %g: %v\nwant a usage error containing %q", c.lr, err, c.want)
+		}
+		sameFiles(t, fmt.Sprintf("after the fresh run with lr %g", c.lr), files(t, dir), before)
+	}
+	cont := cfg
+	cont.CheckpointDir, cont.Resume = dir, "auto"
+	if _, err := Run(cont, mpi.NewSingle(), io.Discard); err != nil {
+		t.Errorf("-resume auto: %v", err)
+	}
+}
+
+// testCheckpointers makes one checkpointer per rank of an in-process job,
+// for a model of n parameters and nbuf buffer values.
+func testCheckpointers(t *testing.T, cfg Config, ranks int, n, nbuf int, out io.Writer) []*checkpointer {
+	t.Helper()
+	cps := make([]*checkpointer, ranks)
+	for r, c := range mpi.NewFake(ranks, 0) {
+		net := &model.Net{Params: make([]float32, n)}
+		opt, err := optim.New(cfg.Config, []optim.Group{{Name: "w", Off: 0, Len: n}}, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		log := func(string, ...any) {}
+		if r == 0 {
+			log = func(f string, a ...any) { fmt.Fprintf(out, f+"\n", a...) }
+		}
+		cp, err := newCheckpointer(cfg, c, net, opt, log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cp.buffers = make([]float32, nbuf)
+		t.Cleanup(cp.close)
+		cps[r] = cp
+	}
+	return cps
+}
+
+// onRanks runs f on every rank at once.
+func onRanks(cps []*checkpointer, f func(cp *checkpointer) error) []error {
+	errs := make([]error, len(cps))
+	var wg sync.WaitGroup
+	for r, cp := range cps {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[r] = f(cp) }()
+	}
+	wg.Wait()
+	return errs
+}
+
+// TestCheckpointerBuffers: the buffers (running statistics) and the model
+// description are saved and restored on every rank bit for bit; a
+// checkpoint without buffers, with other buffers, or with another
+// description is refused on every rank as a usage error.
+func TestCheckpointerBuffers(t *testing.T) {
+	cfg := smallRun()
+	cfg.CheckpointDir = t.TempDir()
+	desc := "[[layer]]\nkind = \"batchnorm\"\nchannels = 3\n"
+	cps := testCheckpointers(t, cfg, 2, 5, 6, io.Discard)
+	want := []float32{1, float32(math.NaN()), float32(math.Inf(-1)), float32(math.Copysign(0, -1)), 1e-38, 3}
+	for _, err := range onRanks(cps, func(cp *checkpointer) error {
+		cp.desc = desc
+		if _, err := cp.resume(); err != nil {
+			return err
+		}
+		copy(cp.buffers, want)
+		cp.net.Params[2] = 7
+		return cp.save(3, 1)
+	}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, _, err := checkpoint.Latest(cfg.CheckpointDir, nil)
+	if err != nil || st == nil || st.Desc != desc || len(st.Lookup("buffers")) != 6 {
+		t.Fatalf("saved state %+v, %v", st, err)
+	}
+
+	cfg.Resume = "auto"
+	cps = testCheckpointers(t, cfg, 2, 5, 6, io.Discard)
+	for r, err := range onRanks(cps, func(cp *checkpointer) error {
+		cp.desc = desc
+		step, err := cp.resume()
+		if err == nil && step != 3 {
+			err = fmt.Errorf("resumed at step %d, want 3", step)
+		}
+		return err
+	}) {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+		for i, v := range cps[r].buffers {
+			if math.Float32bits(v) != math.Float32bits(want[i]) {
+				t.Errorf("rank %d: buffer %d = %v, want %v", r, i, v, want[i])
+			}
+		}
+		if cps[r].net.Params[2] != 7 {
+			t.Errorf("rank %d: parameters not restored", r)
+		}
+	}
+
+	for _, c := range []struct {
+		nbuf int
+		desc string
+		want string
+	}{
+		{4, desc, "6 buffer values (running statistics), the model has 4"},
+		{0, desc, "6 buffer values (running statistics), the model has 0"},
+		{6, strings.Replace(desc, "3", "4", 1), "its model description differs: it was written with layer.0.channels = 3; this run has layer.0.channels = 4"},
+	} {
+		cps = testCheckpointers(t, cfg, 2, 5, c.nbuf, io.Discard)
+		for r, err := range onRanks(cps, func(cp *checkpointer) error {
+			cp.desc = c.desc
+			_, err := cp.resume()
+			return err
+		}) {
+			if !errors.As(err, new(cli.UsageError)) || r == 0 && !strings.Contains(fmt.Sprint(err), c.want) {
+				t.Errorf("rank %d, %d buffers, desc %q: %v, want a usage error saying %q", r, c.nbuf, c.desc, err, c.want)
+			}
+		}
+	}
+
+	// A checkpoint written without buffers (an older build's) cannot give
+	// a model with running statistics its state.
+	cfg.Resume = ""
+	cfg.CheckpointDir = t.TempDir()
+	cps = testCheckpointers(t, cfg, 1, 5, 0, io.Discard)
+	cps[0].resume()
+	if err := cps[0].save(2, 1); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Resume = "auto"
+	cps = testCheckpointers(t, cfg, 1, 5, 6, io.Discard)
+	if _, err := cps[0].resume(); !errors.As(err, new(cli.UsageError)) || !strings.Contains(err.Error(), "it holds no buffers (running statistics), the model has 6 values") {
+		t.Errorf("checkpoint without buffers: %v", err)
+	}
+}
+
+// TestCheckpointerComplete: the checkpoint written at the end of a run
+// records its result; resuming it with no more steps to take reports the
+// run complete with that result on every rank, and a run with more steps
+// continues.
+func TestCheckpointerComplete(t *testing.T) {
+	cfg := smallRun()
+	cfg.CheckpointDir = t.TempDir()
+	res := Result{Epoch: 2, Step: 40, WorldSize: 2, ThreadsPerRank: 1, TrainLoss: 0.5, TestLoss: 0.625, TestAccuracy: 0.8125, SamplesPerSecond: 1000, Params: []float32{1}, StepLosses: []float64{1, 2}}
+	cps := testCheckpointers(t, cfg, 2, 5, 0, io.Discard)
+	for _, err := range onRanks(cps, func(cp *checkpointer) error {
+		if _, err := cp.resume(); err != nil {
+			return err
+		}
+		return cp.saveFinal(40, res)
+	}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg.Resume = "auto"
+	for _, c := range []struct {
+		total int
+		done  bool
+	}{{40, true}, {30, true}, {60, false}} {
+		var out bytes.Buffer
+		cps := testCheckpointers(t, cfg, 2, 5, 0, &out)
+		got := make([]Result, 2)
+		done := make([]bool, 2)
+		for r, err := range onRanks(cps, func(cp *checkpointer) error {
+			step, err := cp.resume()
+			if err == nil && step != 40 {
+				err = fmt.Errorf("resumed at step %d, want 40", step)
+			}
+			got[cp.comm.Rank()], done[cp.comm.Rank()] = cp.complete(c.total)
+			return err
+		}) {
+			if err != nil {
+				t.Fatalf("rank %d: %v", r, err)
+			}
+			if done[r] != c.done {
+				t.Errorf("total %d, rank %d: complete = %v, want %v", c.total, r, done[r], c.done)
+			}
+			if want := res; c.done {
+				want.Final, want.Params, want.StepLosses = true, nil, nil
+				if fmt.Sprint(got[r]) != fmt.Sprint(want) {
+					t.Errorf("rank %d: recorded result %+v, want %+v", r, got[r], want)
+				}
+			}
+		}
+		msg := "hpctrain: run already complete at step 40 (epoch 2, 2 ranks): test accuracy 81.25%, test loss 0.6250; nothing to train (raise -epochs or -steps to continue it)\n"
+		if c.done != strings.Contains(out.String(), msg) {
+			t.Errorf("total %d: rank 0 printed %q", c.total, out.String())
+		}
+	}
+	// A checkpoint of no evaluated epoch records no result.
+	cps = testCheckpointers(t, cfg, 2, 5, 0, io.Discard)
+	for _, err := range onRanks(cps, func(cp *checkpointer) error {
+		if _, err := cp.resume(); err != nil {
+			return err
+		}
+		return cp.saveFinal(40, Result{})
+	}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st, _, _ := checkpoint.Latest(cfg.CheckpointDir, nil); st == nil || st.Final != nil || st.Epoch != 2 {
+		t.Errorf("saveFinal without a result: %+v", st)
+	}
+}
+
+// TestRefusalOnEveryRank: when rank 0 refuses the directory, every rank
+// returns a usage error (all exit 2), and the others say where to look.
+func TestRefusalOnEveryRank(t *testing.T) {
+	cfg := smallRun()
+	cfg.CheckpointDir = t.TempDir()
+	cps := testCheckpointers(t, cfg, 1, 5, 0, io.Discard)
+	cps[0].resume()
+	cps[0].save(1, 1)
+	cps = testCheckpointers(t, cfg, 3, 5, 0, io.Discard)
+	for r, err := range onRanks(cps, func(cp *checkpointer) error { _, err := cp.resume(); return err }) {
+		want := "loading the checkpoint failed on rank 0 (see its message)"
+		if r == 0 {
+			want = "in use: it holds 1 checkpoint of another configuration (run "
+		}
+		if !errors.As(err, new(cli.UsageError)) || !strings.Contains(fmt.Sprint(err), want) {
+			t.Errorf("rank %d: %v, want a usage error saying %q", r, err, want)
+		}
+	}
+}
+
+// writeV1 rewrites st as a checkpoint of format version 1 at path.
+func writeV1(t *testing.T, path string, st *checkpoint.State, hash string) {
+	t.Helper()
+	type sec struct {
+		Name string `json:"name"`
+		Len  int    `json:"len"`
+	}
+	h := map[string]any{"model": st.Model, "config_hash": hash, "optimizer": st.Optimizer, "world_size": st.WorldSize,
+		"epoch": st.Epoch, "step": st.Step, "sampler_epoch": st.Epoch, "sampler_index": 0, "rng": []uint64{1}}
+	var secs []sec
+	for _, s := range st.Sections {
+		secs = append(secs, sec{s.Name, len(s.Data)})
+	}
+	h["sections"] = secs
+	js, _ := json.Marshal(h)
+	b := []byte(checkpoint.Magic)
+	b = binary.LittleEndian.AppendUint32(b, 1)
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(js)))
+	b = append(b, js...)
+	for _, s := range st.Sections {
+		for _, v := range s.Data {
+			b = binary.LittleEndian.AppendUint32(b, math.Float32bits(v))
+		}
+	}
+	b = binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, crc32.MakeTable(crc32.Castagnoli)))
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestResumeVersion1: a checkpoint of format version 1 resumes exactly when
+// its configuration hash matches, continues as a new run that never prunes
+// it, and is refused with a message saying what version 1 lacks when the
+// hash differs.
+func TestResumeVersion1(t *testing.T) {
+	cfg := smallRun()
+	full, err := Run(cfg, mpi.NewSingle(), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	first := cfg
+	first.Steps, first.CheckpointDir = 13, dir
+	if _, err := Run(first, mpi.NewSingle(), io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, checkpoint.FileName(13))
+	st, err := checkpoint.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeV1(t, path, st, hashV1(cfg))
+	v1, _ := os.ReadFile(path)
+
+	other := cfg
+	other.CheckpointDir, other.Resume, other.LR = dir, "auto", 0.05
+	if _, err := Run(other, mpi.NewSingle(), io.Discard); !errors.As(err, new(cli.UsageError)) || !strings.Contains(fmt.Sprint(err), "a format-version-1 checkpoint does not record which") {
+		t.Errorf("version 1, other lr: %v", err)
+	}
+
+	second := cfg
+	second.CheckpointDir, second.Resume, second.Keep, second.CheckpointEvery = dir, "auto", 1, "5"
+	res, err := Run(second, mpi.NewSingle(), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range res.Params {
+		if math.Float32bits(res.Params[i]) != math.Float32bits(full.Params[i]) {
+			t.Fatalf("parameter %d: resumed from version 1 %v, uninterrupted %v", i, res.Params[i], full.Params[i])
+		}
+	}
+	if b, _ := os.ReadFile(path); !bytes.Equal(b, v1) {
+		t.Error("the version-1 checkpoint was pruned or changed")
+	}
+	latest, _, err := checkpoint.Latest(dir, nil)
+	if err != nil || latest.Step != 30 || latest.Version != checkpoint.Version || latest.RunID == "" {
+		t.Errorf("newest checkpoint %+v, %v", latest, err)
+	}
+}
