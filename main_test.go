@@ -215,7 +215,7 @@ func TestConfigMismatch(t *testing.T) {
 
 // TestAccuracyBar: 2 ranks, per-rank batch 64, SGD lr 0.01 momentum 0.9,
 // one epoch of all 60,000 images reaches >= 80% test accuracy (PyTorch with
-// the same recipe: 82.2%, shared/BASELINES.md).
+// the same recipe: 82.2%, docs/background.md).
 func TestAccuracyBar(t *testing.T) {
 	m := filepath.Join(t.TempDir(), "m.jsonl")
 	r := hpctrain(t, 2, 10*time.Minute, "train", "-model", "cnn", "-epochs", "1", "-batch", "64", "-lr", "0.01", "-momentum", "0.9", "-threads", "1", "-metrics", m, "-progress", "20s")
