@@ -2,6 +2,7 @@ package optim
 
 import (
 	"fmt"
+	"math"
 	"sort"
 )
 
@@ -162,6 +163,31 @@ func New(c Config, groups []Group, n int) (Optimizer, error) {
 		return nil, fmt.Errorf("optimizer %s: %w", c.Name, err)
 	}
 	return e.new(c, b)
+}
+
+// Validate checks c as New would, without parameters: the name, every
+// hyperparameter's range after defaults, and the constraints of the named
+// optimizer (nesterov), with New's messages; and that every value is
+// finite (New takes an infinite lr or decay). It allocates nothing large:
+// a configuration can be checked before the model exists.
+func (c Config) Validate() error {
+	if _, err := New(c, nil, 0); err != nil {
+		return err
+	}
+	d := c.WithDefaults()
+	for _, k := range []struct {
+		key string
+		v   *float64
+	}{
+		{"lr", &d.LR}, {"weight_decay", &d.WeightDecay}, {"momentum", &d.Momentum},
+		{"lr_decay", &d.LRDecay}, {"initial_accumulator_value", &d.InitialAccumulatorValue},
+		{"eps", d.Eps}, {"momentum_decay", d.MomentumDecay}, {"trust_coefficient", d.TrustCoefficient},
+	} {
+		if k.v != nil && math.IsInf(*k.v, 0) {
+			return fmt.Errorf("optimizer %s: %s %v: must be finite", c.Name, k.key, *k.v)
+		}
+	}
+	return nil
 }
 
 // validate checks ranges; comparisons are written so that NaN fails.

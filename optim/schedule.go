@@ -52,24 +52,12 @@ func NewSchedule(c ScheduleConfig, lr float64, totalSteps int) (Schedule, error)
 	if !(lr >= 0) {
 		return nil, fmt.Errorf("schedule: lr %v: must be >= 0", lr)
 	}
-	if c.WarmupSteps < 0 {
-		return nil, fmt.Errorf("schedule: warmup_steps %d: must be >= 0", c.WarmupSteps)
+	if err := c.check(); err != nil {
+		return nil, err
 	}
 	f := c.WarmupStartFactor
 	if f == 0 {
 		f = 1.0 / 3
-	}
-	if !(f > 0 && f <= 1) {
-		return nil, fmt.Errorf("schedule: warmup_start_factor %v: must be in (0, 1]", c.WarmupStartFactor)
-	}
-	if _, err := ScaleLR(1, 1, 1, c.LRScaling); err != nil {
-		return nil, fmt.Errorf("schedule: %w", err)
-	}
-	if c.BaseBatch < 0 {
-		return nil, fmt.Errorf("schedule: base_batch %d: must be >= 0", c.BaseBatch)
-	}
-	if c.Gamma < 0 || math.IsNaN(c.Gamma) {
-		return nil, fmt.Errorf("schedule: gamma %v: must be > 0", c.Gamma)
 	}
 	var s Schedule
 	switch c.Name {
@@ -80,19 +68,8 @@ func NewSchedule(c ScheduleConfig, lr float64, totalSteps int) (Schedule, error)
 		if g == 0 {
 			g = 0.1
 		}
-		if len(c.Milestones) == 0 {
-			return nil, fmt.Errorf("schedule: multistep needs milestones (strictly increasing steps >= 0)")
-		}
-		for i, m := range c.Milestones {
-			if m < 0 || (i > 0 && m <= c.Milestones[i-1]) {
-				return nil, fmt.Errorf("schedule: milestones %v: must be strictly increasing steps >= 0", c.Milestones)
-			}
-		}
 		s = multistep{lr: lr, gamma: g, milestones: append([]int(nil), c.Milestones...)}
 	case "exponential":
-		if c.Gamma == 0 {
-			return nil, fmt.Errorf("schedule: exponential needs gamma (per-step factor > 0, e.g. 0.999)")
-		}
 		s = exponential{lr: lr, gamma: c.Gamma}
 	case "cosine":
 		n := totalSteps - c.WarmupSteps
@@ -103,13 +80,73 @@ func NewSchedule(c ScheduleConfig, lr float64, totalSteps int) (Schedule, error)
 			return nil, fmt.Errorf("schedule: min_lr %v: must be in [0, lr=%v]", c.MinLR, lr)
 		}
 		s = cosine{lr: lr, min: c.MinLR, n: n}
-	default:
-		return nil, fmt.Errorf("schedule: unknown schedule %q (known: %v)", c.Name, ScheduleNames())
 	}
 	if c.WarmupSteps > 0 {
 		s = warmup{inner: s, lr: lr, steps: c.WarmupSteps, start: f}
 	}
 	return s, nil
+}
+
+// check is every check of NewSchedule that needs neither the lr nor the
+// run's length.
+func (c ScheduleConfig) check() error {
+	if c.WarmupSteps < 0 {
+		return fmt.Errorf("schedule: warmup_steps %d: must be >= 0", c.WarmupSteps)
+	}
+	if f := c.WarmupStartFactor; f != 0 && !(f > 0 && f <= 1) {
+		return fmt.Errorf("schedule: warmup_start_factor %v: must be in (0, 1]", c.WarmupStartFactor)
+	}
+	if _, err := ScaleLR(1, 1, 1, c.LRScaling); err != nil {
+		return fmt.Errorf("schedule: %w", err)
+	}
+	if c.BaseBatch < 0 {
+		return fmt.Errorf("schedule: base_batch %d: must be >= 0", c.BaseBatch)
+	}
+	if c.Gamma < 0 || math.IsNaN(c.Gamma) {
+		return fmt.Errorf("schedule: gamma %v: must be > 0", c.Gamma)
+	}
+	switch c.Name {
+	case "", "constant", "cosine":
+	case "multistep":
+		if len(c.Milestones) == 0 {
+			return fmt.Errorf("schedule: multistep needs milestones (strictly increasing steps >= 0)")
+		}
+		for i, m := range c.Milestones {
+			if m < 0 || (i > 0 && m <= c.Milestones[i-1]) {
+				return fmt.Errorf("schedule: milestones %v: must be strictly increasing steps >= 0", c.Milestones)
+			}
+		}
+	case "exponential":
+		if c.Gamma == 0 {
+			return fmt.Errorf("schedule: exponential needs gamma (per-step factor > 0, e.g. 0.999)")
+		}
+	default:
+		return fmt.Errorf("schedule: unknown schedule %q (known: %v)", c.Name, ScheduleNames())
+	}
+	return nil
+}
+
+// Validate checks c before a run knows its lr and its length: every key
+// NewSchedule checks that depends on neither, base_batch where lr_scaling
+// needs it (ScaleLR), and finite gamma and min_lr. NewSchedule can then
+// fail only on the run's own figures: cosine's total steps against
+// warmup_steps, and min_lr against the lr after scaling.
+func (c ScheduleConfig) Validate() error {
+	if err := c.check(); err != nil {
+		return err
+	}
+	if c.LRScaling == "linear" || c.LRScaling == "sqrt" {
+		if _, err := ScaleLR(1, 1, c.BaseBatch, c.LRScaling); err != nil {
+			return fmt.Errorf("schedule: %w", err)
+		}
+	}
+	if math.IsInf(c.Gamma, 0) {
+		return fmt.Errorf("schedule: gamma %v: must be finite", c.Gamma)
+	}
+	if !(c.MinLR >= 0) || math.IsInf(c.MinLR, 0) {
+		return fmt.Errorf("schedule: min_lr %v: must be finite and >= 0", c.MinLR)
+	}
+	return nil
 }
 
 type constant float64
