@@ -1,0 +1,171 @@
+package main
+
+import (
+	"bytes"
+	"math"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"hpctrain/checkpoint"
+)
+
+// resumeArgs is a short 2-rank run: 20 steps per epoch, 40 in all.
+var resumeArgs = []string{"train", "-model", "mlp", "-limit", "1280", "-test-limit", "200", "-batch", "32", "-epochs", "2", "-threads", "1", "-progress", "0"}
+
+func with(extra ...string) []string {
+	return append(append([]string(nil), resumeArgs...), extra...)
+}
+
+// dirFiles reads every file of dir.
+func dirFiles(t *testing.T, dir string) map[string][]byte {
+	t.Helper()
+	m := map[string][]byte{}
+	es, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range es {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m[e.Name()] = b
+	}
+	return m
+}
+
+// TestFreshRunIntoUsedDir: a run without -resume into a directory holding
+// another run's checkpoints stops at start-up with exit 2 and a line per
+// rank saying what is there, and every file keeps its bytes (before, the
+// run replaced the files of its steps and -keep pruned the rest, its own
+// new files first). A directory of the same settings is refused too.
+func TestFreshRunIntoUsedDir(t *testing.T) {
+	ck := filepath.Join(t.TempDir(), "ck")
+	if r := hpctrain(t, 2, 2*time.Minute, with("-steps", "6", "-checkpoint-dir", ck, "-checkpoint-every", "2")...); r.code != 0 {
+		t.Fatalf("first run: %d\n%s", r.code, r.out)
+	}
+	before := dirFiles(t, ck)
+	if len(before) != 3 {
+		t.Fatalf("first run left %d files, want 3", len(before))
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-lr", "0.02"}, "it holds 3 checkpoints of another configuration (run "},
+		{[]string{"-lr", "0.02"}, "model mlp, steps 2-6; differs in lr); a run without -resume needs a directory without checkpoints: continue with -resume auto (same settings), or use another -checkpoint-dir"},
+		{nil, "it holds 3 checkpoints of this configuration (run "},
+	} {
+		r := hpctrain(t, 2, 2*time.Minute, with(append(c.args, "-steps", "4", "-checkpoint-dir", ck, "-checkpoint-every", "1", "-keep", "1")...)...)
+		if r.code != 2 {
+			t.Errorf("fresh run %v into a used dir: exit %d, want 2\n%s", c.args, r.code, r.out)
+		}
+		lines := errorLines(t, r)
+		if len(lines) != 2 || !strings.Contains(lines[0]+lines[1], "checkpoint dir "+ck+" in use: it holds ") || !strings.Contains(lines[0]+lines[1], c.want) {
+			t.Errorf("fresh run %v: want one line per rank, one saying %q:\n%s", c.args, c.want, r.out)
+		}
+		after := dirFiles(t, ck)
+		if len(after) != len(before) {
+			t.Errorf("fresh run %v: %d files, before %d", c.args, len(after), len(before))
+		}
+		for name, b := range before {
+			if !bytes.Equal(after[name], b) {
+				t.Errorf("fresh run %v: %s changed or removed", c.args, name)
+			}
+		}
+	}
+}
+
+// TestResumeOtherThreads: a run resumed with another -threads (and
+// -bind) is accepted and ends bit for bit where the uninterrupted run
+// ends (before, "config hash differs" refused it); a resume with another
+// -lr is refused with exit 2, naming lr and both values.
+func TestResumeOtherThreads(t *testing.T) {
+	dir := t.TempDir()
+	ref, ck := filepath.Join(dir, "ref"), filepath.Join(dir, "ck")
+	if r := hpctrain(t, 2, 2*time.Minute, with("-checkpoint-dir", ref)...); r.code != 0 {
+		t.Fatalf("reference run: %d\n%s", r.code, r.out)
+	}
+	if r := hpctrain(t, 2, 2*time.Minute, with("-steps", "13", "-checkpoint-dir", ck)...); r.code != 0 {
+		t.Fatalf("first part: %d\n%s", r.code, r.out)
+	}
+	r := hpctrain(t, 2, 2*time.Minute, with("-lr", "0.02", "-checkpoint-dir", ck, "-resume", "auto")...)
+	lines := errorLines(t, r)
+	want := "its configuration differs: it was written with lr = 0.01; this run has lr = 0.02 (resume with the same settings, or start a fresh run in another -checkpoint-dir)"
+	if r.code != 2 || len(lines) != 2 || !strings.Contains(lines[0]+lines[1], want) {
+		t.Errorf("resume with another lr: exit %d, want 2 and a line per rank, one saying %q:\n%s", r.code, want, r.out)
+	}
+	r = hpctrain(t, 2, 2*time.Minute, with("-threads", "2", "-bind", "none", "-checkpoint-dir", ck, "-resume", "auto")...)
+	if r.code != 0 || !strings.Contains(r.out, "resuming from") || !strings.Contains(r.out, "2 ranks x 2 threads") {
+		t.Fatalf("resume with -threads 2: %d\n%s", r.code, r.out)
+	}
+	a, _, err := checkpoint.Latest(ref, nil)
+	if err != nil || a == nil {
+		t.Fatalf("reference checkpoint: %v", err)
+	}
+	b, _, err := checkpoint.Latest(ck, nil)
+	if err != nil || b == nil {
+		t.Fatalf("resumed checkpoint: %v", err)
+	}
+	if a.Step != 40 || b.Step != 40 || len(a.Sections) != len(b.Sections) || len(a.Sections) < 2 {
+		t.Fatalf("final checkpoints: step %d vs %d, %d vs %d sections", a.Step, b.Step, len(a.Sections), len(b.Sections))
+	}
+	for i, sa := range a.Sections {
+		sb := b.Sections[i]
+		if sa.Name != sb.Name || len(sa.Data) != len(sb.Data) {
+			t.Fatalf("section %d: %s[%d] vs %s[%d]", i, sa.Name, len(sa.Data), sb.Name, len(sb.Data))
+		}
+		for j := range sa.Data {
+			if math.Float32bits(sa.Data[j]) != math.Float32bits(sb.Data[j]) {
+				t.Fatalf("%s[%d]: uninterrupted with 1 thread %v, resumed with 2 %v", sa.Name, j, sa.Data[j], sb.Data[j])
+			}
+		}
+	}
+}
+
+// TestResumeCompletedRun: resuming a run that finished says it is complete,
+// with the accuracy it recorded, exits 0 and writes no metrics line (before,
+// it printed "final: test accuracy 0.00% after 0 epochs (0 steps, 0 ranks)"
+// and appended an all-zero final record). Raising -epochs continues it.
+func TestResumeCompletedRun(t *testing.T) {
+	dir := t.TempDir()
+	ck, m := filepath.Join(dir, "ck"), filepath.Join(dir, "m.jsonl")
+	r := hpctrain(t, 2, 2*time.Minute, with("-checkpoint-dir", ck, "-metrics", m)...)
+	if r.code != 0 {
+		t.Fatalf("first run: %d\n%s", r.code, r.out)
+	}
+	acc := regexp.MustCompile(`final: test accuracy ([0-9.]+)%`).FindStringSubmatch(r.out)
+	if acc == nil {
+		t.Fatalf("no final line:\n%s", r.out)
+	}
+	metrics, _ := os.ReadFile(m)
+	ckBefore := dirFiles(t, ck)
+
+	r = hpctrain(t, 2, 2*time.Minute, with("-checkpoint-dir", ck, "-metrics", m, "-resume", "auto")...)
+	want := "hpctrain: run already complete at step 40 (epoch 2, 2 ranks): test accuracy " + acc[1] + "%"
+	if r.code != 0 || !strings.Contains(r.out, want) {
+		t.Errorf("resuming the completed run: exit %d, want 0 and %q:\n%s", r.code, want, r.out)
+	}
+	if strings.Contains(r.out, "final: test accuracy 0.00%") || strings.Contains(r.out, "after 0 epochs") {
+		t.Errorf("resuming the completed run printed an empty result:\n%s", r.out)
+	}
+	if after, _ := os.ReadFile(m); !bytes.Equal(after, metrics) {
+		t.Errorf("metrics changed:\nbefore %s\nafter  %s", metrics, after)
+	}
+	after := dirFiles(t, ck)
+	for name, b := range ckBefore {
+		if !bytes.Equal(after[name], b) {
+			t.Errorf("%s changed", name)
+		}
+	}
+
+	// More epochs: a legitimate extension, trained from step 40.
+	r = hpctrain(t, 2, 2*time.Minute, append(with("-checkpoint-dir", ck, "-metrics", m, "-resume", "auto"), "-epochs", "3")...)
+	if r.code != 0 || !strings.Contains(r.out, "epoch 3/3") || !strings.Contains(r.out, "(60 steps, 2 ranks)") {
+		t.Errorf("extending the completed run to 3 epochs: exit %d\n%s", r.code, r.out)
+	}
+}
