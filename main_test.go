@@ -260,7 +260,12 @@ func TestSignalCheckpointResume(t *testing.T) {
 	if code != 85 || !strings.Contains(out.String(), "checkpointed step") {
 		t.Fatalf("exit %d (want 85)\n%s", code, out.String())
 	}
+	// The record so far (the interrupted run's lines, here a marker): a
+	// requeued run appends to it, each of its lines saying where it resumed.
 	res := filepath.Join(dir, "res.jsonl")
+	if err := os.WriteFile(res, []byte(`{"marker":"before the requeue"}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	if r := hpctrain(t, 2, 3*time.Minute, append(args, "-checkpoint-dir", ck, "-resume", "auto", "-metrics", res)...); r.code != 0 || !strings.Contains(r.out, "resuming from") {
 		t.Fatalf("resume: %d\n%s", r.code, r.out)
 	}
@@ -268,6 +273,14 @@ func TestSignalCheckpointResume(t *testing.T) {
 	fa, fb := a[len(a)-1], b[len(b)-1]
 	if fa["test_loss"] != fb["test_loss"] || fa["step"] != fb["step"] {
 		t.Errorf("resumed final %v, uninterrupted %v", fb, fa)
+	}
+	if len(b) < 2 || b[0]["marker"] != "before the requeue" {
+		t.Errorf("the resumed run did not append to the metrics record: %v", b)
+	}
+	for _, m := range b[1:] {
+		if from, _ := m["resumed_from"].(float64); from <= 0 {
+			t.Errorf("resumed run's metrics line lacks resumed_from: %v", m)
+		}
 	}
 }
 

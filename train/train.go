@@ -60,6 +60,10 @@ func RunWith(cfg Config, c mpi.Comm, out, errOut io.Writer) (Result, error) {
 		return Result{}, err
 	}
 	defer r.close()
+	if res, done := r.cp.complete(r.total); done {
+		res.Params = r.net.Params
+		return res, nil // nothing to train: the checkpoint's recorded result
+	}
 	for r.epoch = r.step/r.steps + 1; r.more(); r.epoch++ {
 		if err := r.trainEpoch(); err != nil {
 			return r.res, err
@@ -372,7 +376,7 @@ func (r *run) endEpoch() error {
 		StepLosses: r.res.StepLosses, TrainLoss: r.res.TrainLoss,
 		Epoch: r.epoch, Step: r.step, WorldSize: c.Size(), ThreadsPerRank: r.pl.plan.Threads,
 		TestLoss: testLoss, TestAccuracy: acc,
-		SamplesPerSecond: float64((r.step-r.startStep)*r.cfg.Batch*c.Size()) / r.trainTime.Seconds(),
+		SamplesPerSecond: float64((r.step-r.startStep)*r.cfg.Batch*c.Size()) / max(r.trainTime.Seconds(), 1e-9),
 		TrainSeconds:     r.trainTime.Seconds(),
 		CommSeconds:      r.commTime.Seconds(), CommWaitSeconds: r.waiting.Seconds(),
 		ResumedFrom: r.startStep,
@@ -384,8 +388,16 @@ func (r *run) endEpoch() error {
 
 // finish writes the final checkpoint, metrics line and summary.
 func (r *run) finish() (Result, error) {
+	if r.res.Epoch == 0 {
+		// No epoch ended in this call (resumed from a checkpoint taken at
+		// the run's last step): evaluate now, so the result is real.
+		r.epoch = max(r.step-1, 0)/r.steps + 1
+		if err := r.endEpoch(); err != nil {
+			return r.res, err
+		}
+	}
 	r.enter(&phaseCheckpoint)
-	if err := agree(r.c, "writing the final checkpoint", r.cp.save(r.step, r.res.Epoch)); err != nil {
+	if err := agree(r.c, "writing the final checkpoint", r.cp.saveFinal(r.step, r.res)); err != nil {
 		return r.res, err
 	}
 	r.enter(&phaseFinish)
