@@ -1,6 +1,7 @@
 package data
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"image"
@@ -37,7 +38,17 @@ type FolderOptions struct {
 	// mode it also receives decode failures found while sampling, possibly
 	// from several goroutines at once (calls are serialised).
 	Warn func(msg string)
+	// Budget, when not nil, must hold the decoded images of an eager
+	// folder (N*H*W*C bytes), or loading stops before decoding with an
+	// error suggesting Lazy.
+	Budget *Budget
 }
+
+// MaxImagePixels is the largest image, in pixels, a Folder decodes
+// (8192x8192: 256 MiB as RGBA, per decoding goroutine). A larger one is a
+// bad image, found from its header before it is decoded, so that a
+// corrupt or hostile header cannot make the decoder allocate gigabytes.
+const MaxImagePixels = 1 << 26
 
 // Folder is a data set of image files laid out one sub-directory per class,
 // root/<class>/<image>, as torchvision's ImageFolder. Classes are the
@@ -184,6 +195,9 @@ func (f *Folder) checkSize(path string, w, h int) error {
 	if w < 1 || h < 1 {
 		return badImage(path, fmt.Errorf("empty image (%dx%d)", w, h))
 	}
+	if w > MaxImagePixels/h {
+		return badImage(path, fmt.Errorf("image is %dx%d (WxH), more than %d pixels", w, h, MaxImagePixels))
+	}
 	if f.opts.NoResize && (w != f.shape.W || h != f.shape.H) {
 		return badImage(path, fmt.Errorf("image is %dx%d (WxH), want %dx%d: resizing is off", w, h, f.shape.W, f.shape.H))
 	}
@@ -193,6 +207,10 @@ func (f *Folder) checkSize(path string, w, h int) error {
 // decodeAll decodes every image into f.pix (eager mode).
 func (f *Folder) decodeAll() error {
 	size := f.shape.Size()
+	what := fmt.Sprintf("decoding image folder %s (%d images of %dx%dx%d)", f.root, len(f.paths), f.shape.H, f.shape.W, f.shape.C)
+	if err := f.opts.Budget.Take(what, mulBytes(len(f.paths), size), "use -lazy to decode images as they are sampled, or a smaller -image-shape"); err != nil {
+		return err
+	}
 	pix := make([]byte, len(f.paths)*size)
 	bad := make([]error, len(f.paths))
 	f.parallel(func(i int) {
@@ -256,12 +274,19 @@ func (f *Folder) decode(path string, dst []byte) (err error) {
 			err = badImage(path, fmt.Errorf("decoder panicked: %v", r))
 		}
 	}()
-	r, err := os.Open(path)
+	file, err := os.ReadFile(path)
 	if err != nil {
 		return badImage(path, err)
 	}
-	defer r.Close()
-	img, _, err := image.Decode(r)
+	// The header first: its size decides whether decoding is safe.
+	cfg, _, err := image.DecodeConfig(bytes.NewReader(file))
+	if err != nil {
+		return badImage(path, err)
+	}
+	if err := f.checkSize(path, cfg.Width, cfg.Height); err != nil {
+		return err
+	}
+	img, _, err := image.Decode(bytes.NewReader(file))
 	if err != nil {
 		return badImage(path, err)
 	}

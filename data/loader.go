@@ -2,6 +2,7 @@ package data
 
 import (
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 )
@@ -146,12 +147,14 @@ func NewLoader(ds Dataset, sampler *Sampler, opts LoaderOptions) (*Loader, error
 			lut[ch*256+p] = (float32(p)*(1.0/255) - mean) * inv
 		}
 	}
-	prefetch := opts.Prefetch
-	if prefetch == 0 {
-		prefetch = max(2*opts.Workers, 1)
+	// Nothing below allocates a size that cannot exist.
+	need, err := LoaderBytes(in, batch, opts)
+	if m, src := Memory(); err != nil || need == math.MaxInt64 || (m > 0 && need > m) {
+		return nil, fmt.Errorf("loader: %d batch buffers of %d samples of %dx%dx%d need %s, more than this machine's %s (%s); lower the batch or the prefetch depth",
+			poolSize(opts), batch, shape.H, shape.W, shape.C, GiB(need), GiB(m), src)
 	}
 	l := &Loader{ds: ds, sampler: sampler, opts: opts, batch: batch, train: train, eval: eval,
-		shape: shape, lut: lut, pool: prefetch + 1}
+		shape: shape, lut: lut, pool: poolSize(opts)}
 	for w := 0; w < max(1, opts.Workers); w++ {
 		l.ws = append(l.ws, &worker{s: NewScratch(), raw: make([]byte, in.Size()), aug: make([]byte, shape.Size())})
 	}

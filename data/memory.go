@@ -152,17 +152,25 @@ func (b *Budget) Take(what string, bytes int64, hint string) error {
 		if b.used > 0 {
 			held = fmt.Sprintf(" on top of %s already taken", GiB(b.used))
 		}
-		return fmt.Errorf("%s needs %s%s: more than %s; %s", what, GiB(bytes), held, share, hint)
+		return &MemoryError{fmt.Sprintf("%s needs %s%s: more than %s; %s", what, GiB(bytes), held, share, hint)}
 	}
 	b.used += bytes
 	return nil
 }
+
+// MemoryError is an allocation a Budget refused: a configuration that
+// asks for more memory than there is.
+type MemoryError struct{ msg string }
+
+func (e *MemoryError) Error() string { return e.msg }
 
 // GiB formats a byte count for messages.
 func GiB(bytes int64) string {
 	switch {
 	case bytes == math.MaxInt64:
 		return "more than 8 EiB"
+	case bytes >= 1<<40:
+		return fmt.Sprintf("%.1f TiB", float64(bytes)/(1<<40))
 	case bytes >= 1<<30:
 		return fmt.Sprintf("%.1f GiB", float64(bytes)/(1<<30))
 	case bytes >= 1<<20:

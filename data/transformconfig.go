@@ -83,6 +83,13 @@ func (c TransformConfig) Transforms() ([]Transform, error) {
 	return ts, nil
 }
 
+// MaxSide is the largest height or width of a sample shape or of a
+// transform's output (image_shape, resize, center_crop, crop): an
+// 8192x8192x3 sample is 192 MiB as bytes and 768 MiB as float32, so that
+// even a batch of one is a large allocation; the memory checks of Budget
+// and NewLoader judge what a batch of such samples needs.
+const MaxSide = 8192
+
 // hw reads [H, W] or [S] (square) with positive sizes.
 func hw(v []int) (h, w int, err error) {
 	switch {
@@ -93,8 +100,8 @@ func hw(v []int) (h, w int, err error) {
 	default:
 		return 0, 0, fmt.Errorf("%v, want [H, W] or [size]", v)
 	}
-	if h < 1 || w < 1 || h > 1<<15 || w > 1<<15 {
-		return 0, 0, fmt.Errorf("%v, want sizes 1 to 32768", v)
+	if h < 1 || w < 1 || h > MaxSide || w > MaxSide {
+		return 0, 0, fmt.Errorf("%v, want sizes 1 to %d", v, MaxSide)
 	}
 	return h, w, nil
 }
@@ -220,8 +227,11 @@ func parseTransform(spec string) (Transform, error) {
 			return nil, err
 		}
 		h, w, err := parseHW(arg)
-		if err != nil || hasOpt {
-			return nil, fmt.Errorf("center_crop %q, want HxW", val)
+		if err != nil {
+			return nil, err
+		}
+		if hasOpt {
+			return nil, fmt.Errorf("center_crop %q, want HxW (no option)", val)
 		}
 		return CenterCrop(h, w), nil
 	}
@@ -236,8 +246,8 @@ func parseHW(s string) (h, w int, err error) {
 	if two {
 		w, err2 = strconv.Atoi(b)
 	}
-	if err1 != nil || err2 != nil || h < 1 || w < 1 || h > 1<<15 || w > 1<<15 {
-		return 0, 0, fmt.Errorf("size %q, want HxW or one number, 1 to 32768", s)
+	if err1 != nil || err2 != nil || h < 1 || w < 1 || h > MaxSide || w > MaxSide {
+		return 0, 0, fmt.Errorf("size %q, want HxW or one number, 1 to %d", s, MaxSide)
 	}
 	return h, w, nil
 }

@@ -8,14 +8,21 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
+	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/BurntSushi/toml"
 
+	"hpctrain/affinity"
+	"hpctrain/data"
 	"hpctrain/gpu"
+	"hpctrain/internal/cli"
+	"hpctrain/model"
 	"hpctrain/optim"
 )
 
@@ -65,13 +72,24 @@ func (f intList) Set(s string) error {
 	return nil
 }
 
-// Config is a training run's configuration. Every field is a TOML key and a
-// flag of the same name (dashes in flags, underscores in TOML); flags given
-// on the command line override the file.
+// DataConfig is the data section of the configuration (package data):
+// embedded under this name because optim.Config already takes the field
+// name Config.
+type DataConfig = data.Config
+
+// Config is a training run's configuration. Every field is a key: a TOML
+// key (its toml tag), a flag of the same name with dashes for underscores
+// (Flags), and in or out of the configuration hash (its json tag; "-" is
+// out). The keys of the embedded sections (optimizer, schedule, data) sit
+// at the top level of the file. Adding a key is adding a field with both
+// tags and its line in Flags (or in its section's Flags); TestConfigKeys
+// fails until all of them agree, and LoadFile, -print-config and Hash need
+// no change.
 type Config struct {
 	// The optimizer (optimizer, lr, momentum, beta1, ...) and the learning
-	// rate schedule (schedule, warmup_steps, lr_scaling, ...): their keys
-	// sit at the top level of the file.
+	// rate schedule (schedule, warmup_steps, lr_scaling, ...). Their
+	// fields have no json tags: Hash covers all of them through their TOML
+	// form.
 	optim.Config         `json:"-"`
 	optim.ScheduleConfig `json:"-"`
 
@@ -84,24 +102,10 @@ type Config struct {
 	TestLimit int    `toml:"test_limit" json:"test_limit"`
 	Threads   int    `toml:"threads" json:"threads"`
 
-	// The data pipeline (train/data.go, package data): what is read, how
-	// it is augmented and normalised, and how many goroutines load it.
-	Dataset      string    `toml:"dataset" json:"dataset"`
-	DataDir      string    `toml:"data_dir" json:"data_dir"`
-	TestDir      string    `toml:"test_dir" json:"test_dir"`
-	ValSplit     float64   `toml:"val_split" json:"val_split"`
-	ImageShape   string    `toml:"image_shape" json:"image_shape"`
-	FolderResize string    `toml:"folder_resize" json:"folder_resize"`
-	Lazy         bool      `toml:"lazy" json:"lazy"`
-	BadInput     string    `toml:"bad_input" json:"bad_input"`
-	Mean         []float64 `toml:"mean" json:"mean"`
-	Std          []float64 `toml:"std" json:"std"`
-	Augment      Augment   `toml:"augment" json:"augment"`
-	// The batches are the same for any number of loader workers and any
-	// prefetch depth, so these stay out of the hash: ranks, and a run and
-	// its resumption, may differ in them.
-	DataWorkers int `toml:"data_workers" json:"-"`
-	Prefetch    int `toml:"prefetch" json:"-"`
+	// The data pipeline (package data; train/data.go connects it to the
+	// run): what is read, how it is augmented and normalised, and how many
+	// goroutines load it.
+	DataConfig
 
 	Bind    string `toml:"bind" json:"bind"`
 	CPUList string `toml:"cpu_list" json:"cpu_list"`
@@ -121,7 +125,8 @@ type Config struct {
 	BucketMB   float64 `toml:"bucket_mb" json:"bucket_mb"`
 	CheckEvery int     `toml:"check_every" json:"check_every"`
 
-	// Output only: excluded from the configuration hash.
+	// Output only: excluded from the configuration hash. Durations are
+	// TOML integers of seconds or strings ("90s", "5m").
 	Timeline          string        `toml:"timeline" json:"-"`
 	TimelineSteps     int           `toml:"timeline_steps" json:"-"`
 	CollectiveTimeout time.Duration `toml:"collective_timeout" json:"-"`
@@ -131,6 +136,19 @@ type Config struct {
 	ReportBindings    bool          `toml:"report_bindings" json:"-"`
 }
 
+// Bounds of the keys whose size drives an allocation or a step count.
+// They are far above any real run and far below overflow: epochs x
+// (samples per epoch) must fit an int, and a batch of MaxBatch samples of
+// even 28x28 pixels is 50 GB of float32 per rank.
+const (
+	MaxEpochs        = 1_000_000
+	MaxSteps         = 1_000_000_000_000
+	MaxBatch         = 1 << 24
+	MaxThreads       = 4096
+	MaxTimelineSteps = 100_000
+	MaxBucketMB      = 1 << 16
+)
+
 // Defaults is the configuration before any file or flag: the course's recipe
 // (SGD, lr 0.01, momentum 0.9, batch 64 per rank) on the reference CNN.
 func Defaults() Config {
@@ -139,17 +157,17 @@ func Defaults() Config {
 		ScheduleConfig: optim.ScheduleConfig{Name: "constant", LRScaling: "none"},
 		Model:          "cnn", Epochs: 1, Batch: 64,
 		Seed: 1, Progress: 2 * time.Second,
-		Dataset: "fashion-mnist", DataDir: "/usr/share/datasets/fashion-mnist", FolderResize: "bilinear", BadInput: "stop",
-		Bind: "cores", BucketMB: -1, TimelineSteps: 20, CollectiveTimeout: 5 * time.Minute,
+		DataConfig: data.Defaults(),
+		Bind:       "cores", BucketMB: -1, TimelineSteps: 20, CollectiveTimeout: 5 * time.Minute,
 	}
 }
 
 // Flags binds every field of c to a flag of fs.
 func (c *Config) Flags(fs *flag.FlagSet) {
-	fs.StringVar(&c.Model, "model", c.Model, "network: cnn (the book's reference CNN) or mlp (784-512-10)")
-	fs.IntVar(&c.Epochs, "epochs", c.Epochs, "passes over the training set (>= 1)")
-	fs.IntVar(&c.Steps, "steps", c.Steps, "stop after `N` steps in all, wherever that falls in an epoch (0: run every epoch)")
-	fs.IntVar(&c.Batch, "batch", c.Batch, "samples per step `per rank`; the global batch is batch x ranks")
+	fs.StringVar(&c.Model, "model", c.Model, "network: "+strings.Join(model.Names(), ", ")+" (cnn: the book's reference CNN; mlp: 784-512-10)")
+	fs.IntVar(&c.Epochs, "epochs", c.Epochs, fmt.Sprintf("passes over the training set (1 to %d)", MaxEpochs))
+	fs.IntVar(&c.Steps, "steps", c.Steps, fmt.Sprintf("stop after `N` steps in all, wherever that falls in an epoch (0: run every epoch; at most %d)", MaxSteps))
+	fs.IntVar(&c.Batch, "batch", c.Batch, fmt.Sprintf("samples per step `per rank`, 1 to %d and at most the training samples / ranks; the global batch is batch x ranks", MaxBatch))
 	fs.StringVar(&c.Config.Name, "optimizer", c.Config.Name, "optimizer: "+strings.Join(optim.Names(), ", "))
 	fs.Float64Var(&c.LR, "lr", c.LR, "learning rate (>= 0; 0: the optimizer's default), before -lr-scaling")
 	fs.Float64Var(&c.Momentum, "momentum", c.Momentum, "momentum of sgd, rmsprop, lars (>= 0)")
@@ -163,6 +181,9 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.Var(optFloat{&c.Alpha}, "alpha", "rmsprop's decay (default 0.99)")
 	fs.BoolVar(&c.Centered, "centered", c.Centered, "centered rmsprop")
 	fs.BoolVar(&c.AMSGrad, "amsgrad", c.AMSGrad, "AMSGrad variant of adam/adamw")
+	fs.Float64Var(&c.LRDecay, "lr-decay", c.LRDecay, "adagrad: lr / (1 + (t-1) x lr-decay) (>= 0)")
+	fs.Float64Var(&c.InitialAccumulatorValue, "initial-accumulator-value", c.InitialAccumulatorValue, "adagrad: the accumulator's start value (>= 0)")
+	fs.Var(optFloat{&c.MomentumDecay}, "momentum-decay", "nadam's momentum decay psi (default 0.004)")
 	fs.Var(optFloat{&c.TrustCoefficient}, "trust-coefficient", "LARS trust coefficient (default 0.001)")
 	fs.StringVar(&c.ScheduleConfig.Name, "schedule", c.ScheduleConfig.Name, "learning-rate schedule, stepped per iteration: "+strings.Join(optim.ScheduleNames(), ", "))
 	fs.Var(intList{&c.Milestones}, "milestones", "multistep: steps after which the lr is multiplied by -gamma, e.g. 400,800")
@@ -172,23 +193,11 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.Float64Var(&c.WarmupStartFactor, "warmup-start-factor", c.WarmupStartFactor, "warm-up starts at this fraction of the lr (default 1/3)")
 	fs.StringVar(&c.LRScaling, "lr-scaling", c.LRScaling, "scale -lr by global batch / -base-batch: linear, sqrt or none (Goyal et al. 2017)")
 	fs.IntVar(&c.BaseBatch, "base-batch", c.BaseBatch, "the batch -lr was tuned for (needed by -lr-scaling)")
-	fs.Uint64Var(&c.Seed, "seed", c.Seed, "seed of parameter initialisation and data shuffling")
-	fs.StringVar(&c.Dataset, "dataset", c.Dataset, "data set: fashion-mnist or mnist (IDX files), cifar10 (binary batches), folder (root/<class>/<image>, PNG, JPEG, GIF), synthetic (generated, no files)")
-	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "directory of the data set: the IDX files (raw or .gz), the CIFAR-10 .bin batches, or the folder's training tree")
-	fs.StringVar(&c.TestDir, "test-dir", c.TestDir, "folder: the test/validation tree, with the same class directories as -data-dir")
-	fs.Float64Var(&c.ValSplit, "val-split", c.ValSplit, "folder without -test-dir: hold out this `fraction` of each class for evaluation")
-	fs.StringVar(&c.ImageShape, "image-shape", c.ImageShape, "folder and synthetic: sample shape `HxWxC`, C 1 or 3 (default 32x32x3 for folder, 28x28x1 for synthetic)")
-	fs.StringVar(&c.FolderResize, "folder-resize", c.FolderResize, "folder: resize images to -image-shape, bilinear or nearest; none makes an image of another size bad input")
-	fs.BoolVar(&c.Lazy, "lazy", c.Lazy, "folder: decode each image when it is sampled instead of all at start (sets larger than memory)")
-	fs.StringVar(&c.BadInput, "bad-input", c.BadInput, "unreadable, corrupt or wrong-size images in a folder: stop (an error naming the file) or skip (a counted warning)")
+	fs.Uint64Var(&c.Seed, "seed", c.Seed, "seed of parameter initialisation and data shuffling (0 to 2^63-1)")
+	c.DataConfig.Flags(fs)
 	fs.IntVar(&c.Limit, "limit", c.Limit, "train on the first `N` training samples only (0: all)")
 	fs.IntVar(&c.TestLimit, "test-limit", c.TestLimit, "evaluate on the first `N` test samples only (0: all)")
-	fs.Var(floatList{&c.Mean}, "mean", "per-channel `means` subtracted from pixels scaled to [0, 1], e.g. 0.49,0.48,0.45 (default by data set: none for fashion-mnist, mnist and synthetic; CIFAR-10's; ImageNet's for colour folders)")
-	fs.Var(floatList{&c.Std}, "std", "per-channel standard `deviations` the pixels are then divided by (with -mean)")
-	fs.Var(&c.Augment, "augment", "training augmentation `chain`, applied in order, seeded per sample, e.g. crop_pad=4,flip,rotate_deg=10,blur_sigma=0.5,resize=32x32,center_crop=28x28; evaluation keeps only resizes and centre crops (TOML: this string or an [augment] table)")
-	fs.IntVar(&c.DataWorkers, "data-workers", c.DataWorkers, "goroutines assembling batches ahead of the step (0: assemble on the training goroutine between steps); results do not depend on it")
-	fs.IntVar(&c.Prefetch, "prefetch", c.Prefetch, "batches assembled ahead of the step (0: 2 x data-workers, at least 1)")
-	fs.IntVar(&c.Threads, "threads", c.Threads, "compute threads `per rank` (default: cores in the allowed mask / local ranks)")
+	fs.IntVar(&c.Threads, "threads", c.Threads, fmt.Sprintf("compute threads `per rank`, 1 to %d (default: cores in the allowed mask / local ranks)", MaxThreads))
 	fs.StringVar(&c.Bind, "bind", c.Bind, "placement of each rank's threads: cores (disjoint physical cores by local rank), numa (the rank's NUMA node), none")
 	fs.StringVar(&c.CPUList, "cpu-list", c.CPUList, "this rank's cpus, e.g. 0-3,8 (overrides the automatic plan; must lie inside the allowed mask)")
 	fs.BoolVar(&c.UseSMT, "use-smt", c.UseSMT, "let a rank's threads use SMT siblings of its cores")
@@ -196,88 +205,249 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.GPUShare, "gpu-share", c.GPUShare, "let several local ranks drive one GPU (e.g. under MPS); without it more local ranks than GPUs is an error")
 	fs.BoolVar(&c.ReportBindings, "report-bindings", c.ReportBindings, "rank 0 prints every rank's host, rank, local rank, cores and NUMA node, and its GPU (index, bus id, NUMA node)")
 	fs.StringVar(&c.CheckpointDir, "checkpoint-dir", c.CheckpointDir, "rank 0 writes checkpoints here; SIGUSR1/SIGTERM then checkpoint and exit 85 (requeue)")
-	fs.StringVar((*string)(&c.CheckpointEvery), "checkpoint-every", string(c.CheckpointEvery), "periodic checkpoints: every `N` steps (500) or a duration (10m); empty: on signals and at the end")
+	fs.StringVar((*string)(&c.CheckpointEvery), "checkpoint-every", string(c.CheckpointEvery), "periodic checkpoints: every `N` steps (500; in TOML an integer is steps too) or a duration (10m); empty: on signals and at the end")
 	fs.IntVar(&c.Keep, "keep", c.Keep, "keep the newest `N` checkpoints (0: all)")
 	fs.StringVar(&c.Resume, "resume", c.Resume, "resume from `auto` (the newest valid checkpoint in -checkpoint-dir, if any) or a checkpoint file")
-	fs.Float64Var(&c.BucketMB, "bucket-mb", c.BucketMB, "gradient bucket size in MB; buckets are all-reduced during backward (0: one all-reduce after backward; -1: auto, 1 MB when a rank has 2 or more threads, else 0)")
+	fs.Float64Var(&c.BucketMB, "bucket-mb", c.BucketMB, fmt.Sprintf("gradient bucket size in MB, 0 to %d; buckets are all-reduced during backward (0: one all-reduce after backward; -1: auto, 1 MB when a rank has 2 or more threads, else 0)", MaxBucketMB))
 	fs.IntVar(&c.CheckEvery, "check-every", c.CheckEvery, "every `N` steps the ranks compare a checksum of their parameters and stop on divergence (0: never)")
 	fs.StringVar(&c.Timeline, "timeline", c.Timeline, "write a Chrome trace (chrome://tracing, Perfetto) of the step's phases per rank to `FILE` (rank inserted before the extension)")
-	fs.IntVar(&c.TimelineSteps, "timeline-steps", c.TimelineSteps, "steps the timeline records, from the 10th step on")
-	fs.DurationVar(&c.CollectiveTimeout, "collective-timeout", c.CollectiveTimeout, "abort the whole job when a collective has not completed after this long (0: never)")
+	fs.IntVar(&c.TimelineSteps, "timeline-steps", c.TimelineSteps, fmt.Sprintf("steps the timeline records, from the 10th step on (1 to %d)", MaxTimelineSteps))
+	fs.Var(seconds{&c.CollectiveTimeout}, "collective-timeout", "abort the whole job when a collective has not completed after this `duration` (integer seconds or a duration like 5m; 0: never)")
 	fs.StringVar(&c.Metrics, "metrics", c.Metrics, "rank 0 writes JSON lines (one per epoch and a final one) to `FILE`")
-	fs.DurationVar(&c.Progress, "progress", c.Progress, "interval between progress lines of rank 0 (0: off)")
-	fs.BoolVar(&c.Verbose, "v", c.Verbose, "print launch and placement decisions")
+	fs.Var(seconds{&c.Progress}, "progress", "`interval` between progress lines of rank 0 (integer seconds or a duration like 5m; 0: off)")
+	fs.BoolVar(&c.Verbose, "verbose", c.Verbose, "print launch and placement decisions")
+	fs.BoolVar(&c.Verbose, "v", c.Verbose, "short for -verbose")
 }
 
 // Parse builds the effective configuration from args: defaults, then the
 // TOML file named by -config, then the flags given on the command line. It
-// also returns whether -print-config was given.
+// also returns whether -print-config was given. -h prints the flags to
+// stderr and returns flag.ErrHelp; every other error is one line, a
+// cli.UsageError.
 func Parse(args []string, stderr io.Writer) (Config, bool, error) {
 	cfg := Defaults()
 	fs := flag.NewFlagSet("hpctrain train", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	path := fs.String("config", "", "TOML `file` with a key for any flag (flags given on the command line win)")
 	printCfg := fs.Bool("print-config", false, "print the effective configuration as TOML and exit")
 	cfg.Flags(fs)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: hpctrain train [flags]\n\nTrains a model data-parallel: under mpirun every rank trains a replica on its\nshard of each batch and the gradients are averaged by MPI all-reduce.\n\nFlags:\n")
+		fmt.Fprintf(fs.Output(), "Usage: hpctrain train [flags]\n\nTrains a model data-parallel: under mpirun every rank trains a replica on its\nshard of each batch and the gradients are averaged by MPI all-reduce.\n\nEvery flag is also a key of the -config file (dashes become underscores).\nDurations are integer seconds or Go durations like 90s or 5m.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args, stderr, false); err != nil {
 		return cfg, false, err
-	}
-	if fs.NArg() > 0 {
-		return cfg, false, fmt.Errorf("unexpected argument %q (flags start with -)", fs.Arg(0))
 	}
 	// Leaving -threads out means automatic; asking for 0 threads is a mistake.
 	var zeroThreads bool
 	fs.Visit(func(f *flag.Flag) { zeroThreads = zeroThreads || (f.Name == "threads" && f.Value.String() == "0") })
 	if zeroThreads {
-		return cfg, false, fmt.Errorf("config: threads = 0: must be >= 1 (leave -threads out for cores / local ranks)")
+		return cfg, false, cli.Usage(fmt.Errorf("config: threads = 0: must be >= 1 (leave -threads out for cores / local ranks)"))
 	}
 	if *path != "" {
 		// Re-apply the command line over the file: remember what was set.
 		set := map[string]string{}
 		fs.Visit(func(f *flag.Flag) { set[f.Name] = f.Value.String() })
 		if err := LoadFile(*path, &cfg); err != nil {
-			return cfg, false, err
+			return cfg, false, cli.Usage(err)
 		}
 		for name, v := range set {
 			if err := fs.Set(name, v); err != nil {
-				return cfg, false, err
+				return cfg, false, cli.Usage(fmt.Errorf("-%s %s: %w", name, v, err))
 			}
 		}
 	}
-	return cfg, *printCfg, cfg.Validate()
+	return cfg, *printCfg, cli.Usage(cfg.Validate())
 }
 
-// LoadFile decodes the TOML file at path into cfg. Unknown keys are errors,
-// and a syntax error names its line.
+// key is one configuration key: a field of Config, or of a section it
+// embeds, with a toml tag.
+type key struct {
+	name  string // TOML name; the flag is the same with dashes
+	field reflect.StructField
+	value reflect.Value // the field in the Config keys was called on
+	// hashed: the key is part of Hash (json tag not "-"; the optimizer's
+	// and the schedule's keys, which Hash takes from their TOML form).
+	hashed bool
+}
+
+// keys lists every key of c in declaration order, sections flattened.
+func (c *Config) keys() []key {
+	var ks []key
+	var walk func(v reflect.Value, section string)
+	walk = func(v reflect.Value, section string) {
+		t := v.Type()
+		for i := 0; i < t.NumField(); i++ {
+			f := t.Field(i)
+			name := f.Tag.Get("toml")
+			if f.Anonymous && f.Type.Kind() == reflect.Struct && name == "" {
+				walk(v.Field(i), f.Type.String())
+				continue
+			}
+			if !f.IsExported() || name == "-" {
+				continue
+			}
+			hashed := f.Tag.Get("json") != "-"
+			if section == "optim.Config" || section == "optim.ScheduleConfig" {
+				hashed = true
+			}
+			ks = append(ks, key{name: name, field: f, value: v.Field(i), hashed: hashed})
+		}
+	}
+	walk(reflect.ValueOf(c).Elem(), "")
+	return ks
+}
+
+// LoadFile decodes the TOML file at path into cfg, key by key. Unknown
+// keys are errors, and an error names its line and key. Durations are
+// integers of seconds or strings ("90s", "5m", or "300" for seconds); a
+// negative integer for an unsigned key (seed) is refused, not wrapped.
 func LoadFile(path string, cfg *Config) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
-	md, err := toml.Decode(string(b), cfg)
+	var raw map[string]toml.Primitive
+	md, err := toml.Decode(string(b), &raw)
 	if err != nil {
-		var pe toml.ParseError
-		if errors.As(err, &pe) {
-			return fmt.Errorf("config %s: line %d: %s", path, pe.Position.Line, pe.Message)
-		}
-		return fmt.Errorf("config %s: %w", path, err)
+		return tomlError(path, err)
 	}
-	if un := md.Undecoded(); len(un) > 0 {
-		keys := make([]string, len(un))
-		for i, k := range un {
-			keys[i] = k.String()
+	byName := map[string]key{}
+	for _, k := range cfg.keys() {
+		byName[k.name] = k
+	}
+	var unknown []string
+	seen := map[string]bool{}
+	for _, mk := range md.Keys() {
+		name := mk[0]
+		if seen[name] {
+			continue // a key inside a table belongs to the table's key
 		}
-		return fmt.Errorf("config %s: unknown key %s", path, strings.Join(keys, ", "))
+		seen[name] = true
+		k, ok := byName[name]
+		if !ok {
+			unknown = append(unknown, name)
+			continue
+		}
+		if err := k.decode(&md, raw[name]); err != nil {
+			return tomlError(path, err)
+		}
+	}
+	if len(unknown) > 0 {
+		return fmt.Errorf("config %s: unknown key %s (keys are the flags of hpctrain train -h, with underscores)", path, strings.Join(unknown, ", "))
 	}
 	return nil
 }
 
-// Validate checks every value's domain and names the key of the first that
-// is outside it.
+var durationType = reflect.TypeOf(time.Duration(0))
+
+// decode sets k's field from the file's value p.
+func (k key) decode(md *toml.MetaData, p toml.Primitive) error {
+	ptr := k.value.Addr().Interface()
+	switch {
+	case k.field.Type == durationType:
+		return md.PrimitiveDecode(p, &durationTOML{k.name, ptr.(*time.Duration)})
+	case k.field.Type.Kind() == reflect.Uint64:
+		return md.PrimitiveDecode(p, &uintTOML{k.name, ptr.(*uint64)})
+	}
+	return md.PrimitiveDecode(p, ptr)
+}
+
+// tomlError is err about the file at path, with its line when known.
+func tomlError(path string, err error) error {
+	var pe toml.ParseError
+	if errors.As(err, &pe) && pe.Position.Line > 0 {
+		return fmt.Errorf("config %s: line %d: %s", path, pe.Position.Line, pe.Message)
+	}
+	return fmt.Errorf("config %s: %s", path, strings.TrimPrefix(err.Error(), "toml: "))
+}
+
+// durationTOML decodes a duration key: an integer or a float is seconds,
+// a string a Go duration or an integer of seconds.
+type durationTOML struct {
+	name string
+	p    *time.Duration
+}
+
+func (d *durationTOML) UnmarshalTOML(v any) error {
+	var err error
+	switch v := v.(type) {
+	case int64:
+		if v > math.MaxInt64/int64(time.Second) || v < math.MinInt64/int64(time.Second) {
+			return fmt.Errorf("%s = %d: too many seconds", d.name, v)
+		}
+		*d.p = time.Duration(v) * time.Second
+	case float64:
+		if !(math.Abs(v) < float64(math.MaxInt64/int64(time.Second))) {
+			return fmt.Errorf("%s = %v: want seconds or a duration like \"5m\"", d.name, v)
+		}
+		*d.p = time.Duration(v * float64(time.Second))
+	case string:
+		*d.p, err = parseSeconds(v)
+		if err != nil {
+			return fmt.Errorf("%s = %q: %w", d.name, v, err)
+		}
+	default:
+		return fmt.Errorf("%s = %v: want integer seconds or a duration like \"5m\"", d.name, v)
+	}
+	return nil
+}
+
+// uintTOML decodes an unsigned key: a TOML integer >= 0 (TOML has no
+// unsigned integers; a negative one must not wrap around).
+type uintTOML struct {
+	name string
+	p    *uint64
+}
+
+func (u *uintTOML) UnmarshalTOML(v any) error {
+	n, ok := v.(int64)
+	if !ok || n < 0 {
+		return fmt.Errorf("%s = %v: must be an integer from 0 to %d", u.name, v, int64(math.MaxInt64))
+	}
+	*u.p = uint64(n)
+	return nil
+}
+
+// seconds is a flag of a duration: Go's syntax (90s, 1h30m) or an integer
+// of seconds.
+type seconds struct{ p *time.Duration }
+
+func (s seconds) String() string {
+	if s.p == nil {
+		return ""
+	}
+	return s.p.String()
+}
+
+func (s seconds) Set(v string) error {
+	d, err := parseSeconds(v)
+	if err != nil {
+		return err
+	}
+	*s.p = d
+	return nil
+}
+
+// parseSeconds reads an integer of seconds or a Go duration.
+func parseSeconds(v string) (time.Duration, error) {
+	if n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err == nil {
+		if n > math.MaxInt64/int64(time.Second) || n < math.MinInt64/int64(time.Second) {
+			return 0, fmt.Errorf("%d seconds is out of range", n)
+		}
+		return time.Duration(n) * time.Second, nil
+	}
+	d, err := time.ParseDuration(strings.TrimSpace(v))
+	if err != nil {
+		return 0, fmt.Errorf("want integer seconds or a duration like 90s or 5m")
+	}
+	return d, nil
+}
+
+// Validate checks every value's domain, and the syntax of the optimizer,
+// schedule, placement and data keys, and names the key of the first that
+// is wrong: all that can be checked before MPI starts and the data loads.
+// What depends on the data (the batch against its size, memory, the
+// cosine schedule's length) is checked by checkRun.
 func (c *Config) Validate() error {
 	bad := func(key string, v any, want string) error {
 		return fmt.Errorf("config: %s = %v: must be %s", key, v, want)
@@ -285,41 +455,84 @@ func (c *Config) Validate() error {
 	if _, err := parseEvery(c.CheckpointEvery); err != nil {
 		return err
 	}
+	known := slices.Contains(model.Names(), c.Model)
 	switch {
-	case c.Epochs < 1:
-		return bad("epochs", c.Epochs, ">= 1")
-	case c.Steps < 0:
-		return bad("steps", c.Steps, ">= 0 (0: no limit)")
-	case c.Batch < 1:
-		return bad("batch", c.Batch, ">= 1")
+	case !known:
+		return fmt.Errorf("config: model = %q: unknown model %q (known: %s)", c.Model, c.Model, strings.Join(model.Names(), ", "))
+	case c.Epochs < 1 || c.Epochs > MaxEpochs:
+		return bad("epochs", c.Epochs, fmt.Sprintf(">= 1 (at most %d)", MaxEpochs))
+	case c.Steps < 0 || c.Steps > MaxSteps:
+		return bad("steps", c.Steps, fmt.Sprintf(">= 0 (0: no limit; at most %d)", MaxSteps))
+	case c.Batch < 1 || c.Batch > MaxBatch:
+		return bad("batch", c.Batch, fmt.Sprintf(">= 1 (at most %d per rank)", MaxBatch))
+	case c.Seed > math.MaxInt64:
+		return bad("seed", c.Seed, fmt.Sprintf("0 to %d", int64(math.MaxInt64)))
 	case c.LR < 0 || c.LR != c.LR:
 		return bad("lr", c.LR, ">= 0")
+	case math.IsInf(c.LR, 0):
+		return bad("lr", c.LR, "finite")
 	case c.Limit < 0:
 		return bad("limit", c.Limit, ">= 0")
 	case c.TestLimit < 0:
 		return bad("test_limit", c.TestLimit, ">= 0")
-	case c.Threads < 0:
-		return bad("threads", c.Threads, ">= 0 (0: automatic)")
+	case c.Threads < 0 || c.Threads > MaxThreads:
+		return bad("threads", c.Threads, fmt.Sprintf(">= 0 (0: automatic; at most %d)", MaxThreads))
 	case c.Keep < 0:
 		return bad("keep", c.Keep, ">= 0")
 	case c.Resume == "auto" && c.CheckpointDir == "":
 		return fmt.Errorf("config: resume = \"auto\" needs checkpoint_dir")
-	case c.BucketMB < 0 && c.BucketMB != -1:
-		return bad("bucket_mb", c.BucketMB, ">= 0, or -1 (auto)")
+	case !(c.BucketMB >= 0 && c.BucketMB <= MaxBucketMB) && c.BucketMB != -1:
+		return bad("bucket_mb", c.BucketMB, fmt.Sprintf("0 to %d, or -1 (auto)", MaxBucketMB))
 	case c.CheckEvery < 0:
 		return bad("check_every", c.CheckEvery, ">= 0")
-	case c.TimelineSteps < 1:
-		return bad("timeline_steps", c.TimelineSteps, ">= 1")
+	case c.TimelineSteps < 1 || c.TimelineSteps > MaxTimelineSteps:
+		return bad("timeline_steps", c.TimelineSteps, fmt.Sprintf("1 to %d", MaxTimelineSteps))
 	case c.CollectiveTimeout < 0:
 		return bad("collective_timeout", c.CollectiveTimeout, ">= 0")
 	case c.Progress < 0:
 		return bad("progress", c.Progress, ">= 0")
 	}
+	if err := c.Config.Validate(); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	if err := c.ScheduleConfig.Validate(); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	if _, err := affinity.ParsePolicy(c.Bind); err != nil {
+		return fmt.Errorf("config: bind = %q: %w", c.Bind, err)
+	}
+	if _, err := affinity.Parse(c.CPUList); err != nil {
+		return fmt.Errorf("config: cpu_list = %q: %w", c.CPUList, err)
+	}
 	// GPU placement: syntax and duplicates here; the GPUs exist only on the node.
 	if _, err := gpu.ParseSpec(c.GPUs, c.GPUShare); err != nil {
 		return fmt.Errorf("config: gpus = %q: %w", c.GPUs, err)
 	}
-	return c.validateData()
+	return c.DataConfig.Validate()
+}
+
+// checkRun checks what depends on the size of the training set, n
+// samples shared by ranks ranks: the global batch fits in it, the run's
+// step count (epochs x steps per epoch) fits an int, and the learning-rate
+// schedule can run that long (cosine's warm-up shorter than the run, its
+// min_lr at most the lr after -lr-scaling). loadData calls it once the
+// data set is open, before the loaders allocate.
+func (c *Config) checkRun(n, ranks int) error {
+	if c.Batch > n/ranks {
+		return fmt.Errorf("config: batch = %d: %d training samples do not fill one global batch of %d x %d ranks; lower -batch or raise -limit", c.Batch, n, c.Batch, ranks)
+	}
+	perEpoch := n / (c.Batch * ranks)
+	if c.Epochs > math.MaxInt/perEpoch {
+		return fmt.Errorf("config: epochs = %d: %d epochs of %d steps is more steps than can be counted; use fewer epochs or -steps", c.Epochs, c.Epochs, perEpoch)
+	}
+	lr, err := optim.ScaleLR(c.Config.WithDefaults().LR, c.Batch*ranks, c.BaseBatch, c.LRScaling)
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	if _, err := optim.NewSchedule(c.ScheduleConfig, lr, totalSteps(*c, n, ranks)); err != nil {
+		return fmt.Errorf("config: %w (%d steps of %d x %d samples)", err, totalSteps(*c, n, ranks), c.Batch, ranks)
+	}
+	return nil
 }
 
 // Hash is a digest of every field that must agree across ranks (all but the

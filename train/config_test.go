@@ -1,0 +1,327 @@
+package train
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"io"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"hpctrain/internal/cli"
+)
+
+// flagSet is a FlagSet with c's flags, as Parse registers them.
+func flagSet(c *Config) *flag.FlagSet {
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	c.Flags(fs)
+	return fs
+}
+
+// otherValue is a flag value for k that differs from its default.
+func otherValue(t *testing.T, k key) string {
+	t.Helper()
+	switch k.field.Type.String() {
+	case "bool":
+		return "true"
+	case "int", "uint64":
+		return "7"
+	case "float64", "*float64":
+		return "0.375"
+	case "string", "train.Every":
+		return "7"
+	case "time.Duration":
+		return "7s"
+	case "[]int":
+		return "3,9"
+	case "[]float64":
+		return "0.5"
+	case "data.Augment":
+		return "flip"
+	}
+	t.Fatalf("key %s: no test value for type %s", k.name, k.field.Type)
+	return ""
+}
+
+// TestConfigKeys: every key of Config, its sections included, has a TOML
+// name, an explicit place in or out of the configuration hash (a json
+// tag, or the optimizer's and schedule's sections, hashed whole), and a
+// flag of the same name bound to the same field; and the hash follows the
+// declaration: changing a hashed key changes it, changing any other does
+// not.
+func TestConfigKeys(t *testing.T) {
+	base := Defaults()
+	ks := base.keys()
+	if len(ks) < 60 {
+		t.Fatalf("only %d keys found: the walk over Config misses sections", len(ks))
+	}
+	seen := map[string]bool{}
+	for _, k := range ks {
+		if k.name == "" || k.name != strings.ToLower(k.name) || strings.Contains(k.name, "-") {
+			t.Errorf("field %s: TOML name %q, want lower_case", k.field.Name, k.name)
+		}
+		if seen[k.name] {
+			t.Errorf("TOML key %s declared twice", k.name)
+		}
+		seen[k.name] = true
+		if _, ok := k.field.Tag.Lookup("json"); !ok && !inOptim(k.name) {
+			t.Errorf("key %s (field %s): no json tag: say whether it is in the configuration hash (json:\"name\") or out (json:\"-\")", k.name, k.field.Name)
+		}
+
+		c := Defaults()
+		fs := flagSet(&c)
+		name := strings.ReplaceAll(k.name, "_", "-")
+		f := fs.Lookup(name)
+		if f == nil {
+			t.Errorf("key %s has no flag -%s", k.name, name)
+			continue
+		}
+		if f.Usage == "" {
+			t.Errorf("flag -%s has no help", name)
+		}
+		field := keyNamed(t, &c, k.name).value
+		before := field.Interface()
+		v := otherValue(t, k)
+		if err := fs.Set(name, v); err != nil {
+			t.Errorf("-%s %s: %v", name, v, err)
+			continue
+		}
+		if reflect.DeepEqual(before, field.Interface()) {
+			t.Errorf("-%s %s did not change field %s: the flag is bound to another field", name, v, k.field.Name)
+			continue
+		}
+		if changed := c.Hash() != base.Hash(); changed != k.hashed {
+			t.Errorf("key %s: declared in the hash %v, but changing it changes the hash: %v", k.name, k.hashed, changed)
+		}
+	}
+	// Every flag but the command's own is a key (and -v is -verbose).
+	c := Defaults()
+	flagSet(&c).VisitAll(func(f *flag.Flag) {
+		if !seen[strings.ReplaceAll(f.Name, "-", "_")] && f.Name != "v" {
+			t.Errorf("flag -%s is no TOML key", f.Name)
+		}
+	})
+}
+
+// inOptim reports whether key belongs to the optimizer's or the
+// schedule's section, whose fields carry no json tags (Hash takes them
+// whole from their TOML form).
+func inOptim(name string) bool {
+	for _, s := range []any{Defaults().Config, Defaults().ScheduleConfig} {
+		t := reflect.TypeOf(s)
+		for i := 0; i < t.NumField(); i++ {
+			if t.Field(i).Tag.Get("toml") == name {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// keyNamed is c's key name.
+func keyNamed(t *testing.T, c *Config, name string) key {
+	t.Helper()
+	for _, k := range c.keys() {
+		if k.name == name {
+			return k
+		}
+	}
+	t.Fatalf("no key %s", name)
+	return key{}
+}
+
+// TestPrintConfigRoundTrip: what -print-config writes, read back as a
+// -config file, is the same configuration, every key set away from its
+// default included.
+func TestPrintConfigRoundTrip(t *testing.T) {
+	args := strings.Fields("-model mlp -epochs 3 -steps 50 -batch 32 -seed 9 -optimizer adam -lr 0.002 -beta1 0.8 -eps 1e-7 -amsgrad" +
+		" -schedule multistep -milestones 10,20 -gamma 0.5 -warmup-steps 4 -warmup-start-factor 0.25 -lr-scaling sqrt -base-batch 64" +
+		" -dataset synthetic -image-shape 16x16x3 -mean 0.5,0.4,0.3 -std 0.2,0.2,0.2 -augment crop_pad=2,flip,rotate_deg=5:nearest" +
+		" -data-workers 2 -prefetch 3 -limit 640 -test-limit 64 -threads 2 -bind numa -cpu-list 0-1 -use-smt -gpus none" +
+		" -checkpoint-dir ck -checkpoint-every 10m -keep 2 -resume auto -bucket-mb 2.5 -check-every 5 -timeline tl.json" +
+		" -timeline-steps 7 -collective-timeout 90 -metrics m.jsonl -progress 1m30s -verbose -report-bindings")
+	cfg, _, err := Parse(args, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := cfg.WriteTOML(&out); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "printed.toml")
+	os.WriteFile(p, out.Bytes(), 0o644)
+	again, _, err := Parse([]string{"-config", p}, io.Discard)
+	if err != nil {
+		t.Fatalf("reading -print-config's output: %v\n%s", err, out.String())
+	}
+	if !reflect.DeepEqual(again, cfg) {
+		t.Errorf("round trip changed the configuration:\nflags: %+v\nfile:  %+v\n%s", cfg, again, out.String())
+	}
+	if cfg.CollectiveTimeout != 90*time.Second || cfg.Progress != 90*time.Second {
+		t.Errorf("-collective-timeout 90 and -progress 1m30s gave %v and %v", cfg.CollectiveTimeout, cfg.Progress)
+	}
+}
+
+// TestDurationKeys: a bare TOML integer for a duration is seconds (it was
+// nanoseconds: progress = 5 printed on every step, collective_timeout =
+// 300 aborted training at once); strings take Go's syntax or seconds;
+// flags take both; -h says so.
+func TestDurationKeys(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "job.toml")
+	for file, want := range map[string][2]time.Duration{
+		"progress = 5\ncollective_timeout = 300\n":         {5 * time.Second, 300 * time.Second},
+		"progress = \"5m\"\ncollective_timeout = \"90\"\n": {5 * time.Minute, 90 * time.Second},
+		"progress = 0.5\ncollective_timeout = 0\n":         {500 * time.Millisecond, 0},
+	} {
+		os.WriteFile(p, []byte(file), 0o644)
+		cfg, _, err := Parse([]string{"-config", p}, io.Discard)
+		if err != nil {
+			t.Errorf("%q: %v", file, err)
+			continue
+		}
+		if cfg.Progress != want[0] || cfg.CollectiveTimeout != want[1] {
+			t.Errorf("%q: progress %v, collective_timeout %v; want %v, %v", file, cfg.Progress, cfg.CollectiveTimeout, want[0], want[1])
+		}
+	}
+	for file, msg := range map[string]string{
+		"progress = true\n":            "line 1: progress = true: want integer seconds",
+		"collective_timeout = \"x\"\n": `collective_timeout = "x": want integer seconds or a duration`,
+		"progress = -2\n":              "progress = -2s: must be >= 0",
+		"progress = 9223372036854\n":   "too many seconds",
+	} {
+		os.WriteFile(p, []byte(file), 0o644)
+		if _, _, err := Parse([]string{"-config", p}, io.Discard); err == nil || !strings.Contains(err.Error(), msg) {
+			t.Errorf("%q: %v, want %q", file, err, msg)
+		}
+	}
+	cfg, _, err := Parse([]string{"-progress", "5", "-collective-timeout", "2m"}, io.Discard)
+	if err != nil || cfg.Progress != 5*time.Second || cfg.CollectiveTimeout != 2*time.Minute {
+		t.Errorf("-progress 5 -collective-timeout 2m: %v, %v, %v", cfg.Progress, cfg.CollectiveTimeout, err)
+	}
+	// checkpoint_every stays a step count as an integer.
+	os.WriteFile(p, []byte("checkpoint_every = 500\n"), 0o644)
+	if cfg, _, err := Parse([]string{"-config", p}, io.Discard); err != nil || cfg.CheckpointEvery != "500" {
+		t.Errorf("checkpoint_every = 500: %q, %v", cfg.CheckpointEvery, err)
+	}
+	var help bytes.Buffer
+	if _, _, err := Parse([]string{"-h"}, &help); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("-h: %v", err)
+	}
+	for _, f := range []string{"-progress", "-collective-timeout"} {
+		i := strings.Index(help.String(), "  "+f+" ")
+		if i < 0 || !strings.Contains(help.String()[i:min(i+300, help.Len())], "integer seconds or a duration like 5m") {
+			t.Errorf("-h does not say %s takes integer seconds or a duration", f)
+		}
+	}
+}
+
+// TestSeedNotWrapped: seed = -1 in a file is refused, as the flag refuses
+// it, instead of becoming 18446744073709551615.
+func TestSeedNotWrapped(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "job.toml")
+	os.WriteFile(p, []byte("seed = -1\n"), 0o644)
+	cfg, _, err := Parse([]string{"-config", p}, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "seed = -1") || !strings.Contains(err.Error(), "line 1") {
+		t.Errorf("seed = -1: %v (seed %d), want a refusal naming the key and line", err, cfg.Seed)
+	}
+	if _, _, err := Parse([]string{"-seed", "-1"}, io.Discard); err == nil {
+		t.Error("-seed -1 accepted")
+	}
+	if _, _, err := Parse([]string{"-seed", "18446744073709551615"}, io.Discard); err == nil || !strings.Contains(err.Error(), "seed = 18446744073709551615") {
+		t.Errorf("-seed 2^64-1: %v, want a refusal (TOML could not hold it)", err)
+	}
+}
+
+// TestSizesRefusedAtParse: sizes that drive allocations or step counts are
+// bounded before anything runs: one line, a usage error (exit 2), no
+// panic or out-of-memory crash.
+func TestSizesRefusedAtParse(t *testing.T) {
+	for _, c := range []struct{ args, want string }{
+		{"-batch 1000000000", "batch = 1000000000: must be >= 1 (at most 16777216 per rank)"},
+		{"-batch 9223372036854775807", "batch = 9223372036854775807"},
+		{"-epochs 300000000000000000 -schedule cosine", "epochs = 300000000000000000: must be >= 1 (at most 1000000)"},
+		{"-steps 9223372036854775807", "steps = 9223372036854775807"},
+		{"-threads 100000000", "threads = 100000000"},
+		{"-timeline-steps 1000000000000", "timeline_steps = 1000000000000"},
+		{"-bucket-mb NaN", "bucket_mb = NaN"},
+		{"-bucket-mb 1e300", "bucket_mb = 1e+300"},
+		{"-augment resize=32768x32768", "1 to 8192"},
+		{"-dataset synthetic -image-shape 32768x32768x3", "image_shape = \"32768x32768x3\""},
+		{"-dataset synthetic -augment crop_pad=4:40x40", "crop_pad=4:40x40"},
+		{"-lr +Inf", "lr = +Inf: must be finite"},
+	} {
+		_, _, err := Parse(strings.Fields(c.args), io.Discard)
+		assertUsage(t, c.args, err, c.want)
+	}
+}
+
+func assertUsage(t *testing.T, what string, err error, want string) {
+	t.Helper()
+	var ue cli.UsageError
+	switch {
+	case err == nil:
+		t.Errorf("%s: accepted, want %q", what, want)
+	case !errors.As(err, &ue):
+		t.Errorf("%s: %v is not a usage error (exit 2)", what, err)
+	case strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), want):
+		t.Errorf("%s: %q, want one line containing %q", what, err, want)
+	}
+}
+
+// TestValidateBeforeData: optimizer, schedule, model and placement
+// mistakes are usage errors from Parse, before MPI starts or any data is
+// read (they used to surface after the data had loaded, with exit 1).
+// The data directory here does not exist: had anything been read, that
+// would be the error.
+func TestValidateBeforeData(t *testing.T) {
+	nowhere := " -data-dir " + filepath.Join(t.TempDir(), "nowhere")
+	for _, c := range []struct{ args, want string }{
+		{"-optimizer sgdx", `unknown optimizer "sgdx"`},
+		{"-optimizer sgd -nesterov -momentum 0", "nesterov: needs momentum > 0"},
+		{"-optimizer adam -beta2 1.5", "beta2 1.5: must be in [0, 1)"},
+		{"-schedule step", `unknown schedule "step"`},
+		{"-schedule multistep -milestones 20,10", "milestones [20 10]: must be strictly increasing"},
+		{"-schedule multistep", "multistep needs milestones"},
+		{"-schedule exponential", "exponential needs gamma"},
+		{"-lr-scaling linear", "base_batch 0: must be > 0 with lr_scaling linear"},
+		{"-schedule cosine -min-lr -1", "min_lr -1"},
+		{"-model resnet9000", `unknown model "resnet9000"`},
+		{"-bind sockets", `bind = "sockets"`},
+		{"-cpu-list 3-x", `cpu_list = "3-x"`},
+		{"-gpus 0,0", `gpus = "0,0"`},
+	} {
+		_, _, err := Parse(strings.Fields(c.args+nowhere), io.Discard)
+		assertUsage(t, c.args, err, c.want)
+	}
+	// The same settings are fine apart from the one at fault.
+	if _, _, err := Parse(strings.Fields("-optimizer sgd -nesterov -schedule multistep -milestones 10,20 -bind none -cpu-list 0"+nowhere), io.Discard); err != nil {
+		t.Errorf("valid settings refused: %v", err)
+	}
+}
+
+// TestUnknownFlagOneLine: an unknown flag is one line pointing to -h, not
+// the 130-line usage followed by the error.
+func TestUnknownFlagOneLine(t *testing.T) {
+	var out bytes.Buffer
+	_, _, err := Parse([]string{"-bogus"}, &out)
+	assertUsage(t, "-bogus", err, "-bogus")
+	if err != nil && !strings.Contains(err.Error(), "hpctrain train -h") {
+		t.Errorf("-bogus: %q does not point to hpctrain train -h", err)
+	}
+	if out.Len() != 0 {
+		t.Errorf("-bogus printed %d lines of usage", strings.Count(out.String(), "\n"))
+	}
+	// A bad value in a flag, or an argument that is not a flag.
+	_, _, err = Parse([]string{"-batch", "lots"}, &out)
+	assertUsage(t, "-batch lots", err, "-batch")
+	_, _, err = Parse([]string{"train.toml"}, &out)
+	assertUsage(t, "train.toml", err, `unexpected argument "train.toml"`)
+	if out.Len() != 0 {
+		t.Errorf("bad flags printed the usage:\n%s", out.String())
+	}
+}
