@@ -9,6 +9,15 @@
 // sub-directory per class (LoadImageFolder, PNG, JPEG and GIF, eager or
 // lazy), and generated samples for benchmarks (NewSynthetic).
 //
+// Config is the data section of a run's configuration (its keys, flags,
+// defaults and validation); a run embeds it and calls Open and
+// LoaderOptions, so that what the data sets are stays in this package.
+// Sizes that come from users (a batch, a transform, an image header, an
+// IDX header) are checked before they are allocated: against MaxSide and
+// MaxImagePixels, against the file, and against the memory a rank may use
+// (Budget, Memory), so that a size that cannot fit is an error naming it,
+// not an out-of-memory crash.
+//
 // # Invariants
 //
 //   - The shuffle of an epoch depends only on (seed, epoch): every rank

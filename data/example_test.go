@@ -50,3 +50,34 @@ func ExampleLoader() {
 	// step 1 samples 32 values 6144
 	// step 2 samples 32 values 6144
 }
+
+// A run's data section, as flags or a TOML file would set it: validated
+// without reading anything, opened within this rank's memory budget, and
+// turned into the loaders' options.
+func ExampleConfig() {
+	c := data.Defaults()
+	c.Dataset, c.ImageShape, c.Augment = "synthetic", "12x12x3", "crop_pad=2:10x10,flip"
+	if err := c.Validate(); err != nil {
+		fmt.Println(err)
+		return
+	}
+	sets, err := c.Open(data.OpenOptions{Limit: 64, TestLimit: 16, Budget: data.NewBudget(1)})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	opts, err := c.LoaderOptions(sets.Train.Shape(), 1)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(sets.Train.Len(), sets.Test.Len(), sets.Train.Shape())
+	fmt.Println(data.ChainString(opts.Transforms), "| evaluation:", data.ChainString(opts.EvalTransforms))
+
+	c.Augment = "center_crop=16"
+	fmt.Println(c.Validate())
+	// Output:
+	// 64 16 {12 12 3}
+	// crop_pad=2:10x10,flip | evaluation: center_crop=10x10
+	// config: augment = "center_crop=16": transform center_crop=16x16 on 12x12x3: center_crop 16x16 is larger than the image
+}
