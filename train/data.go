@@ -96,7 +96,8 @@ func loadData(cfg Config, c mpi.Comm) (*pipeline, error) {
 	if err != nil {
 		return nil, cli.Usage(fmt.Errorf("config: augment: %w", err))
 	}
-	if err := budget.Take(fmt.Sprintf("the batch buffers of -batch %d (2 loaders)", cfg.Batch), 2*min(need, math.MaxInt64/2), "lower -batch or -prefetch"); err != nil {
+	need = 2*min(need, math.MaxInt64/4) + 8*int64(p.train.Len()) // and the sampler's permutation
+	if err := budget.Take(fmt.Sprintf("loading batches of %d samples (2 loaders)", cfg.Batch), need, "lower -batch or -prefetch"); err != nil {
 		return nil, cli.Usage(err)
 	}
 	sampler := data.NewSampler(p.train.Len(), cfg.Batch, c.Rank(), c.Size(), cfg.Seed)
