@@ -1,7 +1,7 @@
 package data
 
 import (
-	"bytes"
+	"bufio"
 	"errors"
 	"fmt"
 	"image"
@@ -9,6 +9,7 @@ import (
 	_ "image/gif" // register decoders for image.Decode
 	_ "image/jpeg"
 	_ "image/png"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -274,19 +275,23 @@ func (f *Folder) decode(path string, dst []byte) (err error) {
 			err = badImage(path, fmt.Errorf("decoder panicked: %v", r))
 		}
 	}()
-	file, err := os.ReadFile(path)
+	r, err := os.Open(path)
 	if err != nil {
 		return badImage(path, err)
 	}
+	defer r.Close()
 	// The header first: its size decides whether decoding is safe.
-	cfg, _, err := image.DecodeConfig(bytes.NewReader(file))
+	cfg, _, err := image.DecodeConfig(bufio.NewReader(r))
 	if err != nil {
 		return badImage(path, err)
 	}
 	if err := f.checkSize(path, cfg.Width, cfg.Height); err != nil {
 		return err
 	}
-	img, _, err := image.Decode(bytes.NewReader(file))
+	if _, err := r.Seek(0, io.SeekStart); err != nil {
+		return badImage(path, err)
+	}
+	img, _, err := image.Decode(bufio.NewReader(r))
 	if err != nil {
 		return badImage(path, err)
 	}
