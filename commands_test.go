@@ -46,9 +46,11 @@ func TestTopoCommand(t *testing.T) {
 // TestBadPlacement: a -cpu-list outside the mask and -threads 0 with
 // explicit nonsense give one clear line, no hang.
 func TestBadPlacement(t *testing.T) {
+	// A request this node cannot meet is bad input (exit 2), found before
+	// the data is read (no data line).
 	r := hpctrain(t, 2, time.Minute, "train", "-model", "mlp", "-limit", "640", "-cpu-list", "4000")
-	if r.code == 0 || !strings.Contains(r.out, "4000") || strings.Contains(r.out, "goroutine ") {
-		t.Errorf("cpu-list outside mask: %d\n%s", r.code, r.out)
+	if r.code != 2 || !strings.Contains(r.out, "4000") || strings.Contains(r.out, "goroutine ") || strings.Contains(r.out, "hpctrain: data ") {
+		t.Errorf("cpu-list outside mask: exit %d (want 2, before the data loads)\n%s", r.code, r.out)
 	}
 	r = hpctrain(t, 2, time.Minute, "train", "-model", "mlp", "-limit", "640", "-threads", "0")
 	if r.code != 2 || !strings.Contains(r.out, "threads = 0") {

@@ -425,5 +425,10 @@ func errorLines(t *testing.T, r result) []string {
 			lines = append(lines, l)
 		}
 	}
+	// Bad configuration is refused before MPI starts, so before a rank
+	// exists: then the whole output is the one line, and the exit code 2.
+	if out := strings.TrimSpace(r.out); len(lines) == 0 && r.code == 2 && strings.HasPrefix(out, "hpctrain: ") && !strings.Contains(out, "\n") {
+		lines = []string{out}
+	}
 	return lines
 }

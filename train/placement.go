@@ -7,6 +7,7 @@ import (
 
 	"hpctrain/affinity"
 	"hpctrain/gpu"
+	"hpctrain/internal/cli"
 	"hpctrain/mpi"
 )
 
@@ -38,8 +39,10 @@ type gpuChoice struct {
 // bound disjointly: the rank then runs unbound (policy none) and rank 0
 // says so.
 func place(cfg Config, c mpi.Comm, log func(string, ...any)) (*placement, error) {
+	// A request this node cannot meet (cpus outside the mask, more local
+	// ranks than GPUs) is bad input, as a bad flag is: exit 2.
 	g, err := chooseGPU(cfg, c)
-	if err = agree(c, "choosing a GPU", err); err != nil {
+	if err = agree(c, "choosing a GPU", cli.Usage(err)); err != nil {
 		return nil, err
 	}
 	if g.top != nil {
@@ -52,7 +55,7 @@ func place(cfg Config, c mpi.Comm, log func(string, ...any)) (*placement, error)
 		}
 	}
 	plan, err := planRank(cfg, c, g)
-	if err = agree(c, "planning cpu binding", err); err != nil {
+	if err = agree(c, "planning cpu binding", cli.Usage(err)); err != nil {
 		return nil, err
 	}
 	p := &placement{gpu: -1}

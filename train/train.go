@@ -131,6 +131,11 @@ func start(cfg Config, comm mpi.Comm, out, errOut io.Writer) (r *run, err error)
 	if err := agreeConfig(c, &cfg); err != nil {
 		return r, err
 	}
+	// Placement first: a rank whose cores cannot be had fails before the
+	// data is read.
+	if err := r.placeAndPin(out); err != nil {
+		return r, err
+	}
 	// The data and its loaders; the model takes the loader's sample shape
 	// (after transforms) and the data set's classes.
 	r.pipe, err = loadData(cfg, c)
@@ -151,9 +156,6 @@ func start(cfg Config, comm mpi.Comm, out, errOut io.Writer) (r *run, err error)
 		return r, err
 	}
 	if err := r.build(); err != nil {
-		return r, err
-	}
-	if err := r.placeAndPin(out); err != nil {
 		return r, err
 	}
 	// Every replica starts from rank 0's parameters; a resumed run then
@@ -209,11 +211,16 @@ func (r *run) build() error {
 	if err == nil {
 		r.sched, err = optim.NewSchedule(cfg.ScheduleConfig, r.lr, r.total)
 	}
-	return agree(c, "setting up the learning-rate schedule", err)
+	if err = agree(c, "setting up the learning-rate schedule", err); err != nil {
+		return err
+	}
+	r.net.SetParallel(r.pl.workers)
+	r.opt.SetParallel(r.pl.workers)
+	return nil
 }
 
-// placeAndPin pins this rank's compute threads to its own cores; the model
-// and the optimizer split their work over them.
+// placeAndPin pins this rank's compute workers to its own cores; the model
+// and the optimizer split their work over them (build).
 func (r *run) placeAndPin(out io.Writer) error {
 	pl, err := place(r.cfg, r.c, r.log)
 	if err != nil {
@@ -233,8 +240,6 @@ func (r *run) placeAndPin(out io.Writer) error {
 		// this rank's cores like every unpinned thread.
 		runtime.GOMAXPROCS(data.Procs(pl.plan.Threads, r.cfg.DataWorkers))
 	}
-	r.net.SetParallel(pl.workers)
-	r.opt.SetParallel(pl.workers)
 	return nil
 }
 

@@ -25,7 +25,7 @@ func Usage(err error) error {
 
 // Parse parses args with fs. With -h or -help it prints fs's usage to help
 // and returns flag.ErrHelp. A malformed or unknown flag returns a
-// UsageError of one line, "NAME: <flag's complaint> (see NAME -h)",
+// UsageError of one line, "<flag's complaint> (see NAME -h)",
 // without printing the usage. Arguments after the flags are refused
 // unless positional is true.
 func Parse(fs *flag.FlagSet, args []string, help io.Writer, positional bool) error {
@@ -37,9 +37,9 @@ func Parse(fs *flag.FlagSet, args []string, help io.Writer, positional bool) err
 		fs.Usage()
 		return flag.ErrHelp
 	case err != nil:
-		return UsageError{fmt.Errorf("%s: %s (see %s -h)", fs.Name(), strings.TrimSpace(err.Error()), fs.Name())}
+		return UsageError{fmt.Errorf("%s (see %s -h)", strings.TrimSpace(err.Error()), fs.Name())}
 	case !positional && fs.NArg() > 0:
-		return UsageError{fmt.Errorf("%s: unexpected argument %q (flags start with -; see %s -h)", fs.Name(), fs.Arg(0), fs.Name())}
+		return UsageError{fmt.Errorf("unexpected argument %q (flags start with -; see %s -h)", fs.Arg(0), fs.Name())}
 	}
 	return nil
 }
