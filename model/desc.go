@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"github.com/BurntSushi/toml"
 )
@@ -301,7 +302,11 @@ func parseLayer(m map[string]any, pos string, depth int) (LayerDesc, error) {
 	}
 	allowed, ok := kindKeys[kind]
 	if !ok {
-		return LayerDesc{}, fmt.Errorf("layer %s (%s): unknown kind %q (kinds: %s)", pos, kind, kind, strings.Join(Kinds(), ", "))
+		label := kind
+		if strings.IndexFunc(kind, func(r rune) bool { return !unicode.IsPrint(r) || r == ' ' || r == ')' }) >= 0 || kind == "" {
+			label = strconv.Quote(kind)
+		}
+		return LayerDesc{}, fmt.Errorf("layer %s (%s): unknown kind %s (kinds: %s)", pos, label, strconv.Quote(kind), strings.Join(Kinds(), ", "))
 	}
 	for _, key := range sortedKeys(m) {
 		if key == "kind" || contains(allowed, key) {

@@ -161,6 +161,13 @@ func assertClose(t *testing.T, what string, got []float32, want []float64, tol f
 // sum(ref(x, params) * r).
 func checkLayer(t *testing.T, spec Spec, in Shape, n int, ref func(x, p []float64) []float64) {
 	t.Helper()
+	checkLayerWith(t, spec, in, n, true, nil, ref)
+}
+
+// checkLayerWith is checkLayer in training or evaluation mode, with setup
+// called on the bound layer before the first forward.
+func checkLayerWith(t *testing.T, spec Spec, in Shape, n int, train bool, setup func(Layer), ref func(x, p []float64) []float64) {
+	t.Helper()
 	rng := rand.New(rand.NewPCG(1, 2))
 	l, err := spec.make(in, "test", "1.")
 	if err != nil {
@@ -168,7 +175,10 @@ func checkLayer(t *testing.T, spec Spec, in Shape, n int, ref func(x, p []float6
 	}
 	p := randSlice(rng, l.NumParams())
 	g := make([]float32, len(p))
-	l.bind(slot{p: p, g: g, buf: make([]float32, numBuffers(l)), n: n, x: &exec{par: Serial{}, train: true}})
+	l.bind(slot{p: p, g: g, buf: make([]float32, numBuffers(l)), n: n, x: &exec{par: Serial{}, train: train, seed: 1, step: 2}})
+	if setup != nil {
+		setup(l)
+	}
 	x := randSlice(rng, n*in.Size())
 	y := make([]float32, n*l.Out().Size())
 	l.forward(x, y, n)
