@@ -181,6 +181,9 @@ func TestBadInput(t *testing.T) {
 		{[]string{"-lr", "-0.1"}, "lr = -0.1"},
 		{[]string{"-epochs", "0"}, "epochs = 0"},
 		{[]string{"-limit", "10", "-batch", "64"}, "do not fill one global batch"},
+		// Outputs that cannot be written fail at start-up, not after the training.
+		{[]string{"-timeline", filepath.Join(dir, "nowhere", "t.json")}, "timeline file"},
+		{[]string{"-metrics", filepath.Join(dir, "nowhere", "m.jsonl")}, "metrics file"},
 	} {
 		t.Run(c.want, func(t *testing.T) {
 			r := hpctrain(t, 2, time.Minute, append([]string{"train", "-limit", "640"}, c.args...)...)

@@ -174,7 +174,7 @@ func start(cfg Config, comm mpi.Comm, out, errOut io.Writer) (r *run, err error)
 		return r, err
 	}
 	r.step = r.startStep
-	if err := r.openMetrics(); err != nil {
+	if err := r.openOutputs(); err != nil {
 		return r, err
 	}
 
@@ -243,9 +243,11 @@ func (r *run) placeAndPin(out io.Writer) error {
 	return nil
 }
 
-// openMetrics opens -metrics on rank 0: a fresh run starts the file, a
-// resumed one appends to the record of the run it continues.
-func (r *run) openMetrics() error {
+// openOutputs opens -metrics on rank 0 (a fresh run starts the file, a
+// resumed one appends to the record of the run it continues) and makes
+// sure every rank can write its -timeline, so that a bad path fails now
+// rather than after the training.
+func (r *run) openOutputs() error {
 	var err error
 	if r.c.Rank() == 0 && r.cfg.Metrics != "" {
 		flags := os.O_WRONLY | os.O_CREATE | os.O_TRUNC
@@ -255,9 +257,22 @@ func (r *run) openMetrics() error {
 		r.metrics, err = os.OpenFile(r.cfg.Metrics, flags, 0o644)
 		if err == nil {
 			r.closers = append(r.closers, func() { r.metrics.Close() })
+		} else {
+			err = fmt.Errorf("metrics file: %w", err)
 		}
 	}
-	return agree(r.c, "opening the metrics file", err)
+	if err = agree(r.c, "opening the metrics file", err); err != nil {
+		return err
+	}
+	if r.cfg.Timeline != "" {
+		var f *os.File
+		if f, err = os.Create(rankPath(r.cfg.Timeline, r.c.Rank())); err == nil {
+			f.Close()
+		} else {
+			err = fmt.Errorf("timeline file: %w", err)
+		}
+	}
+	return agree(r.c, "opening the timeline file", err)
 }
 
 // enter records the phase for the watchdog, and stops here if a fault says so.
