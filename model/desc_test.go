@@ -284,3 +284,44 @@ func FuzzParseDesc(f *testing.F) {
 		net.Backward(nil)
 	})
 }
+
+func TestSummary(t *testing.T) {
+	d, _ := LoadDesc("resnet8")
+	s, err := Summarize(d, Shape{32, 32, 3}, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	if err := s.Write(&b); err != nil {
+		t.Fatal(err)
+	}
+	t.Log("\n" + b.String())
+	if s.Params != 78042 || s.Trainable != 78042 || s.Buffers != 672 || s.Hash != d.Hash() || s.Input != "32x32x3" {
+		t.Errorf("totals %+v", s)
+	}
+	params, macs := 0, 0
+	for _, r := range s.Rows {
+		if r.Depth == 0 {
+			params += r.Params
+			macs += r.MACs
+		}
+	}
+	if params != s.Params || macs != s.MACs {
+		t.Errorf("top-level rows add up to %d parameters and %d MACs, totals %d and %d", params, macs, s.Params, s.MACs)
+	}
+	for _, want := range []string{
+		"res2 (residual)              16x16x32            14,528       3,670,016",
+		"  res2.proj.conv1 (conv)     16x16x32               512         131,072",
+		"  res2.proj.bn1 (batchnorm)  16x16x32                64              --",
+		"Total params: 78,042",
+		"Non-trainable buffers: 672",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("summary lacks %q", want)
+		}
+	}
+	cnn, _ := LoadDesc("cnn")
+	if _, err := Summarize(cnn, Shape{2, 2, 1}, 10); err == nil || !strings.HasPrefix(err.Error(), "model cnn: layer 6 (maxpool): kernel 2 larger than its input 1x1") {
+		t.Errorf("cnn on 2x2 input: %v", err)
+	}
+}

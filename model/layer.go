@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strconv"
+	"strings"
 )
 
 // Shape is the shape of one sample: height, width, channels (H, W, C). A
@@ -162,4 +164,19 @@ func stack(in Shape, specs []Spec, prefix, path string) ([]Layer, Shape, error) 
 		shape = l.Out()
 	}
 	return ls, shape, nil
+}
+
+// ParseShape reads a sample shape written as Shape.String does: "HxWxC",
+// each a positive integer.
+func ParseShape(s string) (Shape, error) {
+	parts := strings.Split(s, "x")
+	var v [3]int
+	for i, p := range parts {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 1 || n > maxKey || len(parts) != 3 {
+			return Shape{}, fmt.Errorf("shape %q: want HxWxC with positive integers, e.g. 32x32x3", s)
+		}
+		v[i] = n
+	}
+	return Shape{v[0], v[1], v[2]}, nil
 }

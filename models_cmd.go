@@ -1,0 +1,130 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"hpctrain/internal/cli"
+	"hpctrain/model"
+)
+
+// modelsCmd is `hpctrain models [NAME|FILE.toml]`: the built-in models with
+// their sizes, or one model's description to copy and edit.
+func modelsCmd(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("hpctrain models", flag.ContinueOnError)
+	canonical := fs.Bool("canonical", false, "print the description with every key, defaults included (what -model hashes), not the file")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `Usage: hpctrain models [-canonical] [NAME|FILE.toml]
+
+Without an argument, lists the built-in models (train -model NAME) with
+their parameters for 28x28x1 and 32x32x3 input and 10 classes. With one,
+prints that model's TOML description: copy it, edit it, and train it with
+-model FILE.toml (see model.ParseDesc for the keys).
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	if err := cli.Parse(fs, args, stderr, true); err != nil {
+		return err
+	}
+	switch fs.NArg() {
+	case 0:
+		return listModels(stdout)
+	case 1:
+	default:
+		return cli.Usage(fmt.Errorf("hpctrain models: one model at a time, got %d (see hpctrain models -h)", fs.NArg()))
+	}
+	name := fs.Arg(0)
+	if src, err := model.ZooSource(name); err == nil && !*canonical {
+		_, err := stdout.Write(src)
+		return err
+	}
+	d, err := model.LoadDesc(name)
+	if err != nil {
+		return cli.Usage(err)
+	}
+	fmt.Fprintf(stdout, "# %s, every key given (hash %s)\n", d.Name, d.Hash())
+	_, err = stdout.Write(d.TOML())
+	return err
+}
+
+// listModels prints the zoo: name, parameters for both inputs, and the
+// first line of the file's comment.
+func listModels(out io.Writer) error {
+	tw := tabwriter.NewWriter(out, 0, 8, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "model\tparams 28x28x1\tparams 32x32x3\t")
+	var about []string
+	for _, name := range model.Zoo() {
+		d, err := model.LoadDesc(name)
+		if err != nil {
+			return err
+		}
+		row := name + "\t"
+		for _, in := range []model.Shape{{H: 28, W: 28, C: 1}, {H: 32, W: 32, C: 3}} {
+			s, err := model.Summarize(d, in, 10)
+			if err != nil {
+				return err
+			}
+			row += fmt.Sprintf("%d\t", s.Params)
+		}
+		fmt.Fprintln(tw, row)
+		src, _ := model.ZooSource(name)
+		about = append(about, name+": "+firstComment(src, name))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(out)
+	for _, a := range about {
+		fmt.Fprintln(out, a)
+	}
+	fmt.Fprintln(out, "\nhpctrain models NAME prints one; hpctrain summary -model NAME shows its layers.")
+	return nil
+}
+
+// firstComment is the first line of a zoo file, "# NAME: what it is",
+// without "# NAME: ".
+func firstComment(src []byte, name string) string {
+	line, _, _ := bytes.Cut(src, []byte("\n"))
+	return strings.TrimPrefix(string(line), "# "+name+": ")
+}
+
+// summaryCmd is `hpctrain summary -model X [-input HxWxC]`: the network
+// layer by layer, with output shapes, parameters and multiply-adds.
+func summaryCmd(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("hpctrain summary", flag.ContinueOnError)
+	name := fs.String("model", "cnn", "built-in model ("+strings.Join(model.Zoo(), ", ")+") or description file FILE.toml")
+	input := fs.String("input", "28x28x1", "shape of one input sample, `HxWxC`")
+	classes := fs.Int("classes", 10, "number of classes (outputs)")
+	js := fs.Bool("json", false, "print JSON instead of the table")
+	if err := cli.Parse(fs, args, stderr, false); err != nil {
+		return err
+	}
+	in, err := model.ParseShape(*input)
+	if err != nil {
+		return cli.Usage(fmt.Errorf("-input: %w", err))
+	}
+	if *classes < 1 {
+		return cli.Usage(fmt.Errorf("-classes %d: must be >= 1", *classes))
+	}
+	d, err := model.LoadDesc(*name)
+	if err != nil {
+		return cli.Usage(err)
+	}
+	s, err := model.Summarize(d, in, *classes)
+	if err != nil {
+		return cli.Usage(err)
+	}
+	if *js {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(s)
+	}
+	return s.Write(stdout)
+}
