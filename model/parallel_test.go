@@ -165,11 +165,18 @@ func TestStepAllocatesNothing(t *testing.T) {
 			net, _ := stepShape(t, name, in, par, 16)
 			for _, train := range []bool{true, false} {
 				net.SetTraining(train)
-				allocs := testing.AllocsPerRun(5, func() {
-					net.Forward(16)
-					net.Loss(labels)
-					net.Backward(nil)
-				})
+				// The least of three counts: once in a few hundred steps the
+				// runtime allocates a thread of its own while a pinned worker
+				// sleeps in futex(2); an allocation of the step's would show
+				// in every count.
+				allocs := 1e9
+				for range 3 {
+					allocs = min(allocs, testing.AllocsPerRun(5, func() {
+						net.Forward(16)
+						net.Loss(labels)
+						net.Backward(nil)
+					}))
+				}
 				if !openblas.Native {
 					// gonum's pure-Go Sgemm starts goroutines per call; the model's own
 					// code must still allocate nothing, which the native build checks.
