@@ -2,14 +2,20 @@ package model
 
 import (
 	"math/rand/v2"
+	"os"
 	"testing"
 	"time"
 )
 
-// benchNet is the reference CNN with batch 64 and random input, on one
-// worker (the calling goroutine).
+// benchNet is a zoo model with batch 64 and random input, on one worker
+// (the calling goroutine): 28x28x1 for the cnn and mlp, 32x32x3 for the
+// others.
 func benchNet(b *testing.B, name string) (*Net, []int32) {
-	net, err := New(name, Shape{}, 10, 64, 1)
+	in := Shape{}
+	if name != "cnn" && name != "mlp" {
+		in = Shape{32, 32, 3}
+	}
+	net, err := New(name, in, 10, 64, 1)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -25,9 +31,9 @@ func benchNet(b *testing.B, name string) (*Net, []int32) {
 }
 
 // BenchmarkStep times full training steps (forward, loss, backward) of the
-// reference CNN and the MLP, batch 64, one thread.
+// zoo, batch 64, one thread.
 func BenchmarkStep(b *testing.B) {
-	for _, name := range []string{"cnn", "mlp"} {
+	for _, name := range []string{"cnn", "mlp", "lenet5", "resnet8", "resnet20"} {
 		b.Run(name, func(b *testing.B) {
 			net, labels := benchNet(b, name)
 			flop := 2 * float64(net.TrainMACs()) * 64
@@ -44,10 +50,15 @@ func BenchmarkStep(b *testing.B) {
 	}
 }
 
-// BenchmarkLayers reports each layer of the reference CNN, forward and
-// backward, with GFLOP/s for the layers that multiply.
+// BenchmarkLayers reports each layer of the reference CNN (or of the model
+// named by BENCH_MODEL), forward and backward, with GFLOP/s for the layers
+// that multiply.
 func BenchmarkLayers(b *testing.B) {
-	net, labels := benchNet(b, "cnn")
+	name := "cnn"
+	if m := os.Getenv("BENCH_MODEL"); m != "" {
+		name = m
+	}
+	net, labels := benchNet(b, name)
 	nl := len(net.Layers)
 	fwd, bwd := make([]time.Duration, nl), make([]time.Duration, nl)
 	for i := 0; i < 3; i++ {

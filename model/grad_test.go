@@ -357,3 +357,45 @@ func TestReferenceCNNSize(t *testing.T) {
 		t.Error("unknown model accepted")
 	}
 }
+
+// TestStridedConvPoolFused: stride-2 convolutions, direct and through
+// im2col, each running a fused ReLU and max-pool (one with an overlapping
+// window), against the plain layer sequence in float64.
+func TestStridedConvPoolFused(t *testing.T) {
+	in := Shape{9, 9, 3}
+	const n = 2
+	net, err := NewNet(in, n, 5,
+		Conv(8, 3, 2, 1), Rectifier(), MaxPool(2, 1),
+		Conv(6, 3, 2, 1), Rectifier(), MaxPool(2, 2),
+		Flatten(), FullyConnected(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c1, c2 := net.Layers[0].(*Conv2D), net.Layers[3].(*Conv2D)
+	if !c1.direct || c2.direct || c1.pool == nil || c2.pool == nil {
+		t.Fatalf("want conv1 direct and conv2 im2col, both with the pool fused: direct %v %v, pools %v %v", c1.direct, c2.direct, c1.pool, c2.pool)
+	}
+	rng := rand.New(rand.NewPCG(7, 9))
+	copy(net.Input(), randSlice(rng, n*in.Size()))
+	for i := range net.Params {
+		net.Params[i] += 0.05 * float32(rng.NormFloat64()) // non-zero biases
+	}
+	labels := []int32{2, 1}
+	logits := net.Forward(n)
+	x := to64(net.Input()[:n*in.Size()])
+	p := to64(net.Params)
+	refLogits := func() []float64 {
+		o := 0
+		take := func(k int) []float64 { s := p[o : o+k]; o += k; return s }
+		h := refConv(x, take(8*9*3), take(8), in, 8, 3, 2, 1, n)
+		h = refPool(refReLU(h), Shape{5, 5, 8}, 2, 1, n)
+		h = refConv(h, take(6*9*8), take(6), Shape{4, 4, 8}, 6, 3, 2, 1, n)
+		h = refPool(refReLU(h), Shape{2, 2, 6}, 2, 2, n)
+		return refLinear(h, take(3*6), take(3), 6, 3, n)
+	}
+	assertClose(t, "logits", logits, refLogits(), 1e-5)
+	net.Loss(labels)
+	net.Backward(nil)
+	ref := func() float64 { return refCE(refLogits(), labels, 3) }
+	assertClose(t, "gradient", net.Grads, numGrad(p, ref), 1e-3)
+}

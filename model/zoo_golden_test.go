@@ -93,6 +93,9 @@ func TestZooMatchesGoBuilt(t *testing.T) {
 		if fmt.Sprint(net.Groups()) != fmt.Sprint(old.Groups()) {
 			t.Errorf("%s %v: groups %v, Go-built %v", g.name, g.in, net.Groups(), old.Groups())
 		}
+		if g.name == "cnn" && !(pooled(net.Layers[0]) && pooled(net.Layers[3])) {
+			t.Errorf("cnn %v: convolution, ReLU and max-pool not fused", g.in)
+		}
 		losses, final := goldenSteps(net)
 		oldLosses, oldFinal := goldenSteps(old)
 		if losses != oldLosses || final != oldFinal {
