@@ -11,6 +11,7 @@ import (
 
 	"hpctrain/internal/cli"
 	"hpctrain/model"
+	"hpctrain/mpi"
 )
 
 func TestModelsCmd(t *testing.T) {
@@ -100,3 +101,6 @@ func TestSummaryCmd(t *testing.T) {
 		}
 	}
 }
+
+// The communicator is what synchronised batch norm reduces with.
+var _ model.SumReducer = mpi.Comm(nil)
