@@ -10,8 +10,9 @@ import (
 // evaluation passes the input through unchanged.
 //
 // The mask is not stored: a value's fate is a hash of the network's seed,
-// the step, the layer and the value's global position (the sample's index
-// in the global batch, see Net.SetStep, and its offset in the sample), so
+// the step (and the training forwards since it was set), the layer and the
+// value's global position (the sample's index in the global batch, see
+// Net.SetStep, and its offset in the sample), so
 // backward recomputes it, and it does not depend on the number of workers
 // or on how the global batch is split over replicas.
 type Dropout struct {
@@ -64,7 +65,7 @@ func (l *Dropout) forward(x, y []float32, n int) {
 		copy(y[:n*sz], x[:n*sz])
 		return
 	}
-	l.key = mix(mix(mix(l.x.seed^0x64726f706f7574)+l.x.step) + l.id) // "dropout"
+	l.key = mix(mix(mix(mix(l.x.seed^0x64726f706f7574)+l.x.step)+l.x.pass) + l.id) // "dropout"
 	l.first = l.x.first
 	l.cx, l.cy = x, y
 	l.x.par.Run(n, l.fwdTask)

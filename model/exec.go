@@ -17,6 +17,7 @@ type exec struct {
 	hook  GradHook
 	seed  uint64 // the network's seed
 	step  uint64 // see Net.SetStep
+	pass  uint64 // training forwards since SetStep
 	first int
 	drops uint64 // dropout layers bound so far: each draws its own stream
 }

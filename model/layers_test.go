@@ -228,6 +228,13 @@ func TestDropoutMask(t *testing.T) {
 	whole := build(8)
 	whole.SetStep(5, 0)
 	ref := mask(whole, 8)
+	if equal32(mask(whole, 8), ref) {
+		t.Error("a second forward without SetStep dropped what the first dropped")
+	}
+	whole.SetStep(5, 0)
+	if !equal32(mask(whole, 8), ref) {
+		t.Error("SetStep(5, 0) again did not repeat the mask")
+	}
 	dropped := 0
 	for _, v := range ref {
 		switch v {
@@ -243,6 +250,7 @@ func TestDropoutMask(t *testing.T) {
 	}
 	// Three workers.
 	whole.SetParallel(goPar(3))
+	whole.SetStep(5, 0)
 	if got := mask(whole, 8); !equal32(got, ref) {
 		t.Error("the mask changed with the number of workers")
 	}

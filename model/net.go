@@ -378,6 +378,9 @@ func (n *Net) Forward(nb int) []float32 {
 	}
 	n.n = nb
 	n.body.forward(nb)
+	if n.x.train {
+		n.x.pass++
+	}
 	return n.body.output()[:nb*n.Classes]
 }
 
