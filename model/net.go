@@ -337,11 +337,13 @@ func (n *Net) Err() error {
 // SetStep keys the dropout noise of the following passes: step is the
 // training step and first the index, within the step's global batch, of
 // this replica's first sample (rank*batch). A sample's mask depends only
-// on the seed, the step, its global index and the layer, so runs repeat
-// exactly, whatever the number of workers, and R replicas of batch B drop
-// what one replica of batch R*B drops.
+// on the seed, the step, the number of training forwards since SetStep,
+// its global index and the layer, so runs repeat exactly, whatever the
+// number of workers, and R replicas of batch B drop what one replica of
+// batch R*B drops. Without SetStep, each training forward still draws a
+// new mask (the count of forwards tells them apart).
 func (n *Net) SetStep(step, first int) {
-	n.x.step, n.x.first = uint64(step), first
+	n.x.step, n.x.first, n.x.pass = uint64(step), first, 0
 }
 
 // SetLabelSmoothing makes Loss the cross-entropy against targets
