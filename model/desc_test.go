@@ -95,7 +95,9 @@ p = 0.5
 [[layers]]
 kind = "residual"
 shortcut = "identity"
-layers = [{kind = "relu"}]
+
+  [[layers.layers]]
+  kind = "relu"
 
 [[layers]]
 kind = "flatten"
