@@ -1,0 +1,471 @@
+package train
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math"
+	"os"
+	"sort"
+	"strings"
+
+	"hpctrain/checkpoint"
+	"hpctrain/data"
+	"hpctrain/internal/cli"
+	"hpctrain/model"
+	"hpctrain/mpi"
+)
+
+// This file is the other end of a run: a network restored from one of its
+// checkpoints, in evaluation mode, with the settings the run recorded, and
+// its evaluation on a data set as the run itself evaluates (evaluate's
+// loader, shards and sums), with a confusion matrix. hpctrain eval,
+// predict and export start here.
+
+// Trained is a network restored from a checkpoint for evaluation and
+// inference.
+type Trained struct {
+	Path  string            // the checkpoint file
+	State *checkpoint.State // as read (its sections are not copied)
+	// Config is the run's settings as the checkpoint recorded them;
+	// what it does not record (version-1 files record nothing) has its
+	// default.
+	Config Config
+	// Net is the network in evaluation mode (batch norm's running
+	// statistics, no dropout), built for batches of up to Batch samples.
+	Net   *model.Net
+	Batch int
+	// DataShape is a sample as the data set gives it; Net.In is that after
+	// the evaluation transforms (resize, centre crop).
+	DataShape data.Shape
+	// ClassNames names the outputs (Fashion-MNIST's, CIFAR-10's, an image
+	// folder's directories); nil when unknown.
+	ClassNames []string
+	// Desc says where the description came from: "checkpoint" (recorded
+	// in it) or the zoo name or file it was read from.
+	DescFrom string
+}
+
+// LoadOptions are LoadTrained's choices.
+type LoadOptions struct {
+	// Model, when not empty, is the model (zoo name or description file)
+	// the checkpoint must be of; another is a usage error.
+	Model string
+	// Batch is the largest batch the network takes (0: the run's batch).
+	Batch int
+	// Warn receives lines worth a user's attention (nil: dropped).
+	Warn func(string)
+}
+
+// LoadTrained reads the checkpoint at path and rebuilds its network. A
+// missing file, or one of another model than opts.Model, is a usage
+// error; a corrupt file, or one of a format version this build does not
+// read, is an error wrapping checkpoint.ErrFormat, ErrTruncated or
+// ErrChecksum. Every error is one line naming the file.
+func LoadTrained(path string, opts LoadOptions) (*Trained, error) {
+	st, err := checkpoint.Load(path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, cli.Usage(fmt.Errorf("checkpoint %s: no such file (name a .hpck file, or use -checkpoint-dir)", path))
+		}
+		return nil, err
+	}
+	return restore(path, st, opts)
+}
+
+// LatestTrained is LoadTrained of the newest valid checkpoint in dir;
+// unusable files are skipped with a warning, as -resume auto does.
+func LatestTrained(dir string, opts LoadOptions) (*Trained, error) {
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		return nil, cli.Usage(fmt.Errorf("checkpoint dir %s: not a directory", dir))
+	}
+	warn := opts.Warn
+	if warn == nil {
+		warn = func(string) {}
+	}
+	st, path, err := checkpoint.Latest(dir, warn)
+	if err != nil {
+		return nil, err
+	}
+	if st == nil {
+		return nil, cli.Usage(fmt.Errorf("checkpoint dir %s: no valid checkpoint (ckpt-*.hpck) in it", dir))
+	}
+	return restore(path, st, opts)
+}
+
+// restore builds st's network and loads its tensors.
+func restore(path string, st *checkpoint.State, opts LoadOptions) (*Trained, error) {
+	warn := opts.Warn
+	if warn == nil {
+		warn = func(string) {}
+	}
+	fail := func(format string, a ...any) error {
+		return fmt.Errorf("checkpoint %s: %s", path, fmt.Sprintf(format, a...))
+	}
+	t := &Trained{Path: path, State: st, Config: Defaults()}
+	if st.Config != nil {
+		if err := json.Unmarshal(st.Config, &t.Config); err != nil {
+			return nil, fail("its settings record does not read: %v", err)
+		}
+	} else {
+		warn(fmt.Sprintf("checkpoint %s records no settings (format version %d): assuming the defaults (data set %s in %s)", path, st.Version, t.Config.Dataset, t.Config.DataDir))
+	}
+	if t.Config.Model == "" || st.Model != "" {
+		t.Config.Model = st.Model
+	}
+
+	// The description: recorded in the checkpoint, else the model's own.
+	var desc model.Desc
+	var err error
+	if st.Desc != "" {
+		desc, err = model.ParseDesc(st.Model, []byte(st.Desc))
+		if err != nil {
+			return nil, fail("its model description does not read: %v", err)
+		}
+		t.DescFrom = "checkpoint"
+	} else {
+		desc, err = model.LoadDesc(st.Model)
+		if err != nil {
+			return nil, fail("it records no model description, and its model's cannot be read: %v", err)
+		}
+		t.DescFrom = st.Model
+	}
+	if opts.Model != "" {
+		if err := sameModel(st, desc, opts.Model); err != nil {
+			return nil, cli.Usage(fmt.Errorf("checkpoint %s: %w", path, err))
+		}
+	}
+
+	// The input: a data set sample through the evaluation transforms.
+	dc := t.Config.DataConfig
+	t.DataShape, err = sampleShape(dc)
+	if err != nil {
+		return nil, fail("%v", err)
+	}
+	lo, err := dc.LoaderOptions(t.DataShape, t.Config.Seed)
+	if err != nil {
+		return nil, fail("%v", err)
+	}
+	pipe, err := data.NewPipeline(t.DataShape, lo.EvalTransforms)
+	if err != nil {
+		return nil, fail("%v", err)
+	}
+	in := model.Shape(pipe.Out())
+
+	params := st.Lookup("params")
+	if params == nil {
+		return nil, fail("no parameters (section \"params\")")
+	}
+	classes, names := classesOf(dc)
+	if classes == 0 {
+		classes = classesFromParams(desc, in, len(params))
+	}
+	t.ClassNames = names
+	t.Batch = opts.Batch
+	if t.Batch <= 0 {
+		t.Batch = max(t.Config.Batch, 1)
+	}
+	t.Net, err = model.Build(desc, in, max(classes, 1), t.Batch, t.Config.Seed)
+	if err != nil {
+		return nil, fail("%v", err)
+	}
+	if len(params) != len(t.Net.Params) {
+		return nil, fail("%d parameters, but model %s on %v input with %d classes has %d: the checkpoint is of another network or input shape (%s)",
+			len(params), st.Model, in, classes, len(t.Net.Params), describeData(dc))
+	}
+	copy(t.Net.Params, params)
+	bufs := st.Lookup("buffers")
+	switch {
+	case len(t.Net.Buffers) > 0 && bufs == nil:
+		return nil, fail("it holds no batch-norm running statistics (section \"buffers\"), which model %s needs in evaluation: it was written by a build that did not save them", st.Model)
+	case len(bufs) != len(t.Net.Buffers):
+		return nil, fail("%d buffer values (running statistics), the model has %d", len(bufs), len(t.Net.Buffers))
+	}
+	copy(t.Net.Buffers, bufs)
+	t.Net.SetTraining(false)
+	if names != nil && len(names) != t.Net.Classes {
+		t.ClassNames = nil
+	}
+	return t, nil
+}
+
+// sameModel checks that the checkpoint (of description desc) is of the
+// model named by want: a zoo name or a description file.
+func sameModel(st *checkpoint.State, desc model.Desc, want string) error {
+	wd, err := model.LoadDesc(want)
+	if err != nil {
+		return fmt.Errorf("-model %s: %w", want, err)
+	}
+	if st.Desc == "" && st.Model != want {
+		return fmt.Errorf("it is of model %s, not %s (-model); drop -model or name a checkpoint of %s", st.Model, want, want)
+	}
+	if d := wd.Diff(desc); d != "" {
+		return fmt.Errorf("it is of model %s, not %s (-model): %s; drop -model or name a checkpoint of %s", st.Model, want, d, want)
+	}
+	return nil
+}
+
+// sampleShape is the shape of a sample of the configured data set before
+// any transform: image_shape for folders and synthetic sets (or their
+// defaults), CIFAR-10's, and 28x28x1 for IDX files (MNIST's and
+// Fashion-MNIST's), as data.Config.Open gives them.
+func sampleShape(dc data.Config) (data.Shape, error) {
+	switch {
+	case dc.ImageShape != "":
+		s, err := data.ParseShape(dc.ImageShape)
+		if err != nil {
+			return data.Shape{}, fmt.Errorf("image_shape = %q: %w", dc.ImageShape, err)
+		}
+		return s, nil
+	case dc.Dataset == "folder":
+		return data.Shape{H: 32, W: 32, C: 3}, nil
+	case dc.Dataset == "cifar10":
+		return data.CIFAR10Shape, nil
+	}
+	return data.Shape{H: 28, W: 28, C: 1}, nil
+}
+
+// Class names of the built-in data sets, in label order.
+var classNames = map[string][]string{
+	"fashion-mnist": {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"},
+	"mnist":         {"0", "1", "2", "3", "4", "5", "6", "7", "8", "9"},
+	"cifar10":       {"airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"},
+}
+
+// classesOf is the number of classes of the configured data set and
+// their names: 10 for the built-in sets (synthetic ones are unnamed), an
+// image folder's class directories (as data.LoadImageFolder lists them)
+// when data_dir can be read, else 0 and nil.
+func classesOf(dc data.Config) (int, []string) {
+	if names, ok := classNames[dc.Dataset]; ok {
+		return len(names), names
+	}
+	if dc.Dataset != "folder" {
+		return 10, nil
+	}
+	es, err := os.ReadDir(dc.DataDir)
+	if err != nil {
+		return 0, nil
+	}
+	var names []string
+	for _, e := range es {
+		if e.IsDir() && !strings.HasPrefix(e.Name(), ".") {
+			names = append(names, e.Name())
+		}
+	}
+	sort.Strings(names)
+	return len(names), names
+}
+
+// classesFromParams finds the number of classes for which d on input in
+// has n parameters: they grow linearly with the classes (the last layer's
+// outputs), so two builds tell the slope. 0 if none fits.
+func classesFromParams(d model.Desc, in model.Shape, n int) int {
+	count := func(k int) int {
+		net, err := model.Build(d, in, k, 1, 1)
+		if err != nil {
+			return -1
+		}
+		return len(net.Params)
+	}
+	p1, p2 := count(1), count(2)
+	if p1 < 0 || p2 <= p1 || n < p1 || (n-p1)%(p2-p1) != 0 {
+		return 0
+	}
+	return (n-p1)/(p2-p1) + 1
+}
+
+func describeData(dc data.Config) string {
+	s := "data set " + dc.Dataset
+	if dc.ImageShape != "" {
+		s += ", image_shape " + dc.ImageShape
+	}
+	if dc.Augment != "" {
+		s += ", augment " + string(dc.Augment)
+	}
+	return s
+}
+
+// EvalSet is a data set opened for evaluation: its test part and the
+// loader that reads it as the run's evaluation does.
+type EvalSet struct {
+	Test       data.Dataset
+	Loader     *data.Loader
+	ClassNames []string // the folder's class directories; nil for other sets
+	Desc       string   // one line for people: what is evaluated
+	sets       *data.Sets
+}
+
+// Close stops the loader.
+func (e *EvalSet) Close() { e.Loader.Close() }
+
+// Err is the first image a lazy folder failed to decode, or nil.
+func (e *EvalSet) Err() error { return e.sets.Err() }
+
+// OpenEval opens the test part of the data set dc (the run's, or another
+// with the same sample shape and classes) and its evaluation loader: the
+// run's normalisation and evaluation transforms, batches of t.Batch, the
+// first testLimit samples (0: all). ranks is the number of processes on
+// this node, for the memory budget. A data set that does not fit the
+// network is a usage error naming both.
+func (t *Trained) OpenEval(dc data.Config, testLimit, ranks int, warn func(string)) (*EvalSet, error) {
+	if err := dc.Validate(); err != nil {
+		return nil, cli.Usage(err)
+	}
+	sets, err := dc.Open(data.OpenOptions{Limit: t.Config.Limit, TestLimit: testLimit, Budget: data.NewBudget(ranks), Warn: warn})
+	if err != nil {
+		if errors.As(err, new(*data.MemoryError)) {
+			err = cli.Usage(err)
+		}
+		return nil, err
+	}
+	test := sets.Test
+	if test.Classes() != t.Net.Classes {
+		return nil, cli.Usage(fmt.Errorf("data set %s (%s) has %d classes, the network %d", dc.Dataset, dc.DataDir, test.Classes(), t.Net.Classes))
+	}
+	opts, err := dc.LoaderOptions(test.Shape(), t.Config.Seed)
+	if err != nil {
+		return nil, cli.Usage(err)
+	}
+	opts.Transforms, opts.Batch = opts.EvalTransforms, t.Batch
+	ld, err := data.NewLoader(test, nil, opts)
+	if err != nil {
+		return nil, fmt.Errorf("test data: %w", err)
+	}
+	if model.Shape(ld.Shape()) != t.Net.In {
+		ld.Close()
+		s := ld.Shape()
+		return nil, cli.Usage(fmt.Errorf("data set %s gives %dx%dx%d samples, the network takes %v", dc.Dataset, s.H, s.W, s.C, t.Net.In))
+	}
+	e := &EvalSet{Test: test, Loader: ld, sets: sets}
+	if f, ok := sets.Train.(interface{ ClassNames() []string }); ok {
+		e.ClassNames = f.ClassNames()
+	}
+	where := dc.DataDir
+	if dc.TestDir != "" {
+		where = dc.TestDir
+	}
+	_, _, norm := dc.Normalisation(test.Shape().C)
+	e.Desc = fmt.Sprintf("%s (%s): %d test samples, normalise %s", dc.Dataset, where, test.Len(), norm)
+	return e, nil
+}
+
+// Evaluation is a network's evaluation on a data set.
+type Evaluation struct {
+	Samples  int
+	Loss     float64 // mean softmax cross-entropy
+	Accuracy float64 // Correct / Samples
+	Correct  int
+	// Confusion[i][j] counts the samples of class i predicted as class j
+	// (the highest score, the first one on ties, as Net.Loss counts).
+	Confusion [][]int64
+}
+
+// ClassAccuracy is the accuracy on each class's samples (NaN for a class
+// with none).
+func (e Evaluation) ClassAccuracy() []float64 {
+	acc := make([]float64, len(e.Confusion))
+	for i, row := range e.Confusion {
+		var n int64
+		for _, v := range row {
+			n += v
+		}
+		acc[i] = math.NaN()
+		if n > 0 {
+			acc[i] = float64(row[i]) / float64(n)
+		}
+	}
+	return acc
+}
+
+// Evaluate evaluates net on the n samples ld reads, as the training run's
+// evaluation does: each rank takes its contiguous shard (data.Shard), in
+// batches, and the sums (loss times samples, correct, samples, and the
+// confusion counts) are reduced over the ranks. Collective.
+func Evaluate(c mpi.Comm, net *model.Net, ld *data.Loader, n int) (Evaluation, error) {
+	k := net.Classes
+	lo, hi := data.Shard(n, c.Rank(), c.Size())
+	ld.StartRange(lo, hi)
+	sums := make([]float64, 3+k*k) // loss*n, correct, n, confusion
+	conf := sums[3:]
+	for {
+		b, ok := ld.Next()
+		if !ok {
+			break
+		}
+		copy(net.Input(), b.X)
+		logits := net.Forward(b.N)
+		for i := 0; i < b.N; i++ {
+			conf[int(b.Y[i])*k+argmax(logits[i*k:(i+1)*k])]++
+		}
+		l, correct := net.Loss(b.Y)
+		sums[0] += l * float64(b.N)
+		sums[1] += float64(correct)
+		sums[2] += float64(b.N)
+		ld.Release(b)
+	}
+	if err := c.AllreduceSum64(sums); err != nil {
+		return Evaluation{}, fmt.Errorf("reducing test results: %w", err)
+	}
+	if sums[2] == 0 {
+		return Evaluation{}, errors.New("empty test set")
+	}
+	e := Evaluation{Samples: int(sums[2]), Loss: sums[0] / sums[2], Accuracy: sums[1] / sums[2], Correct: int(sums[1]), Confusion: make([][]int64, k)}
+	for i := range e.Confusion {
+		e.Confusion[i] = make([]int64, k)
+		for j := range e.Confusion[i] {
+			e.Confusion[i][j] = int64(conf[i*k+j])
+		}
+	}
+	return e, nil
+}
+
+// argmax is the index of the first highest score, as model's Loss finds it.
+func argmax(z []float32) int {
+	b := 0
+	for j, v := range z {
+		if v > z[b] {
+			b = j
+		}
+	}
+	return b
+}
+
+// Agree makes every rank learn whether any rank failed a stage of a
+// command run under mpirun (loading a checkpoint, opening data): each rank
+// passes its own error, and all ranks return an error if any failed, the
+// rank's own or one naming the failed ranks, a usage error when any
+// failed rank's was. Collective.
+func Agree(c mpi.Comm, stage string, err error) error {
+	code := []byte{0}
+	if err != nil {
+		code[0] = 1
+		if errors.As(err, new(cli.UsageError)) {
+			code[0] = 2
+		}
+	}
+	all := make([]byte, c.Size())
+	if gerr := c.Allgather(code, all); gerr != nil {
+		return fmt.Errorf("%s: agreeing: %w", stage, gerr)
+	}
+	if err != nil {
+		return err
+	}
+	var failed []string
+	usage := false
+	for r, f := range all {
+		if f != 0 {
+			failed = append(failed, fmt.Sprint(r))
+			usage = usage || f == 2
+		}
+	}
+	if len(failed) == 0 {
+		return nil
+	}
+	err = fmt.Errorf("%s failed on rank %s (see its message); stopping", stage, strings.Join(failed, ", "))
+	if usage {
+		err = cli.Usage(err)
+	}
+	return err
+}
