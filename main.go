@@ -4,6 +4,8 @@
 // summed with MPI all-reduce.
 //
 //	hpctrain train [flags]     train a model (see hpctrain train -h)
+//	hpctrain models [NAME]     the built-in networks, or one's TOML description
+//	hpctrain summary -model X  per-layer shapes, parameters and multiply-adds
 //	hpctrain topo [-np N]      show the node and the placement plan
 //	hpctrain topo -gpu         the GPU matrix (nvidia-smi topo -m) and GPU per local rank
 //	hpctrain bench WHAT        measure gemm, step, allreduce, affinity, optim
@@ -37,6 +39,8 @@ Usage:
 
 Commands:
   train     train a model on Fashion-MNIST (hpctrain train -h for its flags)
+  models    list the built-in networks; models NAME prints one's TOML description
+  summary   per-layer output shapes, parameters and multiply-adds of -model
   topo      this node's cores, SMT siblings, NUMA nodes and the plan for -np ranks;
             -gpu: the GPU-GPU/GPU-CPU matrix and each local rank's GPU and cores
   bench     gemm | step | allreduce | affinity | optim (hpctrain bench -h)
@@ -74,8 +78,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = slurmCmd(rest, stdout, stderr)
 	case "plot":
 		err = plotCmd(rest, stdout, stderr)
+	case "models":
+		err = modelsCmd(rest, stdout, stderr)
+	case "summary":
+		err = summaryCmd(rest, stdout, stderr)
 	default:
-		err = cli.Usage(fmt.Errorf("unknown command %q (commands: train, topo, bench, slurm, plot; see hpctrain -h)", cmd))
+		err = cli.Usage(fmt.Errorf("unknown command %q (commands: train, models, summary, topo, bench, slurm, plot; see hpctrain -h)", cmd))
 	}
 	switch {
 	case err == nil:

@@ -356,6 +356,9 @@ func (n *Net) SetLabelSmoothing(eps float64) {
 	n.smooth = eps
 }
 
+// LabelSmoothing is the loss's label smoothing (SetLabelSmoothing).
+func (n *Net) LabelSmoothing() float64 { return n.smooth }
+
 // Batch is the largest batch the network was built for.
 func (n *Net) Batch() int { return n.batch }
 

@@ -41,10 +41,16 @@ func agree(c mpi.Comm, stage string, err error) error {
 // gathers every rank's configuration hash so that all ranks name the same
 // culprits and stop together.
 func agreeConfig(c mpi.Comm, cfg *Config) error {
-	h := []byte(cfg.Hash()) // 16 hex digits on every rank
+	return agreeHash(c, "configuration", cfg.Hash(), "start every rank with the same flags and config file")
+}
+
+// agreeHash checks that every rank holds rank 0's hash h of what (16 hex
+// digits), naming the ranks that differ.
+func agreeHash(c mpi.Comm, what, hash, hint string) error {
+	h := []byte(hash)
 	all := make([]byte, len(h)*c.Size())
 	if err := c.Allgather(h, all); err != nil {
-		return fmt.Errorf("comparing configurations: %w", err)
+		return fmt.Errorf("comparing %ss: %w", what, err)
 	}
 	ref := all[:len(h)]
 	var bad []string
@@ -54,7 +60,7 @@ func agreeConfig(c mpi.Comm, cfg *Config) error {
 		}
 	}
 	if len(bad) > 0 {
-		return fmt.Errorf("configuration differs from rank 0's (hash %s): %s; start every rank with the same flags and config file", ref, strings.Join(bad, ", "))
+		return fmt.Errorf("%s differs from rank 0's (hash %s): %s; %s", what, ref, strings.Join(bad, ", "), hint)
 	}
 	return nil
 }

@@ -94,6 +94,11 @@ type Config struct {
 	optim.ScheduleConfig `json:"-"`
 
 	Model     string `toml:"model" json:"model"`
+	// SyncBN normalises every batch-norm layer with the global batch's
+	// statistics (all-reduced) instead of each rank's own.
+	SyncBN bool `toml:"sync_bn" json:"sync_bn"`
+	// LabelSmoothing is the loss's label smoothing (PyTorch's definition).
+	LabelSmoothing float64 `toml:"label_smoothing" json:"label_smoothing"`
 	Epochs    int    `toml:"epochs" json:"epochs"`
 	Steps     int    `toml:"steps" json:"steps"`
 	Batch     int    `toml:"batch" json:"batch"`
@@ -164,7 +169,9 @@ func Defaults() Config {
 
 // Flags binds every field of c to a flag of fs.
 func (c *Config) Flags(fs *flag.FlagSet) {
-	fs.StringVar(&c.Model, "model", c.Model, "network: "+strings.Join(model.Names(), ", ")+" (cnn: the book's reference CNN; mlp: 784-512-10)")
+	fs.StringVar(&c.Model, "model", c.Model, "network: a built-in model ("+strings.Join(model.Names(), ", ")+"; hpctrain models lists them) or a description FILE.toml (hpctrain models NAME prints one to start from)")
+	fs.BoolVar(&c.SyncBN, "sync-bn", c.SyncBN, "batch norm with the global batch's statistics, all-reduced over the ranks (default: each rank its own batch's, as DistributedDataParallel)")
+	fs.Float64Var(&c.LabelSmoothing, "label-smoothing", c.LabelSmoothing, "label smoothing of the training loss, in [0, 1) (PyTorch's CrossEntropyLoss(label_smoothing)); the test loss stays plain cross-entropy")
 	fs.IntVar(&c.Epochs, "epochs", c.Epochs, fmt.Sprintf("passes over the training set (1 to %d)", MaxEpochs))
 	fs.IntVar(&c.Steps, "steps", c.Steps, fmt.Sprintf("stop after `N` steps in all, wherever that falls in an epoch (0: run every epoch; at most %d)", MaxSteps))
 	fs.IntVar(&c.Batch, "batch", c.Batch, fmt.Sprintf("samples per step `per rank`, 1 to %d and at most the training samples / ranks; the global batch is batch x ranks", MaxBatch))
@@ -485,6 +492,8 @@ func (c *Config) Validate() error {
 		return bad("bucket_mb", c.BucketMB, fmt.Sprintf("0 to %d, or -1 (auto)", MaxBucketMB))
 	case c.CheckEvery < 0:
 		return bad("check_every", c.CheckEvery, ">= 0")
+	case !(c.LabelSmoothing >= 0 && c.LabelSmoothing < 1):
+		return bad("label_smoothing", c.LabelSmoothing, "in [0, 1)")
 	case c.TimelineSteps < 1 || c.TimelineSteps > MaxTimelineSteps:
 		return bad("timeline_steps", c.TimelineSteps, fmt.Sprintf("1 to %d", MaxTimelineSteps))
 	case c.CollectiveTimeout < 0:

@@ -194,7 +194,8 @@ func newCheckpointer(cfg Config, c mpi.Comm, net *model.Net, opt optim.Optimizer
 	if err != nil {
 		return nil, err
 	}
-	cp := &checkpointer{cfg: cfg, comm: c, net: net, opt: opt, every: every, last: time.Now(), flag: make([]float64, 1), log: log, config: config}
+	cp := &checkpointer{cfg: cfg, comm: c, net: net, opt: opt, every: every, last: time.Now(), flag: make([]float64, 2), log: log, config: config,
+		desc: string(net.Desc.TOML()), buffers: net.Buffers}
 	if cfg.CheckpointDir != "" {
 		if c.Rank() == 0 {
 			if err := os.MkdirAll(cfg.CheckpointDir, 0o755); err != nil {
@@ -512,7 +513,8 @@ func (cp *checkpointer) write(step, epoch int, final json.RawMessage) error {
 	return nil
 }
 
-// due reports whether rank 0 should write a periodic checkpoint now.
+// due reports whether rank 0 would write a periodic checkpoint now. Only
+// rank 0's answer counts (agreeStep): a period runs on rank 0's clock.
 func (cp *checkpointer) due(step int) bool {
 	if cp.cfg.CheckpointDir == "" {
 		return false
@@ -523,19 +525,26 @@ func (cp *checkpointer) due(step int) bool {
 	return cp.every.Period > 0 && time.Since(cp.last) >= cp.every.Period
 }
 
-// stopAgreed makes all ranks agree, at a step boundary, whether any rank
-// was signalled: so all ranks checkpoint and stop at the same step.
-// Collective (one 8-byte all-reduce per step, only with -checkpoint-dir).
-func (cp *checkpointer) stopAgreed() (bool, error) {
+// agreeStep makes all ranks agree, at a step boundary, whether any rank
+// was signalled (then all checkpoint and stop at this step) and whether a
+// periodic checkpoint is due by rank 0's reckoning: each rank asking its
+// own clock would send some ranks into the checkpoint's collectives and
+// not others. Collective: one 16-byte all-reduce per step, only with
+// -checkpoint-dir.
+func (cp *checkpointer) agreeStep(step int) (stop, save bool, err error) {
 	if cp.cfg.CheckpointDir == "" {
-		return false, nil
+		return false, false, nil
 	}
-	cp.flag[0] = 0
+	cp.flag[0], cp.flag[1] = 0, 0
 	if cp.stopFlag.Load() {
 		cp.flag[0] = 1
 	}
-	if err := cp.comm.AllreduceSum64(cp.flag); err != nil {
-		return false, err
+	if cp.comm.Rank() == 0 && cp.due(step) {
+		cp.flag[1] = 1
 	}
-	return cp.flag[0] > 0, nil
+	if err := cp.comm.AllreduceSum64(cp.flag); err != nil {
+		return false, false, err
+	}
+	stop = cp.flag[0] > 0
+	return stop, stop || cp.flag[1] > 0, nil
 }

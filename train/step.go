@@ -26,6 +26,7 @@ type Step struct {
 	bk     *buckets
 	labels []int32
 	n      int // samples of the loaded batch
+	first  int // global index of this rank's first sample in a batch (dropout)
 	flt    faults
 
 	// Marks are the ends of the last Run's phases, and Comm the time its
@@ -74,6 +75,7 @@ func (s *Step) Load(x []float32, y []int32) {
 // the loaded batch and returns this rank's loss.
 func (s *Step) Run(step int) (loss float64, err error) {
 	s.Marks.Start = time.Now()
+	s.net.SetStep(step, s.first)
 	s.net.Forward(s.n)
 	loss, _ = s.net.Loss(s.labels[:s.n])
 	loss = s.flt.loss(step+1, loss)
@@ -86,6 +88,9 @@ func (s *Step) Run(step int) (loss float64, err error) {
 	// scaled by 1/ranks, see model.Net.SetGradScale) are the gradient of
 	// the mean loss over the global batch.
 	s.net.Backward(s.bk)
+	if err := s.net.Err(); err != nil {
+		return loss, fmt.Errorf("batch-norm statistics (sync_bn): %w", err)
+	}
 	s.Marks.Backward = time.Now()
 	s.Comm, err = s.bk.wait(step)
 	if err != nil {

@@ -164,6 +164,9 @@ func start(cfg Config, comm mpi.Comm, out, errOut io.Writer) (r *run, err error)
 	if err := c.Bcast(r.net.Params, 0); err != nil {
 		return r, fmt.Errorf("broadcasting initial parameters: %w", err)
 	}
+	if err := r.syncBuffers(); err != nil {
+		return r, err
+	}
 	r.enter(&phaseResume)
 	r.cp, err = newCheckpointer(cfg, c, r.net, r.opt, r.log)
 	if err = agree(c, "preparing checkpoints", err); err != nil {
@@ -183,6 +186,7 @@ func start(cfg Config, comm mpi.Comm, out, errOut io.Writer) (r *run, err error)
 	// batch without another pass over the gradients.
 	r.net.SetGradScale(1 / float32(c.Size()))
 	r.st = newStep(r.net, r.opt, r.sched, c, bucketBytes(cfg.BucketMB, r.pl.plan.Threads), r.wd, r.flt)
+	r.st.first = c.Rank() * cfg.Batch // this rank's first sample in the global batch: dropout's masks
 	r.prog = newProgress(out, c.Rank() == 0, cfg.Progress, r.total-r.startStep, cfg.Batch*c.Size())
 	if cfg.Timeline != "" {
 		r.tl = newTimeline(c.Rank(), min(10, r.total/2), cfg.TimelineSteps)
@@ -190,7 +194,28 @@ func start(cfg Config, comm mpi.Comm, out, errOut io.Writer) (r *run, err error)
 	r.log("hpctrain: model %s, %d parameters, %d ranks x %d threads, batch %d per rank (%d global), %d steps per epoch, %s lr %g (%s schedule)",
 		cfg.Model, len(r.net.Params), c.Size(), r.pl.plan.Threads, cfg.Batch, cfg.Batch*c.Size(), r.steps, r.opt.Name(), r.lr, cfg.ScheduleConfig.Name)
 	r.log("hpctrain: %s", r.pipe.desc)
+	if cfg.Verbose && c.Rank() == 0 {
+		if err := r.net.Summary().Write(out); err != nil {
+			return r, err
+		}
+	}
 	return r, nil
+}
+
+// syncBuffers gives every rank rank 0's non-parameter state (batch-norm
+// running statistics). Without sync_bn each rank's statistics follow its
+// own batches, as under DistributedDataParallel, whose default
+// (broadcast_buffers) likewise makes rank 0's the ones that count; they are
+// made equal at start, before each evaluation and before each checkpoint,
+// so every rank evaluates alike and a resumed run continues exactly.
+func (r *run) syncBuffers() error {
+	if len(r.net.Buffers) == 0 || r.c.Size() == 1 {
+		return nil
+	}
+	if err := r.c.Bcast(r.net.Buffers, 0); err != nil {
+		return fmt.Errorf("broadcasting batch-norm statistics: %w", err)
+	}
+	return nil
 }
 
 // build makes the model, the optimizer and the learning-rate schedule.
@@ -201,6 +226,14 @@ func (r *run) build() error {
 	if err = agree(c, "building the model", err); err != nil {
 		return err
 	}
+	// With -model FILE.toml every node reads its own copy of the file.
+	if err := agreeHash(c, "model description", r.net.Desc.Hash(), "give every node the same -model file"); err != nil {
+		return err
+	}
+	if cfg.SyncBN {
+		r.net.SetSyncBN(c)
+	}
+	r.net.SetLabelSmoothing(cfg.LabelSmoothing)
 	r.opt, err = optim.New(cfg.Config, Groups(r.net), len(r.net.Params))
 	if err = agree(c, "creating the optimizer", err); err != nil {
 		return err
@@ -356,17 +389,20 @@ func (r *run) account(t0 time.Time) {
 	}
 }
 
-// checkpointOrStop writes periodic checkpoints from rank 0, and on a
-// signal on any rank, agreed by all at this step boundary, checkpoints and
-// returns ErrPreempted.
+// checkpointOrStop writes periodic checkpoints (when rank 0 says one is
+// due), and on a signal on any rank checkpoints and returns ErrPreempted;
+// both agreed by all ranks at this step boundary.
 func (r *run) checkpointOrStop() error {
 	r.enter(&phaseSignals)
-	stop, err := r.cp.stopAgreed()
+	stop, save, err := r.cp.agreeStep(r.step)
 	if err != nil {
 		return err
 	}
-	if stop || r.cp.due(r.step) {
+	if save {
 		r.enter(&phaseCheckpoint)
+		if err := r.syncBuffers(); err != nil {
+			return err
+		}
 		if err := agree(r.c, "writing a checkpoint", r.cp.save(r.step, r.epoch)); err != nil {
 			return err
 		}
@@ -381,6 +417,9 @@ func (r *run) checkpointOrStop() error {
 // endEpoch evaluates on the test set and reports the epoch.
 func (r *run) endEpoch() error {
 	r.enter(&phaseEvaluation)
+	if err := r.syncBuffers(); err != nil {
+		return err
+	}
 	testLoss, acc, err := evaluate(r.c, r.net, r.pipe.testLoad, r.pipe.test.Len())
 	if err != nil {
 		return err
@@ -417,6 +456,9 @@ func (r *run) finish() (Result, error) {
 		}
 	}
 	r.enter(&phaseCheckpoint)
+	if err := r.syncBuffers(); err != nil {
+		return r.res, err
+	}
 	if err := agree(r.c, "writing the final checkpoint", r.cp.saveFinal(r.step, r.res)); err != nil {
 		return r.res, err
 	}
@@ -516,8 +558,17 @@ func Groups(net *model.Net) []optim.Group {
 
 // evaluate computes the mean loss and accuracy over the whole test set of
 // n samples: each rank takes a contiguous shard, read through the
-// evaluation loader (no augmentation), and the sums are reduced.
+// evaluation loader (no augmentation), and the sums are reduced. The net
+// runs in evaluation mode (batch norm's running statistics, no dropout)
+// and the loss is plain cross-entropy, without label smoothing.
 func evaluate(c mpi.Comm, net *model.Net, ld *data.Loader, n int) (loss, acc float64, err error) {
+	net.SetTraining(false)
+	smoothing := net.LabelSmoothing()
+	net.SetLabelSmoothing(0)
+	defer func() {
+		net.SetTraining(true)
+		net.SetLabelSmoothing(smoothing)
+	}()
 	lo, hi := data.Shard(n, c.Rank(), c.Size())
 	ld.StartRange(lo, hi)
 	sums := make([]float64, 3) // loss*n, correct, n
