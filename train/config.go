@@ -93,19 +93,19 @@ type Config struct {
 	optim.Config         `json:"-"`
 	optim.ScheduleConfig `json:"-"`
 
-	Model     string `toml:"model" json:"model"`
+	Model string `toml:"model" json:"model"`
 	// SyncBN normalises every batch-norm layer with the global batch's
 	// statistics (all-reduced) instead of each rank's own.
 	SyncBN bool `toml:"sync_bn" json:"sync_bn"`
 	// LabelSmoothing is the loss's label smoothing (PyTorch's definition).
 	LabelSmoothing float64 `toml:"label_smoothing" json:"label_smoothing"`
-	Epochs    int    `toml:"epochs" json:"epochs"`
-	Steps     int    `toml:"steps" json:"steps"`
-	Batch     int    `toml:"batch" json:"batch"`
-	Seed      uint64 `toml:"seed" json:"seed"`
-	Limit     int    `toml:"limit" json:"limit"`
-	TestLimit int    `toml:"test_limit" json:"test_limit"`
-	Threads   int    `toml:"threads" json:"threads"`
+	Epochs         int     `toml:"epochs" json:"epochs"`
+	Steps          int     `toml:"steps" json:"steps"`
+	Batch          int     `toml:"batch" json:"batch"`
+	Seed           uint64  `toml:"seed" json:"seed"`
+	Limit          int     `toml:"limit" json:"limit"`
+	TestLimit      int     `toml:"test_limit" json:"test_limit"`
+	Threads        int     `toml:"threads" json:"threads"`
 
 	// The data pipeline (package data; train/data.go connects it to the
 	// run): what is read, how it is augmented and normalised, and how many
