@@ -3,10 +3,12 @@ package train
 import (
 	"errors"
 	"io"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"hpctrain/mpi"
 )
@@ -73,5 +75,33 @@ func TestStartupStageFailureNamesRank(t *testing.T) {
 		if errs[r] == nil || !strings.Contains(errs[r].Error(), "opening the metrics file failed on rank 0") {
 			t.Errorf("rank %d: %v, want the stage naming rank 0", r, errs[r])
 		}
+	}
+}
+
+// Periodic checkpoints by time run on rank 0's clock and are agreed at the
+// step boundary: when every rank asked its own clock, the ranks that found
+// a checkpoint due went into its collectives while the others went on to
+// the next step, and the job deadlocked.
+func TestTimedCheckpointsAgreed(t *testing.T) {
+	cfg := Defaults()
+	cfg.Model, cfg.Limit, cfg.TestLimit, cfg.Progress, cfg.DataDir, cfg.Batch = "mlp", 640, 64, 0, dataDir, 16
+	cfg.Steps, cfg.Threads = 12, 1
+	cfg.CheckpointDir, cfg.CheckpointEvery = t.TempDir(), "1ms"
+	done := make(chan error, 1)
+	go func() {
+		_, err := runRanks(t, cfg, 2)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("2 ranks with checkpoint_every = \"1ms\" still running after 2 minutes")
+	}
+	ents, _ := os.ReadDir(cfg.CheckpointDir)
+	if len(ents) < 2 {
+		t.Errorf("%d checkpoint files, want periodic ones besides the final", len(ents))
 	}
 }
