@@ -85,8 +85,9 @@ func TestStartupStageFailureNamesRank(t *testing.T) {
 func TestTimedCheckpointsAgreed(t *testing.T) {
 	cfg := Defaults()
 	cfg.Model, cfg.Limit, cfg.TestLimit, cfg.Progress, cfg.DataDir, cfg.Batch = "mlp", 640, 64, 0, dataDir, 16
-	cfg.Steps, cfg.Threads = 12, 1
-	cfg.CheckpointDir, cfg.CheckpointEvery = t.TempDir(), "1ms"
+	// A period of a few steps: rank 0 finds one due now and then.
+	cfg.Steps, cfg.Threads = 40, 1
+	cfg.CheckpointDir, cfg.CheckpointEvery = t.TempDir(), "20ms"
 	done := make(chan error, 1)
 	go func() {
 		_, err := runRanks(t, cfg, 2)
@@ -98,7 +99,7 @@ func TestTimedCheckpointsAgreed(t *testing.T) {
 			t.Fatal(err)
 		}
 	case <-time.After(2 * time.Minute):
-		t.Fatal("2 ranks with checkpoint_every = \"1ms\" still running after 2 minutes")
+		t.Fatal("2 ranks with checkpoint_every = \"20ms\" still running after 2 minutes")
 	}
 	ents, _ := os.ReadDir(cfg.CheckpointDir)
 	if len(ents) < 2 {
