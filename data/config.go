@@ -210,7 +210,7 @@ func (c *Config) loaderOptions(in Shape, ts []Transform, seed uint64) (LoaderOpt
 // channels channels: the configured ones, else the data set's default.
 // (Fashion-)MNIST and synthetic sets default to none (pixels in [0, 1]),
 // the recipe of the book and of the PyTorch baseline
-// (shared/BASELINES.md), so that results stay comparable; CIFAR-10 to its
+// (docs/background.md), so that results stay comparable; CIFAR-10 to its
 // training set's statistics, and colour folders to ImageNet's, as
 // torchvision's examples do. desc says which, for the start-up line.
 func (c *Config) Normalisation(channels int) (mean, std []float32, desc string) {

@@ -330,7 +330,7 @@ func TestReferenceCNNSize(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got := len(net.Params); got != 1630090 {
-		t.Errorf("cnn has %d parameters, want 1,630,090 (shared/SEEDS.md)", got)
+		t.Errorf("cnn has %d parameters, want 1,630,090 (docs/background.md)", got)
 	}
 	var w int
 	for _, g := range net.Groups() {
@@ -342,7 +342,7 @@ func TestReferenceCNNSize(t *testing.T) {
 		t.Errorf("cnn has %d weights without biases, want 1,629,472", w)
 	}
 	if got := net.MACs(); got != 5449216 {
-		t.Errorf("cnn forward MACs %d, want 5,449,216 (shared/BASELINES.md)", got)
+		t.Errorf("cnn forward MACs %d, want 5,449,216 (docs/background.md)", got)
 	}
 	// BASELINES.md: backward repeats every layer's MACs for the weights and
 	// all but the first layer's for the inputs: 16.1 M MACs in all.

@@ -490,7 +490,7 @@ func (n *Net) firstParam() int {
 
 // TrainMACs is the number of multiply-adds of one sample's training step:
 // forward, weight gradients, and input gradients of every layer after the
-// first one with parameters (shared/BASELINES.md counts the same way).
+// first one with parameters (docs/background.md counts the same way).
 func (n *Net) TrainMACs() int {
 	t := 0
 	for i, l := range n.Layers {

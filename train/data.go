@@ -60,7 +60,8 @@ type pipeline struct {
 	testLoad    *data.Loader // StartRange over a rank's shard, no augmentation
 	sets        *data.Sets
 	warn        *warnings
-	desc        string // for the start-up line
+	desc        string       // for the start-up line
+	budget      *data.Budget // this rank's memory, less what the data took
 }
 
 // loadData reads the configured data set and builds its loaders for rank
@@ -72,8 +73,8 @@ func loadData(cfg Config, c mpi.Comm) (*pipeline, error) {
 	if err := cfg.DataConfig.Validate(); err != nil {
 		return nil, cli.Usage(err)
 	}
-	p := &pipeline{warn: &warnings{}}
 	budget := data.NewBudget(c.LocalSize())
+	p := &pipeline{warn: &warnings{}, budget: budget}
 	var err error
 	p.sets, err = cfg.DataConfig.Open(data.OpenOptions{Limit: cfg.Limit, TestLimit: cfg.TestLimit, Budget: budget, Warn: p.warn.add})
 	if err != nil {

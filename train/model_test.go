@@ -1,6 +1,7 @@
 package train
 
 import (
+	"errors"
 	"io"
 	"math"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"testing"
 
 	"hpctrain/checkpoint"
+	"hpctrain/internal/cli"
 	"hpctrain/model"
 	"hpctrain/mpi"
 )
@@ -170,5 +172,19 @@ func TestSyncBNMatchesOneRank(t *testing.T) {
 	}
 	if local < 10*synced {
 		t.Errorf("per-rank statistics differ by only %g (sync %g): the test cannot tell them apart", local, synced)
+	}
+}
+
+// A batch whose activations cannot fit is refused before the model
+// allocates them: one line, a usage error (exit 2), not a Go out-of-memory
+// crash.
+func TestModelMemoryRefused(t *testing.T) {
+	cfg, _, err := Parse(strings.Fields("-model resnet20 -dataset synthetic -image-shape 32x32x3 -limit 60000 -batch 60000 -progress 0"), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Run(cfg, mpi.NewSingle(), io.Discard)
+	if !errors.As(err, new(cli.UsageError)) || !strings.Contains(err.Error(), "model resnet20 with batches of 60000 samples needs") || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("got %v, want one line refusing the batch", err)
 	}
 }

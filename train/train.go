@@ -14,6 +14,7 @@ import (
 	"unsafe"
 
 	"hpctrain/data"
+	"hpctrain/internal/cli"
 	"hpctrain/model"
 	"hpctrain/mpi"
 	"hpctrain/optim"
@@ -221,8 +222,11 @@ func (r *run) syncBuffers() error {
 // build makes the model, the optimizer and the learning-rate schedule.
 func (r *run) build() error {
 	cfg, c := r.cfg, r.c
-	var err error
-	r.net, err = model.New(cfg.Model, model.Shape(r.pipe.trainLoad.Shape()), r.pipe.train.Classes(), cfg.Batch, cfg.Seed)
+	in, classes := model.Shape(r.pipe.trainLoad.Shape()), r.pipe.train.Classes()
+	err := r.fitModel(in, classes)
+	if err == nil {
+		r.net, err = model.New(cfg.Model, in, classes, cfg.Batch, cfg.Seed)
+	}
 	if err = agree(c, "building the model", err); err != nil {
 		return err
 	}
@@ -249,6 +253,32 @@ func (r *run) build() error {
 	}
 	r.net.SetParallel(r.pl.workers)
 	r.opt.SetParallel(r.pl.workers)
+	return nil
+}
+
+// fitModel checks, before the model allocates anything, that its
+// activations for a batch, its parameters, gradients and optimizer state
+// fit in what the data left of this rank's memory: a batch or a network
+// too large is one line, not a Go out-of-memory crash.
+func (r *run) fitModel(in model.Shape, classes int) error {
+	d, err := model.LoadDesc(r.cfg.Model)
+	if err != nil {
+		return err
+	}
+	s, err := model.Summarize(d, in, classes)
+	if err != nil {
+		return err
+	}
+	// Per sample: every layer's output and its gradient, and the input;
+	// the parameters four times (values, gradients, two optimizer buffers).
+	perSample := int64(2*s.OutputBytes + s.InputBytes)
+	need := int64(r.cfg.Batch)*perSample + 4*int64(s.ParamBytes)
+	if perSample > 0 && int64(r.cfg.Batch) > math.MaxInt64/4/perSample {
+		need = math.MaxInt64
+	}
+	if err := r.pipe.budget.Take(fmt.Sprintf("model %s with batches of %d samples", r.cfg.Model, r.cfg.Batch), need, "lower -batch"); err != nil {
+		return cli.Usage(err)
+	}
 	return nil
 }
 
