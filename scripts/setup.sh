@@ -3,8 +3,9 @@
 # already there. On a cluster where mpicc/mpirun come from environment
 # modules and the data and OpenBLAS exist, it installs nothing.
 #
-#   scripts/setup.sh            build + train + tests
-#   scripts/setup.sh --torch    also python3-torch (PyTorch peer benchmarks)
+#   scripts/setup.sh            build + train + tests (python3-onnx and
+#                               python3-torch for the export checks and the
+#                               PyTorch peer benchmarks)
 set -euo pipefail
 
 need=()
@@ -17,9 +18,11 @@ if ! { have_cmd mpirun && have_cmd mpicc && { have_pc ompi || have_pc mpich || h
 fi
 have_pc openblas || need+=(libopenblas-dev)
 [ -e /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || need+=(dataset-fashion-mnist)
-if [ "${1:-}" = "--torch" ]; then
-	/usr/bin/python3 -c 'import torch' 2>/dev/null || need+=(python3-torch)
-fi
+# The export tests check hpctrain's ONNX and safetensors files with ONNX's
+# checker and PyTorch: Debian's packages, which install into /usr/bin/python3.
+# (--torch, once the only way to get PyTorch, is still accepted.)
+/usr/bin/python3 -c 'import onnx' 2>/dev/null || need+=(python3-onnx)
+/usr/bin/python3 -c 'import torch' 2>/dev/null || need+=(python3-torch)
 
 if [ ${#need[@]} -gt 0 ]; then
 	if [ "$(id -u)" -ne 0 ]; then

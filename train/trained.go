@@ -313,7 +313,7 @@ func (t *Trained) OpenEval(dc data.Config, testLimit, ranks int, warn func(strin
 	if err := dc.Validate(); err != nil {
 		return nil, cli.Usage(err)
 	}
-	sets, err := dc.Open(data.OpenOptions{Limit: t.Config.Limit, TestLimit: testLimit, Budget: data.NewBudget(ranks), Warn: warn})
+	sets, err := openTest(dc, data.OpenOptions{Limit: t.Config.Limit, TestLimit: testLimit, Budget: data.NewBudget(ranks), Warn: warn})
 	if err != nil {
 		if errors.As(err, new(*data.MemoryError)) {
 			err = cli.Usage(err)
@@ -349,6 +349,27 @@ func (t *Trained) OpenEval(dc data.Config, testLimit, ranks int, warn func(strin
 	_, _, norm := dc.Normalisation(test.Shape().C)
 	e.Desc = fmt.Sprintf("%s (%s): %d test samples, normalise %s", dc.Dataset, where, test.Len(), norm)
 	return e, nil
+}
+
+// openTest opens the test part of dc as dc.Open does, without reading
+// the training files where the test set does not need them: the test
+// split of MNIST, Fashion-MNIST and CIFAR-10 is a file of its own (a
+// folder's held-out part, or a synthetic set, comes from Open).
+func openTest(dc data.Config, opts data.OpenOptions) (*data.Sets, error) {
+	var test data.Dataset
+	var err error
+	switch dc.Dataset {
+	case "fashion-mnist", "mnist":
+		test, err = data.LoadMNIST(dc.DataDir, false)
+	case "cifar10":
+		test, err = data.LoadCIFAR10(dc.DataDir, false)
+	default:
+		return dc.Open(opts)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &data.Sets{Train: test, Test: data.Limit(test, opts.TestLimit)}, nil
 }
 
 // Evaluation is a network's evaluation on a data set.

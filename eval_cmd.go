@@ -1,0 +1,226 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+
+	"hpctrain/chart"
+	"hpctrain/internal/atomicfile"
+	"hpctrain/internal/cli"
+	"hpctrain/train"
+)
+
+const evalUsage = `Usage: hpctrain eval -checkpoint FILE [flags]
+       mpirun -np N hpctrain eval -checkpoint-dir DIR [flags]
+
+Evaluates a trained network on the test set of the data set it was trained
+on (or any other, with the data flags): loss, accuracy, per-class accuracy
+and the confusion matrix, as text, JSON (-json) and a PNG heat map (-plot).
+The samples go through the training run's normalisation and evaluation
+transforms, in its batches, sharded over the ranks as the run's own
+evaluation is: on the same checkpoint and data its accuracy is the run's.
+
+Flags:
+`
+
+// evalReport is eval's JSON output (-json), one object.
+type evalReport struct {
+	Checkpoint string       `json:"checkpoint"`
+	Model      string       `json:"model"`
+	Step       int64        `json:"step"`
+	Epoch      int          `json:"epoch"`
+	Dataset    string       `json:"dataset"`
+	DataDir    string       `json:"data_dir"`
+	Samples    int          `json:"samples"`
+	Loss       float64      `json:"loss"`
+	Accuracy   float64      `json:"accuracy"`
+	Correct    int          `json:"correct"`
+	Classes    []classScore `json:"classes"`
+	// Confusion[i][j]: samples of true class i predicted as class j.
+	Confusion [][]int64 `json:"confusion"`
+}
+
+type classScore struct {
+	Class    int      `json:"class"`
+	Name     string   `json:"name,omitempty"`
+	Samples  int64    `json:"samples"`
+	Correct  int64    `json:"correct"`
+	Accuracy *float64 `json:"accuracy"` // null for a class without samples
+}
+
+// evalCmd is `hpctrain eval`.
+func evalCmd(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("hpctrain eval", flag.ContinueOnError)
+	var ck ckptFlags
+	ck.bind(fs)
+	testLimit := fs.Int("test-limit", -1, "evaluate the first `N` test samples only (0: all; default: the training run's -test-limit)")
+	js := fs.Bool("json", false, "print one JSON object instead of text (messages go to stderr)")
+	plotPath := fs.String("plot", "", "write the confusion matrix as a PNG heat map to `FILE`")
+	df := bindData(fs)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), evalUsage)
+		fs.PrintDefaults()
+	}
+	if err := cli.Parse(fs, args, stderr, false); err != nil {
+		return err
+	}
+	if *testLimit < -1 {
+		return cli.Usage(fmt.Errorf("-test-limit %d: must be >= 0", *testLimit))
+	}
+	if *plotPath != "" {
+		if err := checkWritable(*plotPath); err != nil {
+			return fmt.Errorf("-plot %s: %w", *plotPath, err)
+		}
+	}
+	comm, err := connect()
+	if err != nil {
+		return err
+	}
+	defer comm.Close()
+	who = fmt.Sprintf("rank %d (%s): ", comm.Rank(), comm.Host())
+	if comm.Size() == 1 {
+		who = ""
+	}
+	info := stdout
+	if *js {
+		info = stderr
+	}
+	if comm.Rank() != 0 {
+		info = io.Discard
+	}
+	say := func(format string, a ...any) { fmt.Fprintf(info, format+"\n", a...) }
+
+	t, err := ck.load("hpctrain eval", stderr)
+	if err = train.Agree(comm, "loading the checkpoint", err); err != nil {
+		return err
+	}
+	w := ck.compute(t, comm.LocalSize())
+	defer w.Close()
+	say("hpctrain: %s: model %s (%d parameters), step %d (epoch %d), trained on %s", t.Path, t.State.Model, len(t.Net.Params), t.State.Step, t.State.Epoch, t.Config.Dataset)
+
+	dc := df.over(t.Config.DataConfig, t.DataShape)
+	limit := t.Config.TestLimit
+	if *testLimit >= 0 {
+		limit = *testLimit
+	}
+	set, err := t.OpenEval(dc, limit, comm.LocalSize(), func(m string) { fmt.Fprintf(stderr, "hpctrain: warning: %s\n", m) })
+	if err = train.Agree(comm, "opening the data", err); err != nil {
+		return err
+	}
+	defer set.Close()
+	say("hpctrain: evaluating on %s; %d ranks, batch %d", set.Desc, comm.Size(), t.Batch)
+	ev, err := train.Evaluate(comm, t.Net, set.Loader, set.Test.Len())
+	if err == nil {
+		err = set.Err()
+	}
+	if err = train.Agree(comm, "evaluating", err); err != nil {
+		return err
+	}
+	if comm.Rank() != 0 {
+		return nil
+	}
+	names := set.ClassNames
+	if names == nil {
+		names = t.ClassNames
+	}
+	rep := report(t, dc.Dataset, dc.DataDir, names, ev)
+	if *plotPath != "" {
+		title := fmt.Sprintf("%s step %d on %s: accuracy %.2f%% (%d samples)", t.State.Model, t.State.Step, dc.Dataset, 100*ev.Accuracy, ev.Samples)
+		if err := atomicfile.Write(*plotPath, func(w io.Writer) error { return chart.Confusion(w, title, names, ev.Confusion) }); err != nil {
+			return err
+		}
+		say("hpctrain: wrote %s", *plotPath)
+	}
+	if *js {
+		b, _ := json.Marshal(rep) // plain data: cannot fail
+		_, err := fmt.Fprintf(stdout, "%s\n", b)
+		return err
+	}
+	return writeEvalText(stdout, rep)
+}
+
+func report(t *train.Trained, dataset, dir string, names []string, ev train.Evaluation) evalReport {
+	rep := evalReport{
+		Checkpoint: t.Path, Model: t.State.Model, Step: t.State.Step, Epoch: t.State.Epoch,
+		Dataset: dataset, DataDir: dir,
+		Samples: ev.Samples, Loss: ev.Loss, Accuracy: ev.Accuracy, Correct: ev.Correct, Confusion: ev.Confusion,
+	}
+	for i, acc := range ev.ClassAccuracy() {
+		cs := classScore{Class: i, Correct: ev.Confusion[i][i]}
+		for _, v := range ev.Confusion[i] {
+			cs.Samples += v
+		}
+		if names != nil {
+			cs.Name = names[i]
+		}
+		if !math.IsNaN(acc) {
+			a := acc
+			cs.Accuracy = &a
+		}
+		rep.Classes = append(rep.Classes, cs)
+	}
+	return rep
+}
+
+// writeEvalText prints the report for people: the totals, a line per
+// class, and the confusion matrix (rows true, columns predicted).
+func writeEvalText(out io.Writer, rep evalReport) error {
+	fmt.Fprintf(out, "test loss %.4f, test accuracy %.2f%% (%d of %d)\n\n", rep.Loss, 100*rep.Accuracy, rep.Correct, rep.Samples)
+	tw := tabwriter.NewWriter(out, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "class\tname\tsamples\taccuracy")
+	for _, c := range rep.Classes {
+		acc := "-"
+		if c.Accuracy != nil {
+			acc = fmt.Sprintf("%.2f%%", 100**c.Accuracy)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\n", c.Class, c.Name, c.Samples, acc)
+	}
+	tw.Flush()
+	fmt.Fprintln(out, "\nconfusion matrix (rows: true class, columns: predicted class)")
+	tw = tabwriter.NewWriter(out, 0, 8, 1, ' ', tabwriter.AlignRight)
+	head := "\t"
+	for j := range rep.Confusion {
+		head += fmt.Sprintf("%d\t", j)
+	}
+	fmt.Fprintln(tw, head)
+	for i, row := range rep.Confusion {
+		line := fmt.Sprintf("%d\t", i)
+		for _, v := range row {
+			line += fmt.Sprintf("%d\t", v)
+		}
+		fmt.Fprintln(tw, line)
+	}
+	return tw.Flush()
+}
+
+// checkWritable tells early whether a file can be created at path (its
+// directory exists and takes new files), before a long computation.
+func checkWritable(path string) error {
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		return fmt.Errorf("is a directory")
+	}
+	dir := filepath.Dir(path)
+	if st, err := os.Stat(dir); err != nil {
+		return fmt.Errorf("no such directory %s", dir)
+	} else if !st.IsDir() {
+		return fmt.Errorf("%s is not a directory", dir)
+	}
+	f, err := os.CreateTemp(dir, ".hpctrain-probe-*")
+	if err != nil {
+		msg := err.Error()
+		if i := strings.LastIndex(msg, ": "); i >= 0 {
+			msg = msg[i+2:]
+		}
+		return fmt.Errorf("not writable: %s", msg)
+	}
+	f.Close()
+	os.Remove(f.Name())
+	return nil
+}

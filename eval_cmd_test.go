@@ -1,0 +1,176 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"image/png"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"hpctrain/chart"
+)
+
+// trainCNN trains the CNN briefly with a checkpoint directory and a
+// metrics file, with 2 threads (an evaluation with as many reproduces the
+// run's scores bit for bit), and returns the run's final record.
+func trainCNN(t *testing.T, dir string) map[string]any {
+	t.Helper()
+	m := filepath.Join(dir, "m.jsonl")
+	r := hpctrain(t, 0, 3*time.Minute, "train", "-model", "cnn", "-limit", "2048", "-test-limit", "600", "-threads", "2",
+		"-progress", "0", "-checkpoint-dir", filepath.Join(dir, "ck"), "-metrics", m)
+	if r.code != 0 {
+		t.Fatalf("train: exit %d\n%s", r.code, r.out)
+	}
+	recs := readMetrics(t, m)
+	final := recs[len(recs)-1]
+	if final["final"] != true {
+		t.Fatalf("no final record: %v", recs)
+	}
+	return final
+}
+
+func evalJSON(t *testing.T, out string) evalReport {
+	t.Helper()
+	var rep evalReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("eval -json: %v\n%s", err, out)
+	}
+	return rep
+}
+
+// TestEvalIsTheRunsAccuracy: hpctrain eval on a training run's checkpoint
+// and data gives the run's final test accuracy and loss, exactly, with
+// per-class accuracies and a confusion matrix that add up, as JSON, text
+// and a PNG.
+func TestEvalIsTheRunsAccuracy(t *testing.T) {
+	dir := t.TempDir()
+	final := trainCNN(t, dir)
+	plot := filepath.Join(dir, "confusion.png")
+	rep := evalJSON(t, mustRun(t, evalCmd, "-checkpoint-dir", filepath.Join(dir, "ck"), "-json", "-threads", "2", "-plot", plot))
+	if rep.Samples != 600 || rep.Accuracy != final["test_accuracy"].(float64) || rep.Loss != final["test_loss"].(float64) {
+		t.Fatalf("eval: %d samples, accuracy %v, loss %v; the run's final: accuracy %v, loss %v", rep.Samples, rep.Accuracy, rep.Loss, final["test_accuracy"], final["test_loss"])
+	}
+	if rep.Accuracy < 0.5 {
+		t.Fatalf("accuracy %v: the run learnt too little for a good test", rep.Accuracy)
+	}
+	var n, correct int64
+	for i, c := range rep.Classes {
+		var row int64
+		for _, v := range rep.Confusion[i] {
+			row += v
+		}
+		if c.Samples != row || c.Correct != rep.Confusion[i][i] || c.Accuracy == nil || *c.Accuracy != float64(c.Correct)/float64(c.Samples) {
+			t.Errorf("class %d: %+v, confusion row %v", i, c, rep.Confusion[i])
+		}
+		n, correct = n+row, correct+c.Correct
+	}
+	if n != 600 || int(correct) != rep.Correct || rep.Classes[9].Name != "Ankle boot" {
+		t.Errorf("classes: %d samples, %d correct (report %d), class 9 %q", n, correct, rep.Correct, rep.Classes[9].Name)
+	}
+	f, err := os.Open(plot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := png.Decode(f)
+	f.Close()
+	if err != nil || img.Bounds().Dx() != chart.ConfusionSize {
+		t.Errorf("plot: %v", err)
+	}
+	// The text form says the same.
+	out := mustRun(t, evalCmd, "-checkpoint-dir", filepath.Join(dir, "ck"), "-threads", "2")
+	for _, want := range []string{fmt.Sprintf("test accuracy %.2f%% (%d of 600)", 100*rep.Accuracy, rep.Correct), "Ankle boot", "confusion matrix"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("text output lacks %q:\n%s", want, out)
+		}
+	}
+	// Another -test-limit: another sample count.
+	if r := evalJSON(t, mustRun(t, evalCmd, "-checkpoint-dir", filepath.Join(dir, "ck"), "-json", "-test-limit", "100")); r.Samples != 100 {
+		t.Errorf("-test-limit 100: %d samples", r.Samples)
+	}
+
+}
+
+// TestEvalUnderMPIRun: two ranks under mpirun evaluate halves of the test
+// set and reduce: the counts of one process.
+func TestEvalUnderMPIRun(t *testing.T) {
+	dir := t.TempDir()
+	ck := zooCheckpoint(t, dir, "lenet5")
+	rep := evalJSON(t, mustRun(t, evalCmd, "-checkpoint", ck, "-json", "-test-limit", "1000"))
+	r := hpctrain(t, 2, 2*time.Minute, "eval", "-checkpoint", ck, "-json", "-test-limit", "1000", "-threads", "1")
+	if strings.Contains(r.out, `unknown command "eval"`) {
+		t.Fatalf("the hpctrain binary has no eval command: main.go must dispatch \"eval\" to evalCmd\n%s", r.out)
+	}
+	if r.code != 0 {
+		t.Fatalf("mpirun -np 2 hpctrain eval: exit %d\n%s", r.code, r.out)
+	}
+	var mr evalReport
+	lines := 0
+	for _, line := range strings.Split(r.out, "\n") {
+		if strings.HasPrefix(line, "{") {
+			mr = evalJSON(t, line)
+			lines++
+		}
+	}
+	if lines != 1 || mr.Samples != 1000 || mr.Correct != rep.Correct || fmt.Sprint(mr.Confusion) != fmt.Sprint(rep.Confusion) {
+		t.Errorf("2 ranks: %d reports, %d samples, %d correct; 1 rank: %d correct\n%s", lines, mr.Samples, mr.Correct, rep.Correct, r.out)
+	}
+}
+
+// TestEvalOtherData: the same network on an image folder of test images
+// (class directories c0..c9) gives the confusion matrix it gives on those
+// images from the IDX files.
+func TestEvalOtherData(t *testing.T) {
+	dir := t.TempDir()
+	ck := zooCheckpoint(t, dir, "lenet5")
+	imgs, labels := testImages(t, 40)
+	folder := filepath.Join(dir, "folder")
+	for k := 0; k < 10; k++ {
+		os.MkdirAll(filepath.Join(folder, fmt.Sprintf("c%d", k)), 0o755)
+	}
+	for i, im := range imgs {
+		writePNG(t, filepath.Join(folder, fmt.Sprintf("c%d", labels[i]), fmt.Sprintf("%03d.png", i)), grey(im, 28, 28))
+	}
+	want := evalJSON(t, mustRun(t, evalCmd, "-checkpoint", ck, "-json", "-test-limit", "40"))
+	got := evalJSON(t, mustRun(t, evalCmd, "-checkpoint", ck, "-json", "-dataset", "folder", "-data-dir", folder))
+	if got.Samples != 40 || fmt.Sprint(got.Confusion) != fmt.Sprint(want.Confusion) || got.Classes[3].Name != "c3" || got.Dataset != "folder" {
+		t.Errorf("folder: %d samples, confusion %v, class 3 %q; IDX: %v", got.Samples, got.Confusion, got.Classes[3].Name, want.Confusion)
+	}
+}
+
+// TestEvalBadInput: one line each, exit 1 or 2, no plot file.
+func TestEvalBadInput(t *testing.T) {
+	dir := t.TempDir()
+	ck := zooCheckpoint(t, dir, "mlp")
+	b, _ := os.ReadFile(ck)
+	corrupt := filepath.Join(dir, "corrupt.hpck")
+	os.WriteFile(corrupt, b[:len(b)-10], 0o644)
+	five := filepath.Join(dir, "five")
+	for k := 0; k < 5; k++ {
+		os.MkdirAll(filepath.Join(five, fmt.Sprint(k)), 0o755)
+		imgs, _ := testImages(t, 1)
+		writePNG(t, filepath.Join(five, fmt.Sprint(k), "a.png"), grey(imgs[0], 28, 28))
+	}
+	plot := filepath.Join(dir, "out", "cm.png")
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"-checkpoint", corrupt}, 1, "truncated"},
+		{[]string{"-checkpoint", ck, "-model", "cnn"}, 2, "of model mlp, not cnn"},
+		{[]string{"-checkpoint-dir", filepath.Join(dir, "none")}, 2, "not a directory"},
+		{[]string{"-checkpoint", ck, "-data-dir", filepath.Join(dir, "none")}, 1, "no t10k-images-idx3-ubyte"},
+		{[]string{"-checkpoint", ck, "-dataset", "folder", "-data-dir", five}, 2, "has 5 classes, the network 10"},
+		{[]string{"-checkpoint", ck, "-plot", plot}, 1, "no such directory"},
+		{[]string{"-checkpoint", ck, "-test-limit", "-5"}, 2, "-test-limit -5"},
+		{[]string{"-checkpoint", ck, "extra"}, 2, "unexpected argument"},
+	} {
+		r := runCmd(evalCmd, c.args...)
+		if r.code != c.code || !strings.Contains(r.errs, c.want) || strings.Count(r.errs, "\n") != 1 {
+			t.Errorf("%v: exit %d, want %d and one line with %q:\n%s%s", c.args, r.code, c.code, c.want, r.out, r.errs)
+		}
+	}
+}

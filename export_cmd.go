@@ -1,0 +1,89 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strings"
+
+	"hpctrain/export"
+	"hpctrain/internal/atomicfile"
+	"hpctrain/internal/cli"
+	"hpctrain/model"
+)
+
+const exportUsage = `Usage: hpctrain export -checkpoint FILE -format onnx|safetensors -o PATH
+
+Writes a trained network for other tools:
+
+  onnx          an ONNX model (opset 13): input "input" (batch, C, H, W),
+                float32, normalised as in training; output "logits"
+                (batch, classes). Batch norm in inference form, no dropout.
+  safetensors   the parameters and buffers under PyTorch's names and
+                layouts (conv1.weight (O, C, K, K), fc1.bias,
+                bn1.running_mean, ...), for load_state_dict of the
+                equivalent nn.Module; the model description, classes and
+                normalisation in the metadata.
+
+-format defaults to the extension of -o (.onnx, .safetensors). The file is
+written whole or not at all.
+
+Flags:
+`
+
+// exportCmd is `hpctrain export`.
+func exportCmd(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("hpctrain export", flag.ContinueOnError)
+	var ck ckptFlags
+	ck.bind(fs)
+	format := fs.String("format", "", "onnx or safetensors (default: from the extension of -o)")
+	out := fs.String("o", "", "output `PATH`")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), exportUsage)
+		fs.PrintDefaults()
+	}
+	if err := cli.Parse(fs, args, stderr, false); err != nil {
+		return err
+	}
+	if *out == "" {
+		return cli.Usage(fmt.Errorf("-o PATH is missing (see hpctrain export -h)"))
+	}
+	f := *format
+	if f == "" {
+		switch strings.ToLower(filepath.Ext(*out)) {
+		case ".onnx":
+			f = "onnx"
+		case ".safetensors":
+			f = "safetensors"
+		default:
+			return cli.Usage(fmt.Errorf("-format is missing and -o %s has neither .onnx nor .safetensors as extension", *out))
+		}
+	}
+	var write func(io.Writer, *model.Net, export.Info) error
+	switch f {
+	case "onnx":
+		write = export.ONNX
+	case "safetensors":
+		write = export.Safetensors
+	default:
+		return cli.Usage(fmt.Errorf("-format %q: want onnx or safetensors", f))
+	}
+	if err := checkWritable(*out); err != nil {
+		return fmt.Errorf("-o %s: %w", *out, err)
+	}
+	ck.batch = 1 // the network is only read
+	t, err := ck.load("hpctrain export", stderr)
+	if err != nil {
+		return err
+	}
+	mean, std, _ := t.Config.DataConfig.Normalisation(t.Net.In.C)
+	info := export.Info{Model: t.State.Model, Step: t.State.Step, Dataset: t.Config.Dataset, ClassNames: t.ClassNames, Mean: mean, Std: std}
+	if err := atomicfile.Write(*out, func(w io.Writer) error { return write(w, t.Net, info) }); err != nil {
+		return fmt.Errorf("export %s: %w", t.Path, err)
+	}
+	in := t.Net.In
+	fmt.Fprintf(stdout, "hpctrain: wrote %s (%s; model %s, step %d, %d parameters; input batch x %d x %d x %d, %d classes)\n",
+		*out, f, t.State.Model, t.State.Step, len(t.Net.Params), in.C, in.H, in.W, t.Net.Classes)
+	return nil
+}

@@ -1,0 +1,146 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"hpctrain/model"
+)
+
+// TestExportZooAgainstPyTorch exports every zoo model (batch norm and
+// residual blocks included, with running statistics that are not the
+// initial ones) and checks both files with other tools: ONNX's checker
+// passes on the ONNX file, and the graph run by a reference evaluator made
+// of PyTorch's functional operations, and the PyTorch modules that load
+// the safetensors file (load_state_dict, strict), both give the logits of
+// hpctrain predict on 100 test images within 1e-4.
+func TestExportZooAgainstPyTorch(t *testing.T) {
+	needPython(t, "onnx", "torch", "numpy")
+	dir := t.TempDir()
+	idx := writeIDX(t, dir, 100)
+	scripts, _ := filepath.Abs("export/testdata")
+	for _, name := range model.Zoo() {
+		t.Run(name, func(t *testing.T) {
+			sub := filepath.Join(dir, name)
+			os.Mkdir(sub, 0o755)
+			ck := zooCheckpoint(t, sub, name)
+			ps := predictions(t, mustRun(t, predictCmd, "-checkpoint", ck, "-logits", "-top", "1", idx))
+			if len(ps) != 100 {
+				t.Fatalf("%d predictions, want 100", len(ps))
+			}
+			var want []float32
+			for _, p := range ps {
+				want = append(want, p.Logits...)
+			}
+			onnxFile, stFile := filepath.Join(sub, name+".onnx"), filepath.Join(sub, name+".safetensors")
+			mustRun(t, exportCmd, "-checkpoint", ck, "-o", onnxFile)
+			mustRun(t, exportCmd, "-checkpoint", ck, "-format", "safetensors", "-o", stFile)
+			diffs := map[string]float64{}
+			for _, c := range []struct{ script, file string }{{"check_onnx.py", onnxFile}, {"check_torch.py", stFile}} {
+				out := filepath.Join(sub, c.script+".bin")
+				cmd := exec.Command(python, filepath.Join(scripts, c.script), c.file, idx, "100", out)
+				cmd.Dir = scripts
+				b, err := cmd.CombinedOutput()
+				if err != nil {
+					t.Fatalf("%s %s: %v\n%s", c.script, c.file, err, b)
+				}
+				diffs[c.script] = maxAbsDiff(readFloats(t, out), want)
+			}
+			t.Logf("%s: max |logit difference| from hpctrain predict: ONNX %.3g, safetensors in PyTorch %.3g (logits up to %.3g)",
+				name, diffs["check_onnx.py"], diffs["check_torch.py"], maxAbs(want))
+			for s, d := range diffs {
+				if d > 1e-4 {
+					t.Errorf("%s: max |logit difference| %g > 1e-4", s, d)
+				}
+			}
+		})
+	}
+}
+
+func maxAbs(v []float32) float64 {
+	m := 0.0
+	for _, x := range v {
+		m = max(m, float64(x), -float64(x))
+	}
+	return m
+}
+
+// A network with a layer that has no channels-first form is refused with
+// the layer named, and nothing is left at -o.
+func TestExportRefusal(t *testing.T) {
+	dir := t.TempDir()
+	d, err := model.ParseDesc("mixed.toml", []byte(`layers = [
+	  {kind = "conv", out = 2, kernel = 3, pad = 1, stride = 2}, {kind = "flatten"},
+	  {kind = "residual", layers = [{kind = "linear", out = 392}]},
+	  {kind = "linear", out = "classes"}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ck := testCheckpoint(t, dir, "mixed.toml", d, nil)
+	out := filepath.Join(dir, "out")
+	os.Mkdir(out, 0o755)
+	for _, f := range []string{"m.onnx", "m.safetensors"} {
+		r := runCmd(exportCmd, "-checkpoint", ck, "-o", filepath.Join(out, f))
+		if r.code != 1 || !strings.Contains(r.errs, "layer 3 (residual, res1)") || strings.Count(r.errs, "\n") != 1 {
+			t.Errorf("%s: exit %d\n%s", f, r.code, r.errs)
+		}
+	}
+	if names := dirNames(t, out); len(names) != 0 {
+		t.Errorf("left behind: %v", names)
+	}
+}
+
+// TestExportBadInput: a corrupt checkpoint, one of an unknown format
+// version, one of another model than -model, an output that cannot be
+// written, an unknown format: one line each, exit 1 or 2, nothing written.
+func TestExportBadInput(t *testing.T) {
+	dir := t.TempDir()
+	ck := zooCheckpoint(t, dir, "mlp")
+	b, _ := os.ReadFile(ck)
+	corrupt := filepath.Join(dir, "corrupt.hpck")
+	c := append([]byte(nil), b...)
+	c[len(c)-100] ^= 1
+	os.WriteFile(corrupt, c, 0o644)
+	future := filepath.Join(dir, "future.hpck")
+	f := append([]byte(nil), b...)
+	f[8] = 7
+	os.WriteFile(future, f, 0o644)
+	notDir := filepath.Join(dir, "file")
+	os.WriteFile(notDir, nil, 0o644)
+	out := filepath.Join(dir, "out")
+	os.Mkdir(out, 0o755)
+	o := filepath.Join(out, "m.onnx")
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"-checkpoint", corrupt, "-o", o}, 1, "checksum mismatch"},
+		{[]string{"-checkpoint", future, "-o", o}, 1, "format version 7, this build reads 1 to 2"},
+		{[]string{"-checkpoint", ck, "-model", "cnn", "-o", o}, 2, "of model mlp, not cnn"},
+		{[]string{"-checkpoint", filepath.Join(dir, "nope.hpck"), "-o", o}, 2, "no such file"},
+		{[]string{"-checkpoint", ck, "-o", filepath.Join(notDir, "m.onnx")}, 1, "not a directory"},
+		{[]string{"-checkpoint", ck, "-o", filepath.Join(dir, "missing", "m.onnx")}, 1, "no such directory"},
+		{[]string{"-checkpoint", ck, "-format", "onnx", "-o", out}, 1, "is a directory"},
+		{[]string{"-checkpoint", ck, "-o", filepath.Join(out, "m.pt")}, 2, "-format is missing"},
+		{[]string{"-checkpoint", ck, "-format", "tflite", "-o", o}, 2, `-format "tflite"`},
+		{[]string{"-checkpoint", ck}, 2, "-o PATH is missing"},
+		{[]string{"-o", o}, 2, "give -checkpoint FILE or -checkpoint-dir DIR"},
+	} {
+		r := runCmd(exportCmd, c.args...)
+		if r.code != c.code || !strings.Contains(r.errs, c.want) || strings.Count(r.errs, "\n") != 1 || r.out != "" {
+			t.Errorf("%v: exit %d, want %d and one line with %q:\n%s%s", c.args, r.code, c.code, c.want, r.out, r.errs)
+		}
+	}
+	if names := dirNames(t, out); len(names) != 0 {
+		t.Errorf("left behind in the output directory: %v", names)
+	}
+	// And the good one.
+	mustRun(t, exportCmd, "-checkpoint-dir", dir, "-o", o)
+	if names := dirNames(t, out); len(names) != 1 || names[0] != "m.onnx" {
+		t.Errorf("output directory holds %v, want m.onnx alone", names)
+	}
+}

@@ -1,0 +1,384 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	iofs "io/fs"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+
+	"hpctrain/data"
+	"hpctrain/internal/cli"
+	"hpctrain/train"
+)
+
+const predictUsage = `Usage: hpctrain predict -checkpoint FILE [flags] INPUT...
+
+Runs a trained network on new inputs and prints one JSON line per input
+with the -top classes and their probabilities (softmax of the scores):
+
+  {"input":"shoe.png","top":[{"class":7,"name":"Sneaker","probability":0.93},...]}
+
+An INPUT is an image file (PNG, JPEG or GIF), converted to the training
+data's channels and size and normalised exactly as the training run's
+samples (its data set, image_shape, resizing, evaluation transforms, mean
+and std, all read from the checkpoint), or an IDX file of images (raw or
+gzip, as MNIST's), one line per image with its "index" (and its "label"
+when the matching labels file is beside it). Class names are given when
+the data set has them (Fashion-MNIST's, CIFAR-10's, an image folder's
+directories). Every input is read and checked before any line is printed
+(only the images' headers when they would take more than 256 MiB decoded).
+
+Flags:
+`
+
+// prediction is one output line.
+type prediction struct {
+	Input  string      `json:"input"`
+	Index  *int        `json:"index,omitempty"` // the image's index in an IDX file
+	Label  *int        `json:"label,omitempty"` // its label, when the labels file is there
+	Top    []classProb `json:"top"`
+	Logits []float32   `json:"logits,omitempty"`
+}
+
+type classProb struct {
+	Class       int     `json:"class"`
+	Name        string  `json:"name,omitempty"`
+	Probability float64 `json:"probability"`
+}
+
+// predictCmd is `hpctrain predict`.
+func predictCmd(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("hpctrain predict", flag.ContinueOnError)
+	var ck ckptFlags
+	ck.bind(fs)
+	top := fs.Int("top", 5, "classes per input, most probable first (at most the classes)")
+	logits := fs.Bool("logits", false, "add each input's scores before softmax (\"logits\")")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), predictUsage)
+		fs.PrintDefaults()
+	}
+	if err := cli.Parse(fs, args, stderr, true); err != nil {
+		return err
+	}
+	if fs.NArg() == 0 {
+		return cli.Usage(errors.New("no inputs: name image or IDX files after the flags (see hpctrain predict -h)"))
+	}
+	if *top < 1 {
+		return cli.Usage(fmt.Errorf("-top %d: must be >= 1", *top))
+	}
+	for _, p := range fs.Args() {
+		if st, err := os.Stat(p); err != nil || st.IsDir() {
+			what := "no such file"
+			if err == nil {
+				what = "a directory, not a file"
+			} else if !errors.Is(err, iofs.ErrNotExist) {
+				what = "cannot be read"
+			}
+			return cli.Usage(fmt.Errorf("input %s: %s", p, what))
+		}
+	}
+	t, err := ck.load("hpctrain predict", stderr)
+	if err != nil {
+		return err
+	}
+	w := ck.compute(t, 1)
+	defer w.Close()
+
+	units, cleanup, err := openInputs(t, fs.Args())
+	defer cleanup()
+	if err != nil {
+		return err
+	}
+	out := bufio.NewWriter(stdout)
+	opts, err := t.Config.DataConfig.LoaderOptions(t.DataShape, t.Config.Seed)
+	if err != nil {
+		return err
+	}
+	opts.Transforms, opts.Batch = opts.EvalTransforms, t.Batch
+	opts.Workers, opts.Prefetch = min(4, runtime.NumCPU()), 0
+	k := t.Net.Classes
+	for _, u := range units {
+		ld, err := data.NewLoader(u.ds, nil, opts)
+		if err != nil {
+			return fmt.Errorf("predict: %w", err)
+		}
+		ld.StartRange(0, u.ds.Len())
+		for {
+			b, ok := ld.Next()
+			if !ok {
+				break
+			}
+			if err := u.err(); err != nil {
+				ld.Close()
+				return err
+			}
+			copy(t.Net.Input(), b.X)
+			z := t.Net.Forward(b.N)
+			for i := 0; i < b.N; i++ {
+				j := b.Step*t.Batch + i
+				p := prediction{Input: u.input(j), Top: topK(z[i*k:(i+1)*k], *top, t.ClassNames)}
+				if u.idx {
+					p.Index = &j
+					if u.labels != nil {
+						l := int(u.labels[j])
+						p.Label = &l
+					}
+				}
+				if *logits {
+					p.Logits = append([]float32(nil), z[i*k:(i+1)*k]...)
+				}
+				line, _ := json.Marshal(p) // plain data: cannot fail
+				out.Write(append(line, '\n'))
+			}
+			ld.Release(b)
+		}
+		ld.Close()
+	}
+	return out.Flush()
+}
+
+// topK is the k most probable classes of scores z, most probable first
+// (the lower class first on ties).
+func topK(z []float32, k int, names []string) []classProb {
+	m := math.Inf(-1)
+	for _, v := range z {
+		m = math.Max(m, float64(v))
+	}
+	var s float64
+	ps := make([]classProb, len(z))
+	for j, v := range z {
+		e := math.Exp(float64(v) - m)
+		ps[j] = classProb{Class: j, Probability: e}
+		s += e
+	}
+	for j := range ps {
+		ps[j].Probability /= s
+		if names != nil {
+			ps[j].Name = names[j]
+		}
+	}
+	sort.SliceStable(ps, func(a, b int) bool { return ps[a].Probability > ps[b].Probability })
+	return ps[:min(k, len(ps))]
+}
+
+// unit is a run of inputs read as one data set: consecutive image files
+// (a lazily decoded image folder), or one IDX file.
+type unit struct {
+	ds     data.Dataset
+	idx    bool
+	path   string   // the IDX file
+	paths  []string // the image files, in order
+	labels []byte   // the IDX file's labels, if found
+	folder *data.Folder
+	links  string // the folder's directory of links
+}
+
+func (u *unit) input(i int) string {
+	if u.idx {
+		return u.path
+	}
+	return u.paths[i]
+}
+
+// err is the first image that failed to decode after its header was
+// read, as one line naming the input.
+func (u *unit) err() error {
+	if u.folder == nil {
+		return nil
+	}
+	return u.imageError(u.folder.Err())
+}
+
+// imageError rewrites an error about one of the folder's links to name
+// the input it stands for.
+func (u *unit) imageError(err error) error {
+	var ie *data.ImageError
+	if err == nil || !errors.As(err, &ie) {
+		return err
+	}
+	base := filepath.Base(ie.Path)
+	i, perr := strconv.Atoi(strings.TrimSuffix(base, filepath.Ext(base)))
+	if perr != nil || i < 0 || i >= len(u.paths) {
+		return err
+	}
+	return fmt.Errorf("input %s: not a readable image: %v", u.paths[i], ie.Err)
+}
+
+// openInputs sorts the inputs into units and checks each: an IDX file is
+// read whole and its shape checked, an image's header is read (format and
+// size). The returned cleanup removes what was made for them.
+func openInputs(t *train.Trained, paths []string) ([]*unit, func(), error) {
+	var units []*unit
+	var dirs []string
+	cleanup := func() {
+		for _, d := range dirs {
+			os.RemoveAll(d)
+		}
+	}
+	dc := t.Config.DataConfig
+	// Decoded at once, so that a damaged image stops the command before
+	// any line is printed, unless the decoded inputs would take more than
+	// 256 MiB: then decoded as they are predicted (their headers are
+	// still read first).
+	fo := data.FolderOptions{Lazy: len(paths)*t.DataShape.Size() > 256<<20}
+	if dc.Dataset == "folder" {
+		fo.NoResize = dc.FolderResize == "none"
+		if dc.FolderResize == "nearest" {
+			fo.Interp = data.Nearest
+		}
+	}
+	var images []string
+	flush := func() error {
+		if len(images) == 0 {
+			return nil
+		}
+		u, dir, err := imageUnit(images, t.DataShape, fo)
+		if dir != "" {
+			dirs = append(dirs, dir)
+		}
+		if err != nil {
+			return err
+		}
+		units = append(units, u)
+		images = nil
+		return nil
+	}
+	for _, p := range paths {
+		if !isIDX(p) {
+			images = append(images, p)
+			continue
+		}
+		if err := flush(); err != nil {
+			return nil, cleanup, err
+		}
+		u, err := idxUnit(p, t.DataShape, t.Net.Classes)
+		if err != nil {
+			return nil, cleanup, err
+		}
+		units = append(units, u)
+	}
+	return units, cleanup, flush()
+}
+
+// isIDX reports whether the file at p starts as an IDX file of bytes
+// (00 00 08) or as gzip, which hpctrain reads only as IDX.
+func isIDX(p string) bool {
+	f, err := os.Open(p)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	var b [3]byte
+	n, _ := io.ReadFull(f, b[:])
+	return n >= 2 && b[0] == 0x1f && b[1] == 0x8b || n == 3 && b == [3]byte{0, 0, 8}
+}
+
+// imageUnit reads images as an image folder of links, so that they go
+// through the very code the training run's folders go through (channels,
+// resizing, alpha), checking every header now (and, unless fo.Lazy,
+// decoding every image).
+func imageUnit(paths []string, shape data.Shape, fo data.FolderOptions) (*unit, string, error) {
+	dir, err := os.MkdirTemp("", "hpctrain-predict-*")
+	if err != nil {
+		return nil, "", fmt.Errorf("predict: %w", err)
+	}
+	class := filepath.Join(dir, "inputs")
+	if err := os.Mkdir(class, 0o700); err != nil {
+		return nil, dir, fmt.Errorf("predict: %w", err)
+	}
+	for i, p := range paths {
+		abs, err := filepath.Abs(p)
+		if err != nil {
+			return nil, dir, fmt.Errorf("predict: input %s: %w", p, err)
+		}
+		ext := strings.ToLower(filepath.Ext(p))
+		switch ext {
+		case ".png", ".jpg", ".jpeg", ".gif":
+		default:
+			ext = ".png" // the decoder goes by the content, not the name
+		}
+		if err := os.Symlink(abs, filepath.Join(class, fmt.Sprintf("%09d%s", i, ext))); err != nil {
+			return nil, dir, fmt.Errorf("predict: %w", err)
+		}
+	}
+	u := &unit{paths: paths, links: dir}
+	f, err := data.LoadImageFolder(dir, shape, fo)
+	if err != nil {
+		return nil, dir, u.imageError(err)
+	}
+	if f.Len() != len(paths) {
+		return nil, dir, fmt.Errorf("predict: %d of %d images listed", f.Len(), len(paths))
+	}
+	u.ds, u.folder = f, f
+	return u, dir, nil
+}
+
+// idxUnit reads an IDX file of images (N, H, W) or (N, H, W, C) of the
+// training data's shape, and the labels beside it if there are any
+// (x-images-idx3-ubyte[.gz] and x-labels-idx1-ubyte[.gz]).
+func idxUnit(p string, shape data.Shape, classes int) (*unit, error) {
+	dims, pix, err := data.ReadIDX(p)
+	if err != nil {
+		return nil, fmt.Errorf("input %s: %w", p, unwrapIDX(err))
+	}
+	if len(dims) == 3 {
+		dims = append(dims, 1)
+	}
+	if len(dims) != 4 {
+		return nil, fmt.Errorf("input %s: an IDX file of %d dimensions %v, want images (N, H, W) or (N, H, W, C)", p, len(dims), dims)
+	}
+	got := data.Shape{H: dims[1], W: dims[2], C: dims[3]}
+	if got != shape {
+		return nil, fmt.Errorf("input %s: images of %dx%dx%d, but the network was trained on %dx%dx%d samples", p, got.H, got.W, got.C, shape.H, shape.W, shape.C)
+	}
+	labels := make([]uint8, dims[0])
+	u := &unit{idx: true, path: p}
+	if lp := labelsBeside(p); lp != "" {
+		if ld, l, err := data.ReadIDX(lp); err == nil && len(ld) == 1 && ld[0] == dims[0] {
+			u.labels = l
+		}
+	}
+	ds, err := data.NewImages(shape, classes, pix, labels)
+	if err != nil {
+		return nil, fmt.Errorf("input %s: %w", p, err)
+	}
+	u.ds = ds
+	return u, nil
+}
+
+// unwrapIDX drops the path an *data.IDXError repeats.
+func unwrapIDX(err error) error {
+	var ie *data.IDXError
+	if errors.As(err, &ie) {
+		return errors.New(ie.Msg)
+	}
+	var pe *iofs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+// labelsBeside is the labels file that goes with an MNIST-style images
+// file, if it exists.
+func labelsBeside(p string) string {
+	base := filepath.Base(p)
+	if !strings.Contains(base, "images-idx3-ubyte") {
+		return ""
+	}
+	lp := filepath.Join(filepath.Dir(p), strings.Replace(base, "images-idx3-ubyte", "labels-idx1-ubyte", 1))
+	if _, err := os.Stat(lp); err != nil {
+		return ""
+	}
+	return lp
+}

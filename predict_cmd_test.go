@@ -1,0 +1,198 @@
+package main
+
+import (
+	"image"
+	"image/color"
+	"image/jpeg"
+	"image/png"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"hpctrain/train"
+)
+
+func writePNG(t *testing.T, path string, img image.Image) {
+	t.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := png.Encode(f, img); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+}
+
+func grey(pix []byte, h, w int) *image.Gray {
+	g := image.NewGray(image.Rect(0, 0, w, h))
+	copy(g.Pix, pix)
+	return g
+}
+
+// TestPredictImagesAndIDX: PNG files of test images give exactly the
+// scores of the same images in an IDX file; the IDX lines carry index and
+// label; top-k is sorted, named, and its probabilities are a softmax.
+func TestPredictImagesAndIDX(t *testing.T) {
+	dir := t.TempDir()
+	ck := zooCheckpoint(t, dir, "lenet5")
+	idx := writeIDX(t, dir, 10)
+	imgs, labels := testImages(t, 10)
+	var pngs []string
+	for i, im := range imgs {
+		p := filepath.Join(dir, "img"+string(rune('a'+i))+".png")
+		writePNG(t, p, grey(im, 28, 28))
+		pngs = append(pngs, p)
+	}
+	fromIDX := predictions(t, mustRun(t, predictCmd, "-checkpoint", ck, "-logits", "-top", "10", idx))
+	fromPNG := predictions(t, mustRun(t, predictCmd, append([]string{"-checkpoint", ck, "-logits", "-top", "3"}, pngs...)...))
+	if len(fromIDX) != 10 || len(fromPNG) != 10 {
+		t.Fatalf("%d and %d lines, want 10", len(fromIDX), len(fromPNG))
+	}
+	for i := range fromIDX {
+		a, b := fromIDX[i], fromPNG[i]
+		if b.Input != pngs[i] || a.Index == nil || *a.Index != i || a.Label == nil || *a.Label != int(labels[i]) {
+			t.Fatalf("line %d: %+v / %+v", i, a, b)
+		}
+		if d := maxAbsDiff(a.Logits, b.Logits); d != 0 {
+			t.Errorf("image %d: PNG and IDX scores differ by %g", i, d)
+		}
+		if len(a.Top) != 10 || len(b.Top) != 3 {
+			t.Fatalf("top %d and %d, want 10 and 3", len(a.Top), len(b.Top))
+		}
+		sum := 0.0
+		for j, c := range a.Top {
+			sum += c.Probability
+			if j > 0 && c.Probability > a.Top[j-1].Probability {
+				t.Errorf("image %d: top not sorted: %+v", i, a.Top)
+			}
+			if c.Name == "" {
+				t.Errorf("class %d has no name", c.Class)
+			}
+			// softmax: p_j / p_0 = exp(z_j - z_0)
+			want := math.Exp(float64(a.Logits[c.Class]) - float64(a.Logits[a.Top[0].Class]))
+			if got := c.Probability / a.Top[0].Probability; math.Abs(got-want) > 1e-9*max(1, want) {
+				t.Errorf("image %d class %d: probability ratio %v, want %v", i, c.Class, got, want)
+			}
+		}
+		if math.Abs(sum-1) > 1e-9 {
+			t.Errorf("image %d: probabilities sum to %v", i, sum)
+		}
+	}
+	// Other sizes, colour and JPEG are converted as training's folders
+	// convert them (luma, bilinear resize).
+	big := image.NewRGBA(image.Rect(0, 0, 56, 40))
+	for y := 0; y < 40; y++ {
+		for x := 0; x < 56; x++ {
+			big.Set(x, y, color.RGBA{uint8(4 * x), uint8(6 * y), 90, 255})
+		}
+	}
+	pb := filepath.Join(dir, "big.png")
+	writePNG(t, pb, big)
+	pj := filepath.Join(dir, "photo.jpg")
+	f, _ := os.Create(pj)
+	jpeg.Encode(f, big, nil)
+	f.Close()
+	ps := predictions(t, mustRun(t, predictCmd, "-checkpoint", ck, pb, pj))
+	if len(ps) != 2 || ps[0].Input != pb || ps[1].Input != pj || len(ps[0].Top) != 5 {
+		t.Errorf("big and JPEG: %+v", ps)
+	}
+}
+
+// TestPredictIsTrainingsPreprocessing: a colour network trained on
+// 32x32x3 samples centre-cropped to 28x28 for evaluation, with its own
+// mean and std: predict on PNG files of test samples gives the scores the
+// run's evaluation pipeline feeds the network, exactly.
+func TestPredictIsTrainingsPreprocessing(t *testing.T) {
+	dir := t.TempDir()
+	ckdir := filepath.Join(dir, "ck")
+	r := hpctrain(t, 0, 2*time.Minute, "train", "-model", "lenet5", "-dataset", "synthetic", "-image-shape", "32x32x3",
+		"-augment", "crop_pad=2:28x28,flip", "-mean", "0.4,0.5,0.6", "-std", "0.2,0.25,0.3",
+		"-limit", "256", "-test-limit", "12", "-batch", "32", "-steps", "8", "-threads", "1", "-progress", "0", "-checkpoint-dir", ckdir)
+	if r.code != 0 {
+		t.Fatalf("train: exit %d\n%s", r.code, r.out)
+	}
+	tr, err := train.LatestTrained(ckdir, train.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := tr.OpenEval(tr.Config.DataConfig, 12, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer set.Close()
+	set.Loader.StartRange(0, 12)
+	b, _ := set.Loader.Next()
+	copy(tr.Net.Input(), b.X)
+	want := append([]float32(nil), tr.Net.Forward(b.N)...)
+	set.Loader.Release(b)
+
+	raw := make([]byte, 32*32*3)
+	var pngs []string
+	for i := 0; i < 12; i++ {
+		set.Test.Sample(i, raw)
+		img := image.NewRGBA(image.Rect(0, 0, 32, 32))
+		for p := 0; p < 32*32; p++ {
+			img.Pix[4*p], img.Pix[4*p+1], img.Pix[4*p+2], img.Pix[4*p+3] = raw[3*p], raw[3*p+1], raw[3*p+2], 255
+		}
+		pngs = append(pngs, filepath.Join(dir, strings.Repeat("x", i+1)+".png"))
+		writePNG(t, pngs[i], img)
+	}
+	ps := predictions(t, mustRun(t, predictCmd, append([]string{"-checkpoint-dir", ckdir, "-logits", "-threads", "1"}, pngs...)...))
+	var got []float32
+	for _, p := range ps {
+		got = append(got, p.Logits...)
+		if p.Top[0].Name != "" {
+			t.Errorf("synthetic classes have no names, got %q", p.Top[0].Name)
+		}
+	}
+	if d := maxAbsDiff(got, want); d != 0 {
+		t.Errorf("predict on PNGs differs from the run's evaluation pipeline by %g", d)
+	}
+}
+
+// TestPredictBadInput: an input that is not an image (or a damaged one),
+// a missing input, a bad checkpoint: one line, exit 1 or 2, and not one
+// prediction printed, even for the good inputs before the bad one.
+func TestPredictBadInput(t *testing.T) {
+	dir := t.TempDir()
+	ck := zooCheckpoint(t, dir, "mlp")
+	good := filepath.Join(dir, "good.png")
+	imgs, _ := testImages(t, 1)
+	writePNG(t, good, grey(imgs[0], 28, 28))
+	text := filepath.Join(dir, "notes.png")
+	os.WriteFile(text, []byte("these are not pixels"), 0o644)
+	b, _ := os.ReadFile(good)
+	cut := filepath.Join(dir, "cut.png")
+	os.WriteFile(cut, b[:len(b)/2], 0o644)
+	badIDX := filepath.Join(dir, "bad-images-idx3-ubyte")
+	os.WriteFile(badIDX, []byte{0, 0, 8, 3, 0, 0, 0, 5, 0, 0, 0, 28}, 0o644)
+	wrongIDX := writeIDX(t, t.TempDir(), 2)
+	wb, _ := os.ReadFile(wrongIDX)
+	wb[11], wb[15] = 14, 56 // 2 images of 14x56
+	os.WriteFile(wrongIDX, wb, 0o644)
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"-checkpoint", ck, good, text}, 1, "input " + text + ": not a readable image: image: unknown format"},
+		{[]string{"-checkpoint", ck, good, cut}, 1, "input " + cut + ": not a readable image"},
+		{[]string{"-checkpoint", ck, good, filepath.Join(dir, "nope.png")}, 2, "nope.png: no such file"},
+		{[]string{"-checkpoint", ck, dir}, 2, "a directory, not a file"},
+		{[]string{"-checkpoint", ck, good, badIDX}, 1, "input " + badIDX + ": truncated header"},
+		{[]string{"-checkpoint", ck, wrongIDX}, 1, "images of 14x56x1, but the network was trained on 28x28x1 samples"},
+		{[]string{"-checkpoint", ck}, 2, "no inputs"},
+		{[]string{"-checkpoint", ck, "-top", "0", good}, 2, "-top 0"},
+		{[]string{"-checkpoint", ck, "-model", "lenet5", good}, 2, "of model mlp, not lenet5"},
+		{[]string{"-checkpoint", good, good}, 1, "bad magic"},
+	} {
+		r := runCmd(predictCmd, c.args...)
+		if r.code != c.code || !strings.Contains(r.errs, c.want) || strings.Count(r.errs, "\n") != 1 || r.out != "" {
+			t.Errorf("%v: exit %d, want %d and one line with %q:\n%s%s", c.args, r.code, c.code, c.want, r.out, r.errs)
+		}
+	}
+}

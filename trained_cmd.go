@@ -1,0 +1,116 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"reflect"
+	"runtime"
+	"strings"
+
+	"hpctrain/affinity"
+	"hpctrain/data"
+	"hpctrain/internal/cli"
+	"hpctrain/train"
+)
+
+// What eval, predict and export share: naming the checkpoint, rebuilding
+// its network, and the threads it computes on.
+
+// ckptFlags are the flags that name a checkpoint.
+type ckptFlags struct {
+	file, dir, model string
+	batch, threads   int
+}
+
+func (f *ckptFlags) bind(fs *flag.FlagSet) {
+	fs.StringVar(&f.file, "checkpoint", "", "checkpoint `FILE` (.hpck) to use")
+	fs.StringVar(&f.dir, "checkpoint-dir", "", "use the newest valid checkpoint in `DIR` instead")
+	fs.StringVar(&f.model, "model", "", "refuse a checkpoint of another model than this (zoo name or description file)")
+	fs.IntVar(&f.batch, "batch", 0, "samples per forward pass (0: the training run's batch per rank)")
+	fs.IntVar(&f.threads, "threads", 0, "compute threads per process (0: the cores / processes on this node)")
+}
+
+// load rebuilds the checkpoint's network; warnings go to warn.
+func (f *ckptFlags) load(cmd string, warn io.Writer) (*train.Trained, error) {
+	if (f.file == "") == (f.dir == "") {
+		return nil, cli.Usage(fmt.Errorf("give -checkpoint FILE or -checkpoint-dir DIR (see %s -h)", cmd))
+	}
+	if f.batch < 0 || f.batch > train.MaxBatch {
+		return nil, cli.Usage(fmt.Errorf("-batch %d: must be 0 to %d", f.batch, train.MaxBatch))
+	}
+	if f.threads < 0 || f.threads > train.MaxThreads {
+		return nil, cli.Usage(fmt.Errorf("-threads %d: must be 0 to %d", f.threads, train.MaxThreads))
+	}
+	opts := train.LoadOptions{Model: f.model, Batch: f.batch, Warn: func(m string) { fmt.Fprintf(warn, "hpctrain: warning: %s\n", m) }}
+	if f.file != "" {
+		return train.LoadTrained(f.file, opts)
+	}
+	return train.LatestTrained(f.dir, opts)
+}
+
+// compute gives t's network threads workers (0: this node's cores shared
+// by its localSize processes), unpinned; the caller closes them.
+func (f *ckptFlags) compute(t *train.Trained, localSize int) *affinity.Workers {
+	n := f.threads
+	if n == 0 {
+		n = max(1, runtime.NumCPU()/max(localSize, 1))
+	}
+	w := affinity.NewUnpinnedWorkers(n)
+	t.Net.SetParallel(w)
+	return w
+}
+
+// dataFlags binds the data keys (data.Config.Flags) for a command that
+// starts from a run's data configuration and changes what is given.
+type dataFlags struct {
+	fs  *flag.FlagSet
+	cfg data.Config
+}
+
+func bindData(fs *flag.FlagSet) *dataFlags {
+	d := &dataFlags{fs: fs, cfg: data.Defaults()}
+	d.cfg.Flags(fs)
+	return d
+}
+
+// over returns run with the data keys given on the command line. The
+// run's normalisation is made explicit first, so that evaluating on
+// another data set keeps the network's input as it was trained; another
+// -dataset starts from none of the run's data_dir, test_dir and
+// val_split, and a folder or synthetic set from samples of the run's
+// shape (sample); a folder named by -data-dir alone (no -test-dir or
+// -val-split) is evaluated whole.
+func (d *dataFlags) over(run data.Config, sample data.Shape) data.Config {
+	set := map[string]bool{}
+	d.fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	cfg := run
+	if mean, std, _ := run.Normalisation(sample.C); mean != nil && run.Mean == nil {
+		for c := range mean {
+			cfg.Mean = append(cfg.Mean, float64(mean[c]))
+			cfg.Std = append(cfg.Std, float64(std[c]))
+		}
+	}
+	if set["dataset"] && d.cfg.Dataset != run.Dataset {
+		cfg.DataDir, cfg.TestDir, cfg.ValSplit = "", "", 0
+		cfg.ImageShape = ""
+		if d.cfg.Dataset == "folder" || d.cfg.Dataset == "synthetic" {
+			// Samples of the shape the network was trained on.
+			cfg.ImageShape = fmt.Sprintf("%dx%dx%d", sample.H, sample.W, sample.C)
+		}
+		if d.cfg.Dataset != "folder" {
+			cfg.Lazy = false
+		}
+	}
+	v, src := reflect.ValueOf(&cfg).Elem(), reflect.ValueOf(d.cfg)
+	for i := 0; i < v.NumField(); i++ {
+		name := strings.ReplaceAll(v.Type().Field(i).Tag.Get("toml"), "_", "-")
+		if set[name] {
+			v.Field(i).Set(src.Field(i))
+		}
+	}
+	if cfg.Dataset == "folder" && set["data-dir"] && !set["test-dir"] && !set["val-split"] {
+		cfg.TestDir, cfg.ValSplit = cfg.DataDir, 0
+	}
+	return cfg
+}
