@@ -155,13 +155,23 @@ func TestBenchAffinityGrid(t *testing.T) {
 
 func TestSlurmTemplateAndPlot(t *testing.T) {
 	dir := t.TempDir()
-	r := hpctrain(t, 0, 10*time.Second, "slurm", "template", "-config", "job.toml", "-nodes", "2", "-tasks-per-node", "4", "-cpus-per-task", "2", "-time", "02:00:00")
-	for _, want := range []string{"#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=4", "#SBATCH --cpus-per-task=2", "--signal=B:USR1@", "scontrol requeue", "-config job.toml", "-resume auto"} {
+	job := filepath.Join(dir, "job.toml")
+	if err := os.WriteFile(job, []byte("model = \"mlp\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := hpctrain(t, 0, 10*time.Second, "slurm", "template", "-config", job, "-nodes", "2", "-tasks-per-node", "4", "-cpus-per-task", "2", "-time", "02:00:00")
+	for _, want := range []string{"#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=4", "#SBATCH --cpus-per-task=2", "--signal=B:USR1@", "scontrol requeue", "-config " + job, "-resume auto"} {
 		if !strings.Contains(r.out, want) {
 			t.Errorf("template lacks %q:\n%s", want, r.out)
 		}
 	}
-	r = hpctrain(t, 0, 10*time.Second, "slurm", "template", "-config", "job.toml", "-time", "forever")
+	// A training configuration that is missing or bad would only fail in
+	// the queue: refused when rendering.
+	r = hpctrain(t, 0, 10*time.Second, "slurm", "template", "-config", filepath.Join(dir, "missing.toml"))
+	if r.code != 2 || !strings.Contains(r.out, "missing.toml") {
+		t.Errorf("template with a missing -config: %d\n%s", r.code, r.out)
+	}
+	r = hpctrain(t, 0, 10*time.Second, "slurm", "template", "-config", job, "-time", "forever")
 	if r.code != 2 || !strings.Contains(r.out, "forever") {
 		t.Errorf("bad time: %d\n%s", r.code, r.out)
 	}

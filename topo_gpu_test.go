@@ -47,7 +47,8 @@ func TestGPUPlacement(t *testing.T) {
 		t.Skip("this machine has a GPU; the no-GPU cases below do not apply")
 	}
 	r = hpctrain(t, 0, time.Minute, "train", "-model", "mlp", "-limit", "640", "-epochs", "1", "-progress", "0", "-gpus", "0")
-	if r.code != 1 || !strings.Contains(r.out, "gpus = 0: no GPU found (NVML: ") || strings.Contains(r.out, "goroutine ") {
+	// A request this node cannot meet is bad input, as a bad flag: exit 2.
+	if r.code != 2 || !strings.Contains(r.out, "gpus = 0: no GPU found (NVML: ") || strings.Contains(r.out, "goroutine ") {
 		t.Errorf("-gpus 0 without a GPU: %d\n%s", r.code, r.out)
 	}
 	// Without a GPU, CUDA_VISIBLE_DEVICES and -gpu-share change nothing.
