@@ -49,9 +49,18 @@ const evalThreads = 2
 // evaluated on the run's test set (normalised and centre-cropped as the
 // run's evaluation does) with the run's threads, gives the run's final
 // test loss and accuracy, exactly; sharded over two ranks, the same
-// accuracy.
+// accuracy. For the CNN, and for a residual network with batch norm
+// (running statistics restored, evaluation mode) and label smoothing in
+// training (none in the test loss).
 func TestEvaluateIsTheRunsEvaluation(t *testing.T) {
-	res, path := trainedRun(t, nil)
+	t.Run("cnn", func(t *testing.T) { testEvaluate(t, nil, 0.3) })
+	t.Run("resnet8", func(t *testing.T) {
+		testEvaluate(t, func(c *Config) { c.Model, c.LR, c.LabelSmoothing = "resnet8", 0.05, 0.1 }, 0.15)
+	})
+}
+
+func testEvaluate(t *testing.T, change func(*Config), minAcc float64) {
+	res, path := trainedRun(t, change)
 	tr, err := LoadTrained(path, LoadOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -59,7 +68,7 @@ func TestEvaluateIsTheRunsEvaluation(t *testing.T) {
 	w := affinity.NewUnpinnedWorkers(evalThreads)
 	defer w.Close()
 	tr.Net.SetParallel(w)
-	if res.TestAccuracy < 0.3 {
+	if res.TestAccuracy < minAcc {
 		t.Fatalf("the run learnt nothing (test accuracy %v): a poor test of the evaluation", res.TestAccuracy)
 	}
 	if tr.Net.In != (model.Shape{H: 28, W: 28, C: 3}) || tr.Net.Training() || tr.Batch != 32 {
