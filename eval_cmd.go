@@ -14,6 +14,7 @@ import (
 	"hpctrain/chart"
 	"hpctrain/internal/atomicfile"
 	"hpctrain/internal/cli"
+	"hpctrain/mpi"
 	"hpctrain/train"
 )
 
@@ -83,13 +84,29 @@ func evalCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer comm.Close()
 	who = fmt.Sprintf("rank %d (%s): ", comm.Rank(), comm.Host())
 	if comm.Size() == 1 {
 		who = ""
 	}
+	err = evalRun(comm, &ck, df, *testLimit, *js, *plotPath, stdout, stderr)
+	if err != nil && comm.Size() > 1 {
+		// Say it before MPI_Finalize, as trainCmd does: once one rank
+		// has exited non-zero, mpirun kills the others.
+		fmt.Fprintf(stderr, "hpctrain: %s%v\n", where(), err)
+		err = reported{err}
+	}
+	if cerr := comm.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// evalRun is eval on communicator comm: every rank loads the checkpoint
+// and opens the data, agreeing on failures, and evaluates its shard; rank
+// 0 reports.
+func evalRun(comm mpi.Comm, ck *ckptFlags, df *dataFlags, testLimit int, js bool, plotPath string, stdout, stderr io.Writer) error {
 	info := stdout
-	if *js {
+	if js {
 		info = stderr
 	}
 	if comm.Rank() != 0 {
@@ -107,8 +124,8 @@ func evalCmd(args []string, stdout, stderr io.Writer) error {
 
 	dc := df.over(t.Config.DataConfig, t.DataShape)
 	limit := t.Config.TestLimit
-	if *testLimit >= 0 {
-		limit = *testLimit
+	if testLimit >= 0 {
+		limit = testLimit
 	}
 	set, err := t.OpenEval(dc, limit, comm.LocalSize(), func(m string) { fmt.Fprintf(stderr, "hpctrain: warning: %s\n", m) })
 	if err = train.Agree(comm, "opening the data", err); err != nil {
@@ -131,14 +148,14 @@ func evalCmd(args []string, stdout, stderr io.Writer) error {
 		names = t.ClassNames
 	}
 	rep := report(t, dc.Dataset, dc.DataDir, names, ev)
-	if *plotPath != "" {
+	if plotPath != "" {
 		title := fmt.Sprintf("%s step %d on %s: accuracy %.2f%% (%d samples)", t.State.Model, t.State.Step, dc.Dataset, 100*ev.Accuracy, ev.Samples)
-		if err := atomicfile.Write(*plotPath, func(w io.Writer) error { return chart.Confusion(w, title, names, ev.Confusion) }); err != nil {
+		if err := atomicfile.Write(plotPath, func(w io.Writer) error { return chart.Confusion(w, title, names, ev.Confusion) }); err != nil {
 			return err
 		}
-		say("hpctrain: wrote %s", *plotPath)
+		say("hpctrain: wrote %s", plotPath)
 	}
-	if *js {
+	if js {
 		b, _ := json.Marshal(rep) // plain data: cannot fail
 		_, err := fmt.Fprintf(stdout, "%s\n", b)
 		return err
