@@ -4,6 +4,9 @@
 // summed with MPI all-reduce.
 //
 //	hpctrain train [flags]     train a model (see hpctrain train -h)
+//	hpctrain eval -checkpoint F      loss, accuracy, confusion matrix of a checkpoint
+//	hpctrain predict -checkpoint F X top-k classes of images or IDX files
+//	hpctrain export -checkpoint F    ONNX or safetensors
 //	hpctrain models [NAME]     the built-in networks, or one's TOML description
 //	hpctrain summary -model X  per-layer shapes, parameters and multiply-adds
 //	hpctrain topo [-np N]      show the node and the placement plan
@@ -39,6 +42,9 @@ Usage:
 
 Commands:
   train     train a model on Fashion-MNIST (hpctrain train -h for its flags)
+  eval      a checkpoint's loss, accuracy, per-class accuracy, confusion matrix (-json, -plot; under mpirun too)
+  predict   top-k classes of image or IDX files from a checkpoint, as JSON lines
+  export    a checkpoint as ONNX or safetensors (PyTorch names and layouts)
   models    list the built-in networks; models NAME prints one's TOML description
   summary   per-layer output shapes, parameters and multiply-adds of -model
   topo      this node's cores, SMT siblings, NUMA nodes and the plan for -np ranks;
@@ -82,8 +88,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = modelsCmd(rest, stdout, stderr)
 	case "summary":
 		err = summaryCmd(rest, stdout, stderr)
+	case "eval":
+		err = evalCmd(rest, stdout, stderr)
+	case "predict":
+		err = predictCmd(rest, stdout, stderr)
+	case "export":
+		err = exportCmd(rest, stdout, stderr)
 	default:
-		err = cli.Usage(fmt.Errorf("unknown command %q (commands: train, models, summary, topo, bench, slurm, plot; see hpctrain -h)", cmd))
+		err = cli.Usage(fmt.Errorf("unknown command %q (commands: train, eval, predict, export, models, summary, topo, bench, slurm, plot; see hpctrain -h)", cmd))
 	}
 	switch {
 	case err == nil:
