@@ -20,6 +20,8 @@ import (
 // StepReport is `hpctrain bench step`'s result.
 type StepReport struct {
 	Model            string      `json:"model"`
+	Input            string      `json:"input"` // one sample, HxWxC
+	Classes          int         `json:"classes"`
 	Batch            int         `json:"batch"`
 	Threads          int         `json:"threads"`
 	Optimizer        string      `json:"optimizer"` // "none": forward, loss and backward only
@@ -46,6 +48,8 @@ type LayerTime struct {
 func Step(args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("hpctrain bench step", flag.ContinueOnError)
 	name := fs.String("model", "cnn", "model: "+fmt.Sprint(model.Names()))
+	input := fs.String("input", "28x28x1", "shape of one input sample, `HxWxC` (random pixels in [0,1))")
+	classes := fs.Int("classes", 10, "number of classes (outputs; random labels)")
 	batch := fs.Int("batch", 64, "batch")
 	threads := fs.Int("threads", 1, "compute threads (pinned to the first cores of the mask)")
 	steps := fs.Int("steps", 30, "timed steps")
@@ -54,10 +58,14 @@ func Step(args []string, out io.Writer) error {
 	if err := cli.Parse(fs, args, os.Stderr, false); err != nil {
 		return err
 	}
-	if *batch < 1 || *threads < 1 || *steps < 1 {
-		return fmt.Errorf("batch, threads and steps must be >= 1")
+	if *batch < 1 || *threads < 1 || *steps < 1 || *classes < 1 {
+		return fmt.Errorf("batch, threads, steps and classes must be >= 1")
 	}
-	rep, err := StepRate(*name, *batch, *threads, *steps, *opt)
+	in, err := model.ParseShape(*input)
+	if err != nil {
+		return cli.Usage(fmt.Errorf("-input: %w", err))
+	}
+	rep, err := StepRate(*name, in, *classes, *batch, *threads, *steps, *opt)
 	if err != nil {
 		return err
 	}
@@ -70,10 +78,11 @@ func Step(args []string, out io.Writer) error {
 	return writeJSON(*js, rep)
 }
 
-// StepRate measures steps of the named model, each updating the
-// parameters with the named optimizer ("none": no update).
-func StepRate(name string, batch, threads, steps int, optimizer string) (StepReport, error) {
-	net, err := model.New(name, model.Shape{}, 10, batch, 1)
+// StepRate measures steps of the named model for input shape in (zero:
+// 28x28x1) and classes outputs, each updating the parameters with the
+// named optimizer ("none": no update).
+func StepRate(name string, in model.Shape, classes, batch, threads, steps int, optimizer string) (StepReport, error) {
+	net, err := model.New(name, in, classes, batch, 1)
 	if err != nil {
 		return StepReport{}, err
 	}
@@ -119,7 +128,7 @@ func StepRate(name string, batch, threads, steps int, optimizer string) (StepRep
 	}
 	labels := make([]int32, batch)
 	for i := range labels {
-		labels[i] = int32(rng.IntN(10))
+		labels[i] = int32(rng.IntN(classes))
 	}
 	st.Load(x, labels)
 	step := func() {
@@ -149,7 +158,7 @@ func StepRate(name string, batch, threads, steps int, optimizer string) (StepRep
 	}
 	flop := 2 * float64(net.TrainMACs()) * float64(batch) // 2 flops per multiply-add
 	rep := StepReport{
-		Model: name, Batch: batch, Threads: threads, Optimizer: optimizer,
+		Model: name, Input: net.In.String(), Classes: classes, Batch: batch, Threads: threads, Optimizer: optimizer,
 		SamplesPerSecond: float64(batch) / med.Seconds(), StepMillis: 1e3 * med.Seconds(),
 		GFLOPS: flop / med.Seconds() / 1e9, SgemmGFLOPS: gemm[0].GFLOPS, PeakRSSMB: float64(peakRSS()) / (1 << 20),
 	}
