@@ -2,40 +2,55 @@ package train
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"strings"
 
+	"hpctrain/internal/cli"
 	"hpctrain/mpi"
 )
 
-// agree makes every rank learn whether any rank failed a start-up stage.
-// Each rank passes its own error (nil if it succeeded); all ranks return an
-// error if any failed: the rank's own, or one naming the ranks that failed.
-// Without it, a rank that fails to read its data would leave the others
-// waiting forever in the first all-reduce.
-func agree(c mpi.Comm, stage string, err error) error {
-	flag := []byte{0}
+// Agree makes every rank learn whether any rank failed a stage (start-up,
+// loading a checkpoint, opening data): each rank passes its own error (nil
+// if it succeeded); all ranks return an error if any failed: the rank's
+// own, or one naming the ranks that failed, a usage error (exit 2) when any
+// failed rank's was. Without it, a rank that fails to read its data would
+// leave the others waiting forever in the next collective. Collective.
+func Agree(c mpi.Comm, stage string, err error) error {
+	code := []byte{0}
 	if err != nil {
-		flag[0] = 1
+		code[0] = 1
+		if errors.As(err, new(cli.UsageError)) {
+			code[0] = 2
+		}
 	}
 	all := make([]byte, c.Size())
-	if gerr := c.Allgather(flag, all); gerr != nil {
-		return fmt.Errorf("%s: agreeing on start-up: %w", stage, gerr)
+	if gerr := c.Allgather(code, all); gerr != nil {
+		return fmt.Errorf("%s: agreeing: %w", stage, gerr)
 	}
 	if err != nil {
 		return err
 	}
 	var failed []string
+	usage := false
 	for r, f := range all {
 		if f != 0 {
 			failed = append(failed, fmt.Sprint(r))
+			usage = usage || f == 2
 		}
 	}
-	if len(failed) > 0 {
-		return fmt.Errorf("%s failed on rank %s (see its message); stopping", stage, strings.Join(failed, ", "))
+	if len(failed) == 0 {
+		return nil
 	}
-	return nil
+	err = fmt.Errorf("%s failed on rank %s (see its message); stopping", stage, strings.Join(failed, ", "))
+	if usage {
+		err = cli.Usage(err)
+	}
+	return err
 }
+
+// agree is Agree, as the run calls it.
+func agree(c mpi.Comm, stage string, err error) error { return Agree(c, stage, err) }
 
 // agreeConfig checks that every rank runs with rank 0's configuration. It
 // gathers every rank's configuration hash so that all ranks name the same

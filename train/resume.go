@@ -259,7 +259,7 @@ func (cp *checkpointer) resume() (int, error) {
 			plan = cp.plan(st)
 		}
 	}
-	if err = agreeResume(c, err); err != nil {
+	if err = agree(c, "loading the checkpoint", err); err != nil {
 		return 0, err
 	}
 	var js []byte
@@ -411,42 +411,6 @@ func (cp *checkpointer) plan(st *checkpoint.State) resumePlan {
 		p.Optim = append(p.Optim, len(s))
 	}
 	return p
-}
-
-// agreeResume is agree for the resume stage that keeps the kind of error:
-// when rank 0 refuses the checkpoint or the directory (a usage error), the
-// other ranks' errors are usage errors too, so that every rank exits 2.
-func agreeResume(c mpi.Comm, err error) error {
-	code := []byte{0}
-	if err != nil {
-		code[0] = 1
-		if errors.As(err, new(cli.UsageError)) {
-			code[0] = 2
-		}
-	}
-	all := make([]byte, c.Size())
-	if gerr := c.Allgather(code, all); gerr != nil {
-		return fmt.Errorf("loading the checkpoint: agreeing on start-up: %w", gerr)
-	}
-	if err != nil {
-		return err
-	}
-	var failed []string
-	usage := false
-	for r, f := range all {
-		if f != 0 {
-			failed = append(failed, fmt.Sprint(r))
-			usage = usage || f == 2
-		}
-	}
-	if len(failed) == 0 {
-		return nil
-	}
-	err = fmt.Errorf("loading the checkpoint failed on rank %s (see its message); stopping", strings.Join(failed, ", "))
-	if usage {
-		err = cli.Usage(err)
-	}
-	return err
 }
 
 // complete reports whether the checkpoint resume restored was written at

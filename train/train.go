@@ -2,7 +2,6 @@ package train
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"hash/fnv"
 	"io"
@@ -599,29 +598,11 @@ func evaluate(c mpi.Comm, net *model.Net, ld *data.Loader, n int) (loss, acc flo
 		net.SetTraining(true)
 		net.SetLabelSmoothing(smoothing)
 	}()
-	lo, hi := data.Shard(n, c.Rank(), c.Size())
-	ld.StartRange(lo, hi)
-	sums := make([]float64, 3) // loss*n, correct, n
-	for {
-		b, ok := ld.Next()
-		if !ok {
-			break
-		}
-		copy(net.Input(), b.X)
-		net.Forward(b.N)
-		l, correct := net.Loss(b.Y)
-		sums[0] += l * float64(b.N)
-		sums[1] += float64(correct)
-		sums[2] += float64(b.N)
-		ld.Release(b)
+	e, err := Evaluate(c, net, ld, n)
+	if err != nil {
+		return math.NaN(), 0, err
 	}
-	if err := c.AllreduceSum64(sums); err != nil {
-		return 0, 0, fmt.Errorf("reducing test results: %w", err)
-	}
-	if sums[2] == 0 {
-		return math.NaN(), 0, errors.New("empty test set")
-	}
-	return sums[0] / sums[2], sums[1] / sums[2], nil
+	return e.Loss, e.Accuracy, nil
 }
 
 func writeMetrics(f *os.File, r Result) error {
