@@ -6,7 +6,22 @@
 #   scripts/setup.sh            build + train + tests (python3-onnx and
 #                               python3-torch for the export checks and the
 #                               PyTorch peer benchmarks)
+#   scripts/setup.sh --cuda     also NVRTC (CUDA 11.8, Debian non-free:
+#                               libnvrtc11.2 libnvrtc-builtins11.8) for the
+#                               kernel compile check; not the CUDA toolkit
 set -euo pipefail
+
+cuda=0
+for arg in "$@"; do
+	case $arg in
+	--cuda) cuda=1 ;;
+	--torch) ;; # once the only way to get PyTorch; now always installed
+	*)
+		echo "setup: unknown option $arg (known: --cuda)" >&2
+		exit 2
+		;;
+	esac
+done
 
 need=()
 have_cmd() { command -v "$1" >/dev/null 2>&1; }
@@ -33,6 +48,54 @@ if [ ${#need[@]} -gt 0 ]; then
 	export DEBIAN_FRONTEND=noninteractive
 	apt-get update -qq
 	apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+# --cuda: the kernel compile check (gpu/kernels/compile_test.go) needs only
+# NVRTC, which Debian 12 ships from CUDA 11.8 in its non-free component. Nothing
+# is installed when an NVRTC is already loadable (a cluster's CUDA module).
+have_nvrtc() {
+	local d
+	for d in ${LD_LIBRARY_PATH:+${LD_LIBRARY_PATH//:/ }}; do
+		[ -e "$d/libnvrtc.so.12" ] || [ -e "$d/libnvrtc.so.11.2" ] && return 0
+	done
+	ldconfig -p 2>/dev/null | grep -Eq 'libnvrtc\.so\.(12|11\.2) '
+}
+have_deb() { [ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null)" = "install ok installed" ]; }
+
+# add_nonfree adds Debian's non-free component (where NVRTC is, in
+# bookworm/non-free: contrib only holds packages that depend on it) to
+# Debian's own apt sources, once: the Components lines of the deb822 file
+# (Debian 12) or the deb lines of a one-line sources.list (older releases).
+# "non-free-firmware" is another component and does not count.
+add_nonfree() {
+	local f nf='(^|[[:space:]])non-free([[:space:]]|$)'
+	f=/etc/apt/sources.list.d/debian.sources
+	if [ -f "$f" ] && grep -E '^Components:.*\bmain\b' "$f" | grep -Evq "$nf"; then
+		sed -i -E "/^Components:.*\bmain\b/{/$nf/!s/\$/ non-free/}" "$f"
+		echo "setup: added non-free to $f"
+	fi
+	f=/etc/apt/sources.list
+	if [ -f "$f" ] && grep -E '^deb(-src)? .*debian.* main' "$f" | grep -Evq "$nf"; then
+		sed -i -E "/^deb(-src)? .*debian.* main/{/$nf/!s/\$/ non-free/}" "$f"
+		echo "setup: added non-free to $f"
+	fi
+}
+
+if [ "$cuda" -eq 1 ] && ! have_nvrtc; then
+	nv=()
+	have_deb libnvrtc11.2 || nv+=(libnvrtc11.2)
+	have_deb libnvrtc-builtins11.8 || nv+=(libnvrtc-builtins11.8)
+	if [ ${#nv[@]} -gt 0 ]; then
+		if [ "$(id -u)" -ne 0 ] || ! have_cmd apt-get; then
+			echo "setup: --cuda: no NVRTC (libnvrtc.so.12 or .so.11.2); install ${nv[*]} from Debian non-free as root, or load a CUDA module" >&2
+			exit 1
+		fi
+		echo "setup: installing ${nv[*]} (Debian non-free)"
+		add_nonfree
+		export DEBIAN_FRONTEND=noninteractive
+		apt-get update -qq
+		apt-get install -y -qq --no-install-recommends "${nv[@]}" >/dev/null
+	fi
 fi
 
 # go.mod asks for Go 1.27; GOTOOLCHAIN=auto fetches it through the module proxy.
