@@ -227,7 +227,7 @@ func TestCompileCheckCatchesProblems(t *testing.T) {
 			t.Errorf("PTX for compute_70 with kernels one and three passed as %s with %v", c.arch, c.names)
 		}
 	}
-	emu := []byte("hpctrain-cudaemu-module\n/tmp/x/one.so\n")
+	emu := []byte("// cudaemu module\n/tmp/x/one.so\n") // the emulator's format
 	if bad := ptxProblems(emu, "compute_70", nil); len(bad) == 0 {
 		t.Error("an emulator-style module passed as NVIDIA PTX")
 	}
