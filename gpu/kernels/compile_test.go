@@ -28,6 +28,11 @@ import (
 // (V100), Ampere (A100) and Hopper (H100, H200).
 var archs = []string{"compute_70", "compute_80", "compute_90"}
 
+// backendOpts are the NVRTC options the backend compiles the kernels with
+// (gpu/cudanet's compileOpts: no contraction into fused multiply-adds, so
+// results match the emulator's and the CPU's); keep the two in step.
+var backendOpts = []string{"--fmad=false"}
+
 // realNVRTC loads NVRTC and makes sure it is NVIDIA's, not the emulated
 // device's; it skips the test when no NVRTC is installed.
 func realNVRTC(t *testing.T) {
@@ -96,8 +101,8 @@ func loadedNVRTC() string {
 // compileClean compiles src for arch and returns the PTX, or a problem:
 // a failed compile, or any diagnostic at all in NVRTC's log (a warning on
 // one compiler is often an error, or a wrong result, on another).
-func compileClean(name, src, arch string) (ptx []byte, problem string) {
-	ptx, log, err := cuda.Compile(name, src, arch)
+func compileClean(name, src, arch string, opts ...string) (ptx []byte, problem string) {
+	ptx, log, err := cuda.Compile(name, src, arch, opts...)
 	log = strings.TrimSpace(strings.TrimRight(log, "\x00"))
 	switch {
 	case err != nil:
@@ -166,10 +171,10 @@ func TestCompileAllKernelsWithNVRTC(t *testing.T) {
 	if len(names) == 0 {
 		t.Fatal("kernels.Source() declares no kernel")
 	}
-	t.Logf("NVRTC %d.%d; %d kernels in %s", major, minor, len(names), strings.Join(kernels.Files(), ", "))
+	t.Logf("NVRTC %d.%d, options %q; %d kernels in %s", major, minor, backendOpts, len(names), strings.Join(kernels.Files(), ", "))
 	for _, arch := range archs {
 		t.Run(arch, func(t *testing.T) {
-			ptx, problem := compileClean("hpctrain_kernels.cu", src, arch)
+			ptx, problem := compileClean("hpctrain_kernels.cu", src, arch, backendOpts...)
 			if problem != "" {
 				t.Fatalf("NVRTC %d.%d, %s: %s", major, minor, arch, problem)
 			}
