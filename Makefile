@@ -8,11 +8,15 @@ GO ?= go
 NP ?= 2
 DEMO_ARGS ?= -model cnn -epochs 1 -batch 64 -lr 0.01 -momentum 0.9 -metrics out/demo.jsonl
 
-.PHONY: all setup build demo test vet bench clean
+.PHONY: all setup setup-cuda build demo test vet bench clean
 all: build
 
 setup:
 	scripts/setup.sh
+
+# NVRTC 11.8 from Debian (two small packages) for the kernel compile check.
+setup-cuda:
+	scripts/setup.sh --cuda
 
 build: setup
 	$(GO) build -o hpctrain .
@@ -25,7 +29,7 @@ vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 	$(GO) vet ./...
 
-test: build vet
+test: build setup-cuda vet
 	$(GO) test -count=1 -timeout 40m ./...
 	$(GO) test -count=1 -tags purego ./internal/openblas ./internal/kernels ./model
 	# The MPI thread hand-off under the race detector, ranks under real mpirun.

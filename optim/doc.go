@@ -28,6 +28,11 @@
 // in testdata/golden_*.json (written by testdata/gen_golden.py; torch is
 // not needed to run the tests).
 //
+// LossScaler is fp16's dynamic loss scale (PyTorch's GradScaler): the
+// trainer scales the loss by it, skips the update of a step whose reduced
+// gradients are not finite, and lets it halve on overflow and double after
+// a run of clean steps.
+//
 // Non-goals: computing gradients, communication, knowing any layer type,
-// gradient clipping or loss scaling.
+// gradient clipping.
 package optim
