@@ -4,14 +4,18 @@ import (
 	"encoding/binary"
 	"flag"
 	"fmt"
-	"hpctrain/internal/cli"
 	"io"
 	"math"
 	"os"
+	"runtime"
 	"slices"
 	"sort"
 	"time"
+	"unsafe"
 
+	"hpctrain/gpu/collective"
+	"hpctrain/gpu/cuda"
+	"hpctrain/internal/cli"
 	"hpctrain/mpi"
 )
 
@@ -92,6 +96,7 @@ func Allreduce(args []string, c mpi.Comm, out io.Writer) error {
 	target := fs.Float64("overhead-target", 3, "summary line: the wrapper's allowed overhead over raw MPI_Allreduce, in `PERCENT`")
 	typ := fs.String("type", "float32", "element type (float32)")
 	js := fs.String("json", "", "rank 0 writes the rows as JSON to `FILE`")
+	coll := fs.String("collective", "mpi", "what sums: mpi (host buffers, the CPU training path beside raw MPI_Allreduce) or nccl (device buffers on the local rank's GPU, ncclAllReduce on a stream)")
 	if err := cli.Parse(fs, args, os.Stderr, false); err != nil {
 		return err
 	}
@@ -101,14 +106,20 @@ func Allreduce(args []string, c mpi.Comm, out io.Writer) error {
 	if *minB < 4 || *maxB < *minB || *factor < 2 || *warm < 0 || *iters < 0 || *rounds < 1 || *target < 0 {
 		return fmt.Errorf("need 4 <= -b <= -e, -f >= 2, -w >= 0, -n >= 0, -rounds >= 1, -overhead-target >= 0")
 	}
+	mode, err := collective.ParseMode(*coll)
+	if err != nil {
+		return err
+	}
+	if mode == collective.NCCL {
+		return allreduceNCCL(sweep{minB: *minB, maxB: *maxB, factor: *factor, iters: *iters, rounds: *rounds, warm: *warm}, c, out, *js)
+	}
 	w, raw := c.(rawAllreducer)
 	n := c.Size()
 	rank0 := c.Rank() == 0
 	if rank0 {
 		fmt.Fprintf(out, "# hpctrain bench allreduce: %d ranks, sum, float32; %d rounds per size, each timing a block of every path (wrapper and raw in-place adjacent, order alternating), ranks in lock-step\n", n, *rounds)
 		fmt.Fprintf(out, "# time = median over rounds of the time per call, mean over ranks (min/max: of the fastest/slowest rank); wrapper/raw = hpctrain time / mpi in-place time; per_round = median of the per-round ratios\n")
-		fmt.Fprintf(out, "%-9s %-12s %12s %10s %7s %10s %10s %10s %8s %8s %6s %11s %9s\n",
-			"path", "place", "size", "count", "type", "time_us", "min_us", "max_us", "algbw", "busbw", "#wrong", "wrapper/raw", "per_round")
+		printHeader(out)
 	}
 	var rows []AllreduceRow
 	buf := make([]float32, *maxB/4)
@@ -206,19 +217,8 @@ func Allreduce(args []string, c mpi.Comm, out io.Writer) error {
 		}
 		start := len(rows)
 		for pi, p := range paths {
-			row := AllreduceRow{Path: p.name, Place: p.place, Bytes: size, Count: count, Type: "float32",
-				Rounds: *rounds, Iters: it, RoundsUS: make([]float64, *rounds)}
-			mins, maxs := make([]float64, *rounds), make([]float64, *rounds)
-			for k := 0; k < *rounds; k++ {
-				s := over(all, pi*(*rounds)+k)
-				row.RoundsUS[k], mins[k], maxs[k] = s.mean, s.min, s.max
-			}
-			row.TimeUS, row.MinUS, row.MaxUS = medianF(row.RoundsUS), medianF(mins), medianF(maxs)
-			row.BestUS = slices.Min(row.RoundsUS)
-			row.Wrong = int(over(all, np*(*rounds)+pi).sum)
-			row.AlgBW = float64(size) / (row.TimeUS * 1e-6) / 1e9
-			row.BusBW = row.AlgBW * 2 * float64(n-1) / float64(n)
-			rows = append(rows, row)
+			rows = append(rows, summarizeRow(all, pi, np, *rounds, AllreduceRow{Path: p.name, Place: p.place, Bytes: size, Count: count, Type: "float32",
+				Rounds: *rounds, Iters: it}))
 		}
 		if raw {
 			wr, rr := &rows[start], rows[start+1]
@@ -231,14 +231,7 @@ func Allreduce(args []string, c mpi.Comm, out io.Writer) error {
 			wr.WrapperRawBest = wr.BestUS / rr.BestUS
 		}
 		if rank0 {
-			for _, row := range rows[start:] {
-				ratio, perRound := "-", "-"
-				if row.WrapperRaw != 0 {
-					ratio, perRound = fmt.Sprintf("%.3f", row.WrapperRaw), fmt.Sprintf("%.3f", row.WrapperRawRounds)
-				}
-				fmt.Fprintf(out, "%-9s %-12s %12d %10d %7s %10.2f %10.2f %10.2f %8.3f %8.3f %6d %11s %9s\n",
-					row.Path, row.Place, row.Bytes, row.Count, row.Type, row.TimeUS, row.MinUS, row.MaxUS, row.AlgBW, row.BusBW, row.Wrong, ratio, perRound)
-			}
+			printRows(out, rows[start:])
 		}
 	}
 	if !rank0 {
@@ -257,6 +250,226 @@ func Allreduce(args []string, c mpi.Comm, out io.Writer) error {
 			o.Sizes, o.From, o.MaxR, o.MaxRAt, o.MedianR, o.Max, o.MaxAt, o.Median, *target, verdict)
 	}
 	return writeJSON(*js, rows)
+}
+
+// printHeader prints the column names of the rows.
+func printHeader(out io.Writer) {
+	fmt.Fprintf(out, "%-9s %-12s %12s %10s %7s %10s %10s %10s %8s %8s %6s %11s %9s\n",
+		"path", "place", "size", "count", "type", "time_us", "min_us", "max_us", "algbw", "busbw", "#wrong", "wrapper/raw", "per_round")
+}
+
+// printRows prints rows under printHeader's columns.
+func printRows(out io.Writer, rows []AllreduceRow) {
+	for _, row := range rows {
+		ratio, perRound := "-", "-"
+		if row.WrapperRaw != 0 {
+			ratio, perRound = fmt.Sprintf("%.3f", row.WrapperRaw), fmt.Sprintf("%.3f", row.WrapperRawRounds)
+		}
+		fmt.Fprintf(out, "%-9s %-12s %12d %10d %7s %10.2f %10.2f %10.2f %8.3f %8.3f %6d %11s %9s\n",
+			row.Path, row.Place, row.Bytes, row.Count, row.Type, row.TimeUS, row.MinUS, row.MaxUS, row.AlgBW, row.BusBW, row.Wrong, ratio, perRound)
+	}
+}
+
+// summarizeRow completes row, path pi of np, from every rank's figures of
+// one size (all, as gather returns them): per path the block time of each
+// round (us per call), then per path the wrong elements.
+func summarizeRow(all [][]float64, pi, np, rounds int, row AllreduceRow) AllreduceRow {
+	n := len(all)
+	row.RoundsUS = make([]float64, rounds)
+	mins, maxs := make([]float64, rounds), make([]float64, rounds)
+	for k := 0; k < rounds; k++ {
+		s := over(all, pi*rounds+k)
+		row.RoundsUS[k], mins[k], maxs[k] = s.mean, s.min, s.max
+	}
+	row.TimeUS, row.MinUS, row.MaxUS = medianF(row.RoundsUS), medianF(mins), medianF(maxs)
+	row.BestUS = slices.Min(row.RoundsUS)
+	row.Wrong = int(over(all, np*rounds+pi).sum)
+	row.AlgBW = float64(row.Bytes) / (row.TimeUS * 1e-6) / 1e9
+	row.BusBW = row.AlgBW * 2 * float64(n-1) / float64(n)
+	return row
+}
+
+// sweep is the size sweep and timing settings of a run.
+type sweep struct {
+	minB, maxB, factor, iters, rounds, warm int
+}
+
+// itersFor is the timed calls per block for size bytes: -n, or by size.
+func (s sweep) itersFor(size int) int {
+	if s.iters > 0 {
+		return s.iters
+	}
+	// Short blocks, many rounds: the blocks compared see the same
+	// machine, however it drifts.
+	return min(50, max(2, int(1e6/float64(size+20000))))
+}
+
+// allreduceNCCL is `hpctrain bench allreduce -collective nccl`: the
+// all-reduce of device buffers on the local rank's GPU (ordinal: local
+// rank mod the devices CUDA sees) with ncclAllReduce on a stream, in place
+// and out of place, nccl-tests' way: untimed warm-up, one verified call on
+// a known input, then rounds of timed blocks (ranks in lock-step, a
+// barrier before each block; a block is its calls enqueued back to back
+// and one stream synchronisation).
+func allreduceNCCL(sw sweep, c mpi.Comm, out io.Writer, js string) (err error) {
+	runtime.LockOSThread() // the context is current on this thread
+	defer runtime.UnlockOSThread()
+	if err := cuda.LoadDriver(); err != nil {
+		return err
+	}
+	devices, err := cuda.DeviceCount()
+	if err != nil {
+		return err
+	}
+	if devices == 0 {
+		return fmt.Errorf("cuda: no CUDA device")
+	}
+	ctx, err := cuda.OpenDevice(c.LocalRank() % devices)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if e := ctx.Close(); err == nil {
+			err = e
+		}
+	}()
+	comm, err := collective.NewNCCL(c)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if e := comm.Destroy(); err == nil {
+			err = e
+		}
+	}()
+	st, err := ctx.NewStream()
+	if err != nil {
+		return err
+	}
+	defer st.Destroy()
+	send, err := ctx.Alloc(sw.maxB)
+	if err != nil {
+		return fmt.Errorf("device buffer of %d bytes: %w", sw.maxB, err)
+	}
+	defer ctx.Free(send)
+	recv, err := ctx.Alloc(sw.maxB)
+	if err != nil {
+		return fmt.Errorf("device buffer of %d bytes: %w", sw.maxB, err)
+	}
+	defer ctx.Free(recv)
+	pinned, err := ctx.HostAlloc(sw.maxB)
+	if err != nil {
+		return fmt.Errorf("page-locked buffer of %d bytes: %w", sw.maxB, err)
+	}
+	defer ctx.HostFree(pinned)
+	hbuf := unsafe.Slice((*float32)(pinned), sw.maxB/4)
+
+	n, rank0 := c.Size(), c.Rank() == 0
+	if rank0 {
+		fmt.Fprintf(out, "# hpctrain bench allreduce -collective nccl: %d ranks, sum, float32, device buffers on %s; %d rounds per size, each timing a block of every path (order alternating), ranks in lock-step\n", n, ctx.Name(), sw.rounds)
+		fmt.Fprintf(out, "# time = median over rounds of the time per call (calls enqueued back to back, one stream sync per block), mean over ranks (min/max: of the fastest/slowest rank)\n")
+		printHeader(out)
+	}
+	// load puts the verifiable input into send: rank k contributes
+	// (k+1)*(i%7+1), whose exact sum is n(n+1)/2*(i%7+1).
+	load := func(count int) error {
+		fill(hbuf[:count], c.Rank())
+		if err := cuda.CopyHtoD(send, pinned, 4*count, st); err != nil {
+			return err
+		}
+		return st.Sync()
+	}
+	var rows []AllreduceRow
+	for size := sw.minB; size <= sw.maxB; size *= sw.factor {
+		count := size / 4
+		it := sw.itersFor(size)
+		type path struct {
+			place string
+			dst   cuda.Ptr
+			run   func(iters int) (time.Duration, error)
+		}
+		block := func(dst cuda.Ptr) func(int) (time.Duration, error) {
+			return func(k int) (time.Duration, error) {
+				t := time.Now()
+				for i := 0; i < k; i++ {
+					if err := comm.AllReduceSum(send, dst, count, st); err != nil {
+						return 0, err
+					}
+				}
+				if err := st.Sync(); err != nil {
+					return 0, err
+				}
+				return time.Since(t) / time.Duration(k), nil
+			}
+		}
+		paths := []path{{place: "in-place", dst: send}, {place: "out-of-place", dst: recv}}
+		for i := range paths {
+			paths[i].run = block(paths[i].dst)
+		}
+		np := len(paths)
+		mine := make([]float64, np*sw.rounds+np)
+		for pi, p := range paths {
+			if sw.warm > 0 {
+				if _, err := p.run(sw.warm); err != nil {
+					return err
+				}
+			}
+			if err := load(count); err != nil {
+				return err
+			}
+			if _, err := p.run(1); err != nil {
+				return err
+			}
+			if err := cuda.CopyDtoH(pinned, p.dst, 4*count, st); err != nil {
+				return err
+			}
+			if err := st.Sync(); err != nil {
+				return err
+			}
+			wrong := 0
+			for i, v := range hbuf[:count] {
+				if v != float32(n*(n+1)/2*(i%7+1)) {
+					wrong++
+				}
+			}
+			mine[np*sw.rounds+pi] = float64(wrong)
+		}
+		if err := load(count); err != nil {
+			return err
+		}
+		for k := 0; k < sw.rounds; k++ {
+			order := []int{0, 1}
+			if k%2 == 1 {
+				slices.Reverse(order)
+			}
+			for _, pi := range order {
+				if err := c.Barrier(); err != nil {
+					return err
+				}
+				d, err := paths[pi].run(it)
+				if err != nil {
+					return err
+				}
+				mine[pi*sw.rounds+k] = d.Seconds() * 1e6
+			}
+		}
+		all, err := gather(c, mine)
+		if err != nil {
+			return err
+		}
+		start := len(rows)
+		for pi, p := range paths {
+			rows = append(rows, summarizeRow(all, pi, np, sw.rounds, AllreduceRow{Path: "nccl", Place: p.place, Bytes: size, Count: count, Type: "float32",
+				Rounds: sw.rounds, Iters: it}))
+		}
+		if rank0 {
+			printRows(out, rows[start:])
+		}
+	}
+	if !rank0 {
+		return nil
+	}
+	return writeJSON(js, rows)
 }
 
 // SummarizeOverhead sums up the wrapper/raw ratios of the rows of sizes >=
