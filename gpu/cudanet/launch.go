@@ -4,8 +4,9 @@ import (
 	"hpctrain/gpu/cuda"
 )
 
-// fns are a Net's kernels (its own Function values: a Function's argument
-// memory is not shared between Nets).
+// fns are the kernels a Net launches. A Module gives every caller of one
+// name the same Function, so the Nets of a Device share them: they are
+// used from one goroutine at a time.
 type fns struct {
 	reluFwd, reluBwd, biasAdd, add         *cuda.Function
 	colsumPart, colsumFinal                *cuda.Function
@@ -15,7 +16,7 @@ type fns struct {
 	bnPart, bnTotal, bnStatsTrain          *cuda.Function
 	bnStatsEval, bnNorm, bnGrads, bnCoef   *cuda.Function
 	bnBwd, softmaxXent, dropout            *cuda.Function
-	toBF16, toHalf                         *cuda.Function
+	toBF16, toHalf, zero                   *cuda.Function
 }
 
 func (f *fns) load(m *cuda.Module) error {
@@ -32,7 +33,7 @@ func (f *fns) load(m *cuda.Module) error {
 		{&f.bnPart, "bn_part"}, {&f.bnTotal, "bn_total"}, {&f.bnStatsTrain, "bn_stats_train"},
 		{&f.bnStatsEval, "bn_stats_eval"}, {&f.bnNorm, "bn_norm"}, {&f.bnGrads, "bn_grads"},
 		{&f.bnCoef, "bn_coef"}, {&f.bnBwd, "bn_bwd"}, {&f.softmaxXent, "softmax_xent"},
-		{&f.dropout, "dropout"}, {&f.toBF16, "to_bf16"}, {&f.toHalf, "to_half"},
+		{&f.dropout, "dropout"}, {&f.toBF16, "to_bf16"}, {&f.toHalf, "to_half"}, {&f.zero, "zero"},
 	} {
 		fn, err := m.Function(k.name)
 		if err != nil {

@@ -175,7 +175,7 @@ func (n *Net) alloc(bytes int) cuda.Ptr {
 		return 0
 	}
 	n.devAllocs = append(n.devAllocs, p)
-	n.check(cuda.MemsetD32(p, 0, bytes/4, n.stream))
+	n.launch(n.f.zero, bytes/4, p, int64(bytes/4))
 	return p
 }
 

@@ -50,3 +50,8 @@ extern "C" __global__ void colsum_final(float* y, const float* part, int chunks,
 		y[j] = (float)s;
 	}
 }
+
+// zero: y[0:n] = 0 (32-bit words).
+extern "C" __global__ void zero(float* y, long long n) {
+	KLOOP(i, n) y[i] = 0.0f;
+}
