@@ -55,13 +55,16 @@ func (d *Device) Module() *cuda.Module { return d.mod }
 // Label names the device for logs: "cuda:0 NVIDIA H100 80GB HBM3, sm_90".
 func (d *Device) Label() string { return d.label }
 
-// Close releases the device's primary context. Its Nets must be closed
-// first.
+// Close unloads the kernels and releases the device's primary context.
+// Its Nets must be closed first. A second call does nothing.
 func (d *Device) Close() error {
 	if d.ctx == nil {
 		return nil
 	}
-	err := d.ctx.Close()
+	err := d.mod.Unload()
+	if cerr := d.ctx.Close(); err == nil {
+		err = cerr
+	}
 	d.ctx, d.mod = nil, nil
 	return err
 }

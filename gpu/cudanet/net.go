@@ -212,6 +212,9 @@ func (n *Net) Close() error {
 	if n.closed {
 		return nil
 	}
+	if n.d.ctx == nil {
+		return fmt.Errorf("cudanet: close: the device was closed before its network")
+	}
 	n.closed = true
 	var first error
 	keep := func(err error) {
