@@ -31,8 +31,9 @@ type Optimizer struct {
 
 	// The device path.
 	fn     *cuda.Function
-	adam   bool     // optim_adam, else optim_sgd
-	groups cuda.Ptr // ng group ends, then ng NoDecay flags (int32); 0 when ng == 0
+	fill   *cuda.Function // fill_u32 (grads.cu): zeroes the state
+	adam   bool           // optim_adam, else optim_sgd
+	groups cuda.Ptr       // ng group ends, then ng NoDecay flags (int32); 0 when ng == 0
 	ng     int
 	nbuf   int      // per-parameter state buffers
 	state  cuda.Ptr // nbuf*n float32, 0 until allocated
@@ -52,8 +53,9 @@ const (
 
 // New makes cfg's optimizer updating the n float32 at params from the n at
 // grads, on stream s, with the kernels of module k (compiled from
-// kernels.Source, which holds optim.cu). groups are as optim.New takes
-// them. Bad configurations and groups are optim.New's errors.
+// kernels.Source, which holds optim.cu and grads.cu). groups are as
+// optim.New takes them. Bad configurations and groups are optim.New's
+// errors.
 func New(ctx *cuda.Context, s *cuda.Stream, k *cuda.Module, cfg optim.Config, groups []optim.Group, params, grads cuda.Ptr, n int) (*Optimizer, error) {
 	host, err := optim.New(cfg, groups, n)
 	if err != nil {
@@ -87,6 +89,9 @@ func New(ctx *cuda.Context, s *cuda.Stream, k *cuda.Module, cfg optim.Config, gr
 		name = "optim_adam"
 	}
 	if o.fn, err = k.Function(name); err != nil {
+		return nil, fmt.Errorf("cudaoptim: %s: %w", host.Name(), err)
+	}
+	if o.fill, err = k.Function("fill_u32"); err != nil {
 		return nil, fmt.Errorf("cudaoptim: %s: %w", host.Name(), err)
 	}
 	if err := o.uploadGroups(groups); err != nil {
@@ -186,7 +191,7 @@ func (o *Optimizer) ensure() error {
 	if err != nil {
 		return fmt.Errorf("cudaoptim: %s state: %w", o.Name(), err)
 	}
-	if err := cuda.MemsetD32(p, 0, o.nbuf*o.n, o.s); err != nil {
+	if err := o.launch(o.fill, o.nbuf*o.n, p, int64(o.nbuf*o.n), uint32(0)); err != nil {
 		o.ctx.Free(p)
 		return fmt.Errorf("cudaoptim: %s state: %w", o.Name(), err)
 	}
@@ -216,8 +221,6 @@ func (o *Optimizer) Step(lr float64) error {
 	if o.n == 0 {
 		return nil
 	}
-	grid := cuda.Dim3{X: min(maxBlocks, (o.n+blockSize-1)/blockSize), Y: 1, Z: 1}
-	block := cuda.Dim3{X: blockSize, Y: 1, Z: 1}
 	c := &o.cfg
 	var err error
 	if o.adam {
@@ -225,11 +228,11 @@ func (o *Optimizer) Step(lr float64) error {
 		b1, b2 := *c.Beta1, *c.Beta2
 		step := lr / (1 - math.Pow(b1, t))
 		bc2sqrt := math.Sqrt(1 - math.Pow(b2, t))
-		err = o.fn.Launch(grid, block, o.s, o.params, o.grads, o.buf(1), o.buf(2), o.buf(3),
+		err = o.launch(o.fn, o.n, o.params, o.grads, o.buf(1), o.buf(2), o.buf(3),
 			int64(o.n), o.groups, int32(o.ng), lr, c.WeightDecay, flag(o.Name() == "adamw"),
 			b1, b2, *c.Eps, step, bc2sqrt)
 	} else {
-		err = o.fn.Launch(grid, block, o.s, o.params, o.grads, o.buf(1),
+		err = o.launch(o.fn, o.n, o.params, o.grads, o.buf(1),
 			int64(o.n), o.groups, int32(o.ng), lr, c.WeightDecay, c.Momentum, 1-c.Dampening,
 			flag(c.Nesterov), flag(o.t == 1))
 	}
@@ -237,6 +240,12 @@ func (o *Optimizer) Step(lr float64) error {
 		return fmt.Errorf("cudaoptim: %s step: %w", o.Name(), err)
 	}
 	return nil
+}
+
+// launch runs f over n elements on the stream (a grid-stride kernel).
+func (o *Optimizer) launch(f *cuda.Function, n int, args ...any) error {
+	grid := cuda.Dim3{X: min(maxBlocks, (n+blockSize-1)/blockSize), Y: 1, Z: 1}
+	return f.Launch(grid, cuda.Dim3{X: blockSize, Y: 1, Z: 1}, o.s, args...)
 }
 
 func flag(b bool) int32 {
