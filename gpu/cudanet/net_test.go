@@ -331,8 +331,8 @@ func TestDropout(t *testing.T) {
 func TestDropoutMask(t *testing.T) {
 	d := parse(t, "mask", `layers = [{kind = "flatten"}, {kind = "dropout", p = 0.4}, {kind = "linear", out = "classes", bias = false}]`)
 	p := newPair(t, d, model.Shape{H: 5, W: 5, C: 3}, 6, FP32)
-	// An identity-like last layer is not needed: compare the dropout's
-	// output directly through the device activations.
+	// The dropout's output is the device activation after it (acts[2]:
+	// the flatten before it is in place).
 	for i := range p.cpu.Input() {
 		v := float32(i%7) + 1
 		p.cpu.Input()[i] = v
@@ -364,12 +364,11 @@ func TestDropoutMask(t *testing.T) {
 	}
 }
 
-// cpuDropout is the output of the CPU's dropout layer: its forward writes
-// the activation after the flatten (the network's input, in place).
+// cpuDropout is the output of the CPU network's first dropout layer on
+// its input for the first training forward after SetStep(step, first):
+// model.Dropout's mask (seed 7, pass 0, layer 0) restated in Go, since the
+// CPU network does not export its activations.
 func cpuDropout(n *model.Net, step, first int, p float64) []float32 {
-	// The CPU network's Dropout keeps its output in its activation buffer,
-	// which is not exported; recompute it with model's hash, the very
-	// formula model.Dropout documents (seed 7, pass 0, layer 0).
 	key := mix(mix(mix(mix(7^0x64726f706f7574)+uint64(step))+0) + 0)
 	thresh := uint64(math.Round(p * (1 << 32)))
 	scale := float32(1 / (1 - p))
