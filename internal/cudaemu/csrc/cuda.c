@@ -596,7 +596,7 @@ EMU_EXPORT CUresult cuMemsetD32Async(CUdeviceptr dst, unsigned int value, size_t
 		return CUDA_ERROR_INVALID_VALUE;
 	if (n > SIZE_MAX / 4)
 		return CUDA_ERROR_INVALID_VALUE;
-	CUresult r = check_copy("cuMemsetD32Async", s, dst, 1, 0, 0, n * 4);
+	CUresult r = check_copy("cuMemsetD32Async", s, dst, 1, dst, 1, n * 4);
 	if (r)
 		return r;
 	uint32_t *p = (uint32_t *)(uintptr_t)dst;
