@@ -2,11 +2,13 @@ package bench
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -16,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"hpctrain/internal/cudaemu"
+	"hpctrain/internal/mpitest"
 	"hpctrain/mpi"
 )
 
@@ -220,5 +224,97 @@ func TestSummarizeOverhead(t *testing.T) {
 	rows = append(rows, row(16<<20, 1.10, 1.00))
 	if o, _ := SummarizeOverhead(rows, 64<<10, 0.03); !o.Achieved || o.Max != 1.10 || o.MaxAt != 16<<20 {
 		t.Errorf("ratio of medians 1.10 with per-round 1.00 decided the verdict: %+v", o)
+	}
+}
+
+// hpctrainBinary builds the hpctrain command into a test directory.
+func hpctrainBinary(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "hpctrain")
+	if out, err := exec.Command("go", "build", "-o", bin, "hpctrain").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// runBench runs hpctrain under mpirun -np 2 with LD_LIBRARY_PATH=libdir
+// (each rank its own emulated device) and returns the output and error.
+func runBench(t *testing.T, bin, libdir string, args ...string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := mpitest.Command(ctx, 2, bin, args...)
+	cmd.Env = append(cmd.Env, "LD_LIBRARY_PATH="+libdir, "HPCTRAIN_CUDAEMU_DEVICES=2", "HPCTRAIN_KERNEL_CACHE="+t.TempDir())
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("mpirun %v: timed out\n%s", args, out)
+	}
+	return string(out), err
+}
+
+var ncclRow = regexp.MustCompile(`(?m)^nccl\s+(in-place|out-of-place)\s+(\d+)\s+(\d+)\s+float32\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+(\d+)\s+-\s+-$`)
+
+// TestAllreduceNCCL: bench allreduce -collective nccl under mpirun on the
+// emulated device prints, per size, an in-place and an out-of-place row
+// with no wrong element, and the same rows as JSON; without libnccl every
+// rank says so in one line and the job fails.
+func TestAllreduceNCCL(t *testing.T) {
+	dir, err := cudaemu.Dir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := hpctrainBinary(t)
+	js := filepath.Join(t.TempDir(), "nccl.json")
+	out, err := runBench(t, bin, dir, "bench", "allreduce", "-collective", "nccl", "-b", "4", "-e", "4096", "-f", "8", "-rounds", "3", "-n", "2", "-w", "1", "-json", js)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if !strings.Contains(out, "# hpctrain bench allreduce -collective nccl: 2 ranks, sum, float32, device buffers on cudaemu") {
+		t.Errorf("no header\n%s", out)
+	}
+	rows := ncclRow.FindAllStringSubmatch(out, -1)
+	sizes := []int{4, 32, 256, 2048}
+	if len(rows) != 2*len(sizes) {
+		t.Fatalf("%d rows, want %d\n%s", len(rows), 2*len(sizes), out)
+	}
+	for i, m := range rows {
+		size, count := sizes[i/2], strconv.Itoa(sizes[i/2]/4)
+		if m[1] != []string{"in-place", "out-of-place"}[i%2] || m[2] != strconv.Itoa(size) || m[3] != count || m[4] != "0" {
+			t.Errorf("row %d: %q, want size %d count %s, #wrong 0", i, m[0], size, count)
+		}
+	}
+	b, err := os.ReadFile(js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []AllreduceRow
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(rows) {
+		t.Fatalf("%d JSON rows, %d printed", len(got), len(rows))
+	}
+	for i, r := range got {
+		if r.Path != "nccl" || r.Bytes != sizes[i/2] || r.Wrong != 0 || r.Rounds != 3 || len(r.RoundsUS) != 3 || r.TimeUS <= 0 || r.TimeUS != medianF(r.RoundsUS) {
+			t.Errorf("JSON row %d: %+v", i, r)
+		}
+	}
+
+	// The driver but no NCCL.
+	partial := t.TempDir()
+	for _, lib := range []string{"libcuda.so.1", "libcublas.so.12", "libnvrtc.so.12"} {
+		if err := os.Symlink(filepath.Join(dir, lib), filepath.Join(partial, lib)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, err = runBench(t, bin, partial, "bench", "allreduce", "-collective", "nccl", "-b", "4", "-e", "4")
+	if err == nil {
+		t.Fatalf("succeeded without libnccl\n%s", out)
+	}
+	for r := 0; r < 2; r++ {
+		re := regexp.MustCompile(fmt.Sprintf(`(?m)^hpctrain: rank %d \(.*\): cuda: cannot load NCCL: tried libnccl\.so\.2 \([^\n]*\)[^\n]*$`, r))
+		if !re.MatchString(out) {
+			t.Errorf("rank %d: no one-line error naming libnccl.so.2\n%s", r, out)
+		}
 	}
 }
