@@ -3,10 +3,11 @@
 // precision and rounded to float once per stored value, so that a run on
 // the device and one on the CPU stay the same run.
 //
-// NVRTC contracts a*b+c into a fused multiply-add by default, which the
-// CPU code never does: under NVRTC the OPT_* operations below are the
-// round-to-nearest intrinsics, which are never fused. Under the emulated
-// device they are the plain operators of the host compiler.
+// NVRTC contracts a*b+c into a fused multiply-add unless told --fmad=false
+// (the backend tells it), and the CPU code never fuses: under NVRTC the
+// OPT_* operations below are the round-to-nearest intrinsics, which are
+// never fused whatever the options. Under the emulated device they are the
+// plain operators of the host compiler (g++ -O2 for x86-64, no FMA).
 #ifdef __CUDACC_RTC__
 #define OPT_ADD(a, b) __dadd_rn((a), (b))
 #define OPT_SUB(a, b) __dadd_rn((a), -(b))
