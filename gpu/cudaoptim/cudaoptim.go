@@ -38,6 +38,7 @@ type Optimizer struct {
 	nbuf   int      // per-parameter state buffers
 	state  cuda.Ptr // nbuf*n float32, 0 until allocated
 	t      int      // steps taken
+	begun  bool     // a Step or Restore happened: State is not nil
 
 	// The host path: page-locked copies of params (hp) and grads (hg).
 	pinned unsafe.Pointer
@@ -218,6 +219,7 @@ func (o *Optimizer) Step(lr float64) error {
 		return err
 	}
 	o.t++
+	o.begun = true
 	if o.n == 0 {
 		return nil
 	}
@@ -299,7 +301,7 @@ func (o *Optimizer) State() ([][]float32, error) {
 		}
 		return out, nil
 	}
-	if o.t == 0 && o.state == 0 {
+	if !o.begun {
 		return nil, nil
 	}
 	out := make([][]float32, 1+o.nbuf)
@@ -348,6 +350,7 @@ func (o *Optimizer) Restore(state [][]float32) error {
 		}
 	}
 	o.t = int(state[0][0]) + int(state[0][1])<<24
+	o.begun = true
 	return nil
 }
 

@@ -270,10 +270,23 @@ func TestRestore(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer o.Close()
-			if err := o.Restore(cpu.State()); err != nil {
+			// A state at step 0 is a state (State is not nil after it).
+			zero := make([][]float32, len(cpu.State()))
+			for i, b := range cpu.State() {
+				zero[i] = make([]float32, len(b))
+			}
+			if err := o.Restore(zero); err != nil {
 				t.Fatal(err)
 			}
 			st, err := o.State()
+			if err != nil {
+				t.Fatal(err)
+			}
+			sameState(t, "State after Restore of step 0", st, zero)
+			if err := o.Restore(cpu.State()); err != nil {
+				t.Fatal(err)
+			}
+			st, err = o.State()
 			if err != nil {
 				t.Fatal(err)
 			}
