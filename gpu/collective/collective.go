@@ -127,9 +127,6 @@ const (
 	maxBlocks = 4096
 )
 
-// one is a grid or block of one: fill_u32 of one word.
-var one = cuda.Dim3{X: 1, Y: 1, Z: 1}
-
 // Reducer sums a flat gradient buffer in device memory over the ranks, in
 // buckets started during backward.
 //
@@ -160,7 +157,6 @@ type Reducer struct {
 	fin         *cuda.Event   // MPI: after the last copy back
 
 	unscale *cuda.Function
-	fill    *cuda.Function // fill_u32
 	flag    cuda.Ptr       // device int32: 1 when a sum is not finite
 	hflag   unsafe.Pointer // page-locked copy of flag
 	stage   unsafe.Pointer // MPI, not CUDA-aware: page-locked n float32
@@ -236,9 +232,6 @@ func (r *Reducer) alloc(k *cuda.Module) error {
 	var err error
 	fail := func(what string, err error) error { return fmt.Errorf("collective: %s: %w", what, err) }
 	if r.unscale, err = k.Function("grads_unscale_finite"); err != nil {
-		return fail("kernel", err)
-	}
-	if r.fill, err = k.Function("fill_u32"); err != nil {
 		return fail("kernel", err)
 	}
 	if r.comm, err = r.ctx.NewStream(); err != nil {
@@ -347,7 +340,7 @@ func (r *Reducer) start() {
 		return
 	}
 	if i == 0 && r.poison {
-		if err := r.fill.Launch(one, one, r.comm, r.grads.Add(4*(bk.hi-1)), int64(1), uint32(nanBits)); err != nil {
+		if err := cuda.MemsetD32(r.grads.Add(4*(bk.hi-1)), nanBits, 1, r.comm); err != nil {
 			r.err = fmt.Errorf("collective: poisoning bucket 0: %w", err)
 			return
 		}
@@ -460,7 +453,7 @@ func (r *Reducer) reduceMPI() error {
 // it waits for (one 4-byte copy). Every rank holds the same sums, so every
 // rank gets the same answer.
 func (r *Reducer) Finish(unscale float32) (finite bool, err error) {
-	if err := r.fill.Launch(one, one, r.compute, r.flag, int64(1), uint32(0)); err != nil {
+	if err := cuda.MemsetD32(r.flag, 0, 1, r.compute); err != nil {
 		return false, fmt.Errorf("collective: finish: %w", err)
 	}
 	grid := cuda.Dim3{X: min(maxBlocks, (r.n+blockSize-1)/blockSize), Y: 1, Z: 1}

@@ -31,9 +31,8 @@ type Optimizer struct {
 
 	// The device path.
 	fn     *cuda.Function
-	fill   *cuda.Function // fill_u32 (grads.cu): zeroes the state
-	adam   bool           // optim_adam, else optim_sgd
-	groups cuda.Ptr       // ng group ends, then ng NoDecay flags (int32); 0 when ng == 0
+	adam   bool     // optim_adam, else optim_sgd
+	groups cuda.Ptr // ng group ends, then ng NoDecay flags (int32); 0 when ng == 0
 	ng     int
 	nbuf   int      // per-parameter state buffers
 	state  cuda.Ptr // nbuf*n float32, 0 until allocated
@@ -54,7 +53,7 @@ const (
 
 // New makes cfg's optimizer updating the n float32 at params from the n at
 // grads, on stream s, with the kernels of module k (compiled from
-// kernels.Source, which holds optim.cu and grads.cu). groups are as
+// kernels.Source, which holds optim.cu). groups are as
 // optim.New takes them. Bad configurations and groups are optim.New's
 // errors.
 func New(ctx *cuda.Context, s *cuda.Stream, k *cuda.Module, cfg optim.Config, groups []optim.Group, params, grads cuda.Ptr, n int) (*Optimizer, error) {
@@ -90,9 +89,6 @@ func New(ctx *cuda.Context, s *cuda.Stream, k *cuda.Module, cfg optim.Config, gr
 		name = "optim_adam"
 	}
 	if o.fn, err = k.Function(name); err != nil {
-		return nil, fmt.Errorf("cudaoptim: %s: %w", host.Name(), err)
-	}
-	if o.fill, err = k.Function("fill_u32"); err != nil {
 		return nil, fmt.Errorf("cudaoptim: %s: %w", host.Name(), err)
 	}
 	if err := o.uploadGroups(groups); err != nil {
@@ -192,7 +188,7 @@ func (o *Optimizer) ensure() error {
 	if err != nil {
 		return fmt.Errorf("cudaoptim: %s state: %w", o.Name(), err)
 	}
-	if err := o.launch(o.fill, o.nbuf*o.n, p, int64(o.nbuf*o.n), uint32(0)); err != nil {
+	if err := cuda.MemsetD32(p, 0, o.nbuf*o.n, o.s); err != nil {
 		o.ctx.Free(p)
 		return fmt.Errorf("cudaoptim: %s state: %w", o.Name(), err)
 	}

@@ -62,7 +62,7 @@ func openDevice(t *testing.T) *device {
 	}
 	t.Cleanup(func() { ctx.Close() })
 	t.Setenv("HPCTRAIN_KERNEL_CACHE", t.TempDir())
-	k, err := ctx.CompileModule("optim", kernels.Source("grads.cu", "optim.cu"))
+	k, err := ctx.CompileModule("optim", kernels.Source("optim.cu"))
 	if err != nil {
 		t.Fatal(err)
 	}

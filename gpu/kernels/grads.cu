@@ -16,11 +16,3 @@ extern "C" __global__ void grads_unscale_finite(float* g, long long n, float s, 
 			*bad = 1;
 	}
 }
-
-// fill_u32 sets n 32-bit words at p to v: the flag's reset, the poison
-// NaN, and gpu/cudaoptim's zeroed state. (A kernel rather than
-// cuMemsetD32Async, which the emulated device refuses: it checks a source
-// that a memset does not have.)
-extern "C" __global__ void fill_u32(unsigned int* p, long long n, unsigned int v) {
-	KLOOP(i, n) p[i] = v;
-}
