@@ -64,6 +64,7 @@ func hpctrainEnv(t *testing.T, np int, timeout time.Duration, env []string, args
 	if env != nil {
 		cmd.Env = append(cmd.Environ(), env...)
 	}
+	hide(t, cmd, env)
 	out, err := cmd.CombinedOutput()
 	if ctx.Err() != nil {
 		t.Fatalf("hpctrain %v (np %d) did not end within %v (hang):\n%s", args, np, timeout, out)
@@ -75,6 +76,35 @@ func hpctrainEnv(t *testing.T, np int, timeout time.Duration, env []string, args
 		t.Fatal(err)
 	}
 	return result{string(out), code}
+}
+
+// hideEnv, in the environment hpctrainEnv is given, lists files (space
+// separated) the job must not see: it then runs in a mount namespace of
+// its own with /dev/null mounted over each (unshare, as root), as on a
+// machine without them.
+const hideEnv = "TEST_HIDE_FILES"
+
+func hide(t *testing.T, cmd *exec.Cmd, env []string) {
+	t.Helper()
+	var files string
+	for _, e := range env {
+		if v, ok := strings.CutPrefix(e, hideEnv+"="); ok {
+			files = v
+		}
+	}
+	if files == "" {
+		return
+	}
+	if os.Getuid() != 0 {
+		t.Fatalf("hiding %s needs root (mount namespaces)", files)
+	}
+	script := `for f in $` + hideEnv + `; do mount --bind /dev/null "$f" || exit 1; done; exec "$@"`
+	cmd.Args = append([]string{"unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh"}, cmd.Args...)
+	p, err := exec.LookPath("unshare")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Path = p
 }
 
 func TestHelp(t *testing.T) {

@@ -77,17 +77,28 @@ func (bs *buckets) launch() {
 	bs.next++
 }
 
-// healthy reports whether the reduced gradients carry no poison: false when
-// any rank's loss was not finite (or its gradients overflowed there).
-func (bs *buckets) healthy() bool {
+// Buckets is the number of buckets.
+func (bs *buckets) Buckets() int { return len(bs.b) }
+
+// Poison marks this rank's loss as not finite (see poison).
+func (bs *buckets) Poison() { bs.poison = true }
+
+// Finish reports whether the reduced gradients carry no poison: false when
+// any rank's loss was not finite (or its gradients overflowed there). The
+// CPU computes in fp32 and never scales the loss: unscale must be 1.
+func (bs *buckets) Finish(unscale float32) (bool, error) {
+	if unscale != 1 {
+		panic("train: loss scaling on the CPU")
+	}
+	bs.poison = false
 	v := float64(bs.grads[len(bs.grads)-1])
-	return !math.IsNaN(v) && !math.IsInf(v, 0)
+	return !math.IsNaN(v) && !math.IsInf(v, 0), nil
 }
 
-// wait starts whatever has not started and waits for every bucket. It
+// Wait starts whatever has not started and waits for every bucket. It
 // returns the summed communication time of the buckets (on the MPI thread)
 // and any error.
-func (bs *buckets) wait(step int) (comm time.Duration, err error) {
+func (bs *buckets) Wait(step int) (comm time.Duration, err error) {
 	for bs.next < len(bs.b) {
 		bs.launch()
 	}

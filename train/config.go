@@ -127,6 +127,19 @@ type Config struct {
 	Keep            int    `toml:"keep" json:"-"`
 	Resume          string `toml:"resume" json:"-"`
 
+	// The compute device and its arithmetic: cpu, or cuda (hpctrain/gpu/
+	// cudanet) with NCCL or MPI for the gradients. Device is out of the
+	// hash: layouts are the same on both, so checkpoints move between them
+	// and auto may resolve differently on different nodes (the ranks then
+	// agree on the resolved devices, see openDevice).
+	Device     string `toml:"device" json:"-"`
+	Precision  string `toml:"precision" json:"precision"`
+	Collective string `toml:"collective" json:"collective"`
+	// fp16's dynamic loss scaling (optim.LossScaler): the first scale and
+	// the clean steps after which it doubles.
+	LossScale         float64 `toml:"loss_scale" json:"loss_scale"`
+	LossScaleInterval int     `toml:"loss_scale_interval" json:"loss_scale_interval"`
+
 	BucketMB   float64 `toml:"bucket_mb" json:"bucket_mb"`
 	CheckEvery int     `toml:"check_every" json:"check_every"`
 
@@ -136,6 +149,7 @@ type Config struct {
 	TimelineSteps     int           `toml:"timeline_steps" json:"-"`
 	CollectiveTimeout time.Duration `toml:"collective_timeout" json:"-"`
 	Metrics           string        `toml:"metrics" json:"-"`
+	LossLog           string        `toml:"loss_log" json:"-"`
 	Progress          time.Duration `toml:"progress" json:"-"`
 	Verbose           bool          `toml:"verbose" json:"-"`
 	ReportBindings    bool          `toml:"report_bindings" json:"-"`
@@ -164,8 +178,16 @@ func Defaults() Config {
 		Seed: 1, Progress: 2 * time.Second,
 		DataConfig: data.Defaults(),
 		Bind:       "cores", BucketMB: -1, TimelineSteps: 20, CollectiveTimeout: 5 * time.Minute,
+		Device: "auto", Precision: "fp32", Collective: "auto", LossScale: 1 << 16, LossScaleInterval: 2000,
 	}
 }
+
+// The values of device, precision and collective.
+var (
+	Devices     = []string{"cpu", "cuda", "auto"}
+	Precisions  = []string{"fp32", "tf32", "bf16", "fp16"}
+	Collectives = []string{"mpi", "nccl", "auto"}
+)
 
 // Flags binds every field of c to a flag of fs.
 func (c *Config) Flags(fs *flag.FlagSet) {
@@ -210,6 +232,11 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.UseSMT, "use-smt", c.UseSMT, "let a rank's threads use SMT siblings of its cores")
 	fs.StringVar(&c.GPUs, "gpus", c.GPUs, "GPU of each local rank, e.g. 0,1,2,3 (numbered as CUDA_VISIBLE_DEVICES leaves them), or none; empty: local rank mod GPUs, the best-linked GPUs when there are more GPUs than local ranks")
 	fs.BoolVar(&c.GPUShare, "gpu-share", c.GPUShare, "let several local ranks drive one GPU (e.g. under MPS); without it more local ranks than GPUs is an error")
+	fs.StringVar(&c.Device, "device", c.Device, "where each rank computes: cpu, cuda (the rank's GPU: CUDA driver, cuBLAS, NVRTC and NCCL loaded at run time) or auto (cuda when placement gave the rank a GPU and CUDA loads, else cpu)")
+	fs.StringVar(&c.Precision, "precision", c.Precision, "arithmetic of convolutions and linear layers: fp32, or on cuda also tf32, bf16 or fp16 (fp32 master weights, loss and all-reduce; fp16 with dynamic loss scaling)")
+	fs.StringVar(&c.Collective, "collective", c.Collective, "how gradients are summed: mpi, nccl (cuda only: device buffers, its own stream) or auto (nccl on cuda, mpi on cpu)")
+	fs.Float64Var(&c.LossScale, "loss-scale", c.LossScale, "fp16: the first loss scale (halved on overflow, the step skipped)")
+	fs.IntVar(&c.LossScaleInterval, "loss-scale-interval", c.LossScaleInterval, "fp16: clean `steps` after which the loss scale doubles")
 	fs.BoolVar(&c.ReportBindings, "report-bindings", c.ReportBindings, "rank 0 prints every rank's host, rank, local rank, cores and NUMA node, and its GPU (index, bus id, NUMA node)")
 	fs.StringVar(&c.CheckpointDir, "checkpoint-dir", c.CheckpointDir, "rank 0 writes checkpoints here; SIGUSR1/SIGTERM then checkpoint and exit 85 (requeue)")
 	fs.StringVar((*string)(&c.CheckpointEvery), "checkpoint-every", string(c.CheckpointEvery), "periodic checkpoints: every `N` steps (500; in TOML an integer is steps too) or a duration (10m); empty: on signals and at the end")
@@ -221,6 +248,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.TimelineSteps, "timeline-steps", c.TimelineSteps, fmt.Sprintf("steps the timeline records, from the 10th step on (1 to %d)", MaxTimelineSteps))
 	fs.Var(seconds{&c.CollectiveTimeout}, "collective-timeout", "abort the whole job when a collective has not completed after this `duration` (integer seconds or a duration like 5m; 0: never)")
 	fs.StringVar(&c.Metrics, "metrics", c.Metrics, "rank 0 writes JSON lines (one per epoch and a final one) to `FILE`")
+	fs.StringVar(&c.LossLog, "loss-log", c.LossLog, "rank 0 writes every step's loss on its own batch to `FILE`, a line \"step loss\" each (to compare runs step by step)")
 	fs.Var(seconds{&c.Progress}, "progress", "`interval` between progress lines of rank 0 (integer seconds or a duration like 5m; 0: off)")
 	fs.BoolVar(&c.Verbose, "verbose", c.Verbose, "print launch and placement decisions")
 	fs.BoolVar(&c.Verbose, "v", c.Verbose, "short for -verbose")
@@ -492,6 +520,20 @@ func (c *Config) Validate() error {
 		return bad("bucket_mb", c.BucketMB, fmt.Sprintf("0 to %d, or -1 (auto)", MaxBucketMB))
 	case c.CheckEvery < 0:
 		return bad("check_every", c.CheckEvery, ">= 0")
+	case !slices.Contains(Devices, c.Device):
+		return bad("device", c.Device, strings.Join(Devices, ", "))
+	case !slices.Contains(Precisions, c.Precision):
+		return bad("precision", c.Precision, strings.Join(Precisions, ", "))
+	case !slices.Contains(Collectives, c.Collective):
+		return bad("collective", c.Collective, strings.Join(Collectives, ", "))
+	case c.Device == "cpu" && c.Precision != "fp32":
+		return cli.Usage(fmt.Errorf("config: precision = %q needs device = \"cuda\": on the CPU only fp32 is built so far", c.Precision))
+	case c.Device == "cpu" && c.Collective == "nccl":
+		return cli.Usage(fmt.Errorf("config: collective = \"nccl\" needs device = \"cuda\" (NCCL sums device buffers); use mpi or auto"))
+	case !(c.LossScale >= 1 && c.LossScale <= 1<<24):
+		return bad("loss_scale", c.LossScale, "1 to 2^24")
+	case c.LossScaleInterval < 1 || c.LossScaleInterval > optim.MaxScalerInterval:
+		return bad("loss_scale_interval", c.LossScaleInterval, fmt.Sprintf("1 to %d", optim.MaxScalerInterval))
 	case !(c.LabelSmoothing >= 0 && c.LabelSmoothing < 1):
 		return bad("label_smoothing", c.LabelSmoothing, "in [0, 1)")
 	case c.TimelineSteps < 1 || c.TimelineSteps > MaxTimelineSteps:

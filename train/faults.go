@@ -18,9 +18,12 @@ import (
 //
 //	nan@1:5            rank 1's loss is NaN at step 5
 //	perturb@2:3        rank 2 changes one parameter after step 3
+//	overflow@1:4       rank 1's gradients of step 4 are not finite (an fp16
+//	                   overflow on one rank: all skip the step together)
 //	stop@1:evaluation  rank 1 stops itself (SIGSTOP) when it enters a phase:
 //	                   init (before MPI_Init), startup, broadcast, resume,
-//	                   signals, checksum, checkpoint, evaluation
+//	                   signals, checksum, checkpoint, evaluation, training
+//	                   (each step's start)
 //
 // Unset, it costs one nil check per step.
 const FaultEnv = "HPCTRAIN_FAULT"
@@ -29,12 +32,12 @@ const FaultEnv = "HPCTRAIN_FAULT"
 var stopPhases = map[string]*string{
 	"startup": &phaseStartup, "broadcast": &phaseBroadcast, "resume": &phaseResume,
 	"signals": &phaseSignals, "checksum": &phaseChecksum, "checkpoint": &phaseCheckpoint,
-	"evaluation": &phaseEvaluation,
+	"evaluation": &phaseEvaluation, "training": &phaseTraining,
 }
 
 // fault is one injected failure.
 type fault struct {
-	kind  string // "nan", "perturb" or "stop"
+	kind  string // "nan", "perturb", "overflow" or "stop"
 	rank  int
 	step  int     // nan, perturb
 	phase *string // stop; nil for "init"
@@ -57,7 +60,7 @@ func parseFaults(spec string, rank int) (faults, error) {
 		ft := fault{kind: kind, rank: ri}
 		var err2 error
 		switch kind {
-		case "nan", "perturb":
+		case "nan", "perturb", "overflow":
 			ft.step, err2 = strconv.Atoi(s)
 		case "stop":
 			if ft.phase = stopPhases[s]; ft.phase == nil && s != "init" {
@@ -67,7 +70,7 @@ func parseFaults(spec string, rank int) (faults, error) {
 			ok = false
 		}
 		if !ok || !ok2 || err1 != nil || err2 != nil {
-			return nil, fmt.Errorf("%s: %q is not nan@rank:step, perturb@rank:step or stop@rank:phase (phases: init, %s)", FaultEnv, f, strings.Join(phaseNames(), ", "))
+			return nil, fmt.Errorf("%s: %q is not nan@rank:step, perturb@rank:step, overflow@rank:step or stop@rank:phase (phases: init, %s)", FaultEnv, f, strings.Join(phaseNames(), ", "))
 		}
 		if ri == rank {
 			fs = append(fs, ft)
@@ -124,6 +127,27 @@ func (fs faults) loss(step int, loss float64) float64 {
 		}
 	}
 	return loss
+}
+
+// overflow reports whether a fault makes this rank's gradients of step
+// (1-based) non-finite.
+func (fs faults) overflow(step int) bool {
+	for _, f := range fs {
+		if f.kind == "overflow" && f.step == step {
+			return true
+		}
+	}
+	return false
+}
+
+// perturbs reports whether perturb changes a parameter after step.
+func (fs faults) perturbs(step int) bool {
+	for _, f := range fs {
+		if f.kind == "perturb" && f.step == step {
+			return true
+		}
+	}
+	return false
 }
 
 // perturb changes one parameter after step where a fault says so: a replica

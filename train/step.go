@@ -20,13 +20,17 @@ import (
 // A Step allocates nothing: Load copies a batch into the network's input,
 // Run takes the step.
 type Step struct {
-	net    *model.Net
+	rep    model.Replica
 	opt    optim.Optimizer // nil: no update (forward and backward only)
 	sched  optim.Schedule
-	bk     *buckets
+	red    gradReducer
+	bk     *buckets           // red on the CPU (its spans feed the timeline); nil on a device
+	scaler *optim.LossScaler  // fp16's loss scale; nil in other precisions
+	inv    float32            // 1/ranks: each replica's share of the mean
 	labels []int32
 	n      int // samples of the loaded batch
 	first  int // global index of this rank's first sample in a batch (dropout)
+	step   int // the step being run (the watchdog's report)
 	flt    faults
 
 	// Marks are the ends of the last Run's phases, and Comm the time its
@@ -34,6 +38,9 @@ type Step struct {
 	// progress figures and the benchmarks. The arithmetic never reads them.
 	Marks StepMarks
 	Comm  time.Duration
+	// Skipped says the last Run skipped its update: fp16 gradients
+	// overflowed on some rank, and the loss scale was lowered.
+	Skipped bool
 }
 
 // StepMarks are the monotonic times at which a step's phases ended.
@@ -47,27 +54,22 @@ var (
 	errPeerNotFinite = errors.New("another rank's loss or gradients are NaN/Inf; all ranks stop here")
 )
 
-// NewStep makes the step of net updated by opt (nil: no update) at the
+// NewStep makes the CPU step of net updated by opt (nil: no update) at the
 // rates of sched, with gradients all-reduced over c in buckets of about
 // bucketBytes (0: one all-reduce after backward). With c of size 1 the
 // all-reduce is free.
 func NewStep(net *model.Net, opt optim.Optimizer, sched optim.Schedule, c mpi.Comm, bucketBytes int) *Step {
-	return newStep(net, opt, sched, c, bucketBytes, nil, nil)
+	s := &Step{rep: net, opt: opt, sched: sched, labels: make([]int32, net.Batch()), inv: 1 / float32(c.Size())}
+	s.bk = newBuckets(c, net.Grads, layerStarts(net), bucketBytes, nil)
+	s.red = s.bk
+	return s
 }
 
-func newStep(net *model.Net, opt optim.Optimizer, sched optim.Schedule, c mpi.Comm, bucketBytes int, wd *watchdog, flt faults) *Step {
-	return &Step{
-		net: net, opt: opt, sched: sched, flt: flt,
-		bk:     newBuckets(c, net.Grads, layerStarts(net), bucketBytes, wd),
-		labels: make([]int32, net.Batch()),
-	}
-}
-
-// Load copies a batch of len(y) samples into the network's input: x is
+// Load copies a batch of len(y) samples into the replica's input: x is
 // (N, H, W, C). The caller may reuse x and y at once.
 func (s *Step) Load(x []float32, y []int32) {
 	s.n = len(y)
-	copy(s.net.Input(), x[:s.n*s.net.In.Size()])
+	copy(s.rep.Input(), x[:s.n*s.rep.Host().In.Size()])
 	copy(s.labels, y)
 }
 
@@ -75,45 +77,91 @@ func (s *Step) Load(x []float32, y []int32) {
 // the loaded batch and returns this rank's loss.
 func (s *Step) Run(step int) (loss float64, err error) {
 	s.Marks.Start = time.Now()
-	s.net.SetStep(step, s.first)
-	s.net.Forward(s.n)
-	loss, _ = s.net.Loss(s.labels[:s.n])
+	s.step, s.Skipped = step, false
+	unscale := float32(1)
+	if s.scaler != nil {
+		// The loss, and so every gradient, scaled by the loss scale, so
+		// that fp16's small gradients do not flush to zero; unscaled once
+		// reduced, before the update.
+		scale := float32(s.scaler.Scale())
+		s.rep.SetGradScale(scale * s.inv)
+		unscale = 1 / scale
+	}
+	s.rep.SetStep(step, s.first)
+	s.rep.Forward(s.n)
+	loss, _ = s.rep.Loss(s.labels[:s.n])
 	loss = s.flt.loss(step+1, loss)
-	// A rank whose loss is not finite poisons the first bucket, so every
-	// rank sees it in the reduced gradients and stops at this step.
-	s.bk.poison = math.IsNaN(loss) || math.IsInf(loss, 0)
+	// A rank whose loss is not finite poisons the gradients, so every rank
+	// sees it in the reduced sums and stops (or, under fp16 loss scaling,
+	// skips) at this step.
+	poisoned := math.IsNaN(loss) || math.IsInf(loss, 0)
+	if poisoned || s.flt.overflow(step+1) {
+		s.red.Poison()
+	}
 	s.Marks.Forward = time.Now()
 	// Backward starts each bucket's all-reduce as soon as its layers are
-	// done; wait collects them. The sums of all replicas' gradients (each
+	// done; Wait collects them. The sums of all replicas' gradients (each
 	// scaled by 1/ranks, see model.Net.SetGradScale) are the gradient of
 	// the mean loss over the global batch.
-	s.net.Backward(s.bk)
-	if err := s.net.Err(); err != nil {
+	s.rep.Backward(s.red)
+	if err := s.rep.Err(); err != nil {
 		return loss, fmt.Errorf("batch-norm statistics (sync_bn): %w", err)
 	}
 	s.Marks.Backward = time.Now()
-	s.Comm, err = s.bk.wait(step)
+	s.Comm, err = s.red.Wait(step)
 	if err != nil {
 		return loss, fmt.Errorf("all-reduce of gradients: %w", err)
 	}
+	finite, err := s.red.Finish(unscale)
+	if err != nil {
+		return loss, fmt.Errorf("checking the reduced gradients: %w", err)
+	}
 	s.Marks.Reduced = time.Now()
-	if !s.bk.healthy() {
-		if s.bk.poison {
+	if s.scaler != nil {
+		// Every rank holds the same sums, so every rank decides alike.
+		if s.Skipped, err = s.scaler.Update(!finite); err != nil {
+			return loss, err
+		}
+		if s.Skipped {
+			s.Marks.Updated = time.Now()
+			return loss, nil
+		}
+	} else if !finite {
+		if poisoned {
 			return loss, errLossNotFinite
 		}
 		return loss, errPeerNotFinite
 	}
 	if s.opt != nil {
-		s.opt.Step(s.net.Params, s.net.Grads, s.sched.LR(step))
+		net := s.rep.Host()
+		s.opt.Step(net.Params, net.Grads, s.sched.LR(step))
+		if e, ok := s.opt.(interface{ Err() error }); ok {
+			if err := e.Err(); err != nil {
+				return loss, fmt.Errorf("optimizer step: %w", err)
+			}
+		}
 	}
-	s.flt.perturb(step+1, s.net.Params)
+	if s.flt.perturbs(step + 1) {
+		if err := s.rep.Pull(); err != nil {
+			return loss, err
+		}
+		s.flt.perturb(step+1, s.rep.Host().Params)
+		if err := s.rep.Push(); err != nil {
+			return loss, err
+		}
+	}
 	s.Marks.Updated = time.Now()
 	return loss, nil
 }
 
 // Buckets is the number of gradient buckets; Bucket(i) the span of bucket
 // i's all-reduce in the last Run and its size in bytes.
-func (s *Step) Buckets() int { return len(s.bk.b) }
+func (s *Step) Buckets() int {
+	if s.bk == nil {
+		return 0
+	}
+	return len(s.bk.b)
+}
 
 func (s *Step) Bucket(i int) (start, end time.Time, bytes int) {
 	b := &s.bk.b[i]

@@ -1,6 +1,7 @@
 package train
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
@@ -55,6 +56,12 @@ func Run(cfg Config, c mpi.Comm, out io.Writer) (Result, error) {
 // RunWith is Run with the stream for messages that must appear on every
 // rank (the watchdog's).
 func RunWith(cfg Config, c mpi.Comm, out, errOut io.Writer) (Result, error) {
+	if cfg.Device != "cpu" {
+		// A CUDA context is current on one OS thread: the run keeps its
+		// goroutine there from opening the device to the end.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+	}
 	r, err := start(cfg, c, out, errOut)
 	if err != nil {
 		return Result{}, err
@@ -79,12 +86,16 @@ func RunWith(cfg Config, c mpi.Comm, out, errOut io.Writer) (Result, error) {
 // where it is.
 type run struct {
 	cfg     Config
+	out     io.Writer // rank 0's report
+	errOut  io.Writer // every rank's messages
 	c       mpi.Comm // every collective under the watchdog (guard)
 	log     func(format string, a ...any)
 	wd      *watchdog
 	flt     faults
 	pipe    *pipeline
-	net     *model.Net
+	dev     *device       // nil: the CPU
+	rep     model.Replica // the network on the rank's device
+	net     *model.Net    // its host copy (rep itself on the CPU)
 	opt     optim.Optimizer
 	lr      float64
 	sched   optim.Schedule
@@ -92,6 +103,7 @@ type run struct {
 	st      *Step
 	cp      *checkpointer
 	metrics *os.File
+	lossLog *bufio.Writer
 	prog    *progress
 	tl      *timeline
 	closers []func()
@@ -108,7 +120,7 @@ type run struct {
 // any rank stops all ranks with a message instead of hanging the others in
 // the next collective.
 func start(cfg Config, comm mpi.Comm, out, errOut io.Writer) (r *run, err error) {
-	r = &run{cfg: cfg}
+	r = &run{cfg: cfg, out: out, errOut: errOut}
 	defer func() {
 		if err != nil {
 			r.close()
@@ -133,7 +145,7 @@ func start(cfg Config, comm mpi.Comm, out, errOut io.Writer) (r *run, err error)
 	}
 	// Placement first: a rank whose cores cannot be had fails before the
 	// data is read.
-	if err := r.placeAndPin(out); err != nil {
+	if err := r.placeAndPin(); err != nil {
 		return r, err
 	}
 	// The data and its loaders; the model takes the loader's sample shape
@@ -164,6 +176,9 @@ func start(cfg Config, comm mpi.Comm, out, errOut io.Writer) (r *run, err error)
 	if err := c.Bcast(r.net.Params, 0); err != nil {
 		return r, fmt.Errorf("broadcasting initial parameters: %w", err)
 	}
+	if err = agree(c, "copying the parameters to the device", r.rep.Push()); err != nil {
+		return r, err
+	}
 	if err := r.syncBuffers(); err != nil {
 		return r, err
 	}
@@ -176,6 +191,9 @@ func start(cfg Config, comm mpi.Comm, out, errOut io.Writer) (r *run, err error)
 	if r.startStep, err = r.cp.resume(); err != nil {
 		return r, err
 	}
+	if err = agree(c, "copying the checkpoint to the device", r.rep.Push()); err != nil {
+		return r, err
+	}
 	r.step = r.startStep
 	if err := r.openOutputs(); err != nil {
 		return r, err
@@ -184,15 +202,16 @@ func start(cfg Config, comm mpi.Comm, out, errOut io.Writer) (r *run, err error)
 	// Each rank's gradient is of its mean loss divided by the ranks, so
 	// that the all-reduced sum is the gradient of the mean over the global
 	// batch without another pass over the gradients.
-	r.net.SetGradScale(1 / float32(c.Size()))
-	r.st = newStep(r.net, r.opt, r.sched, c, bucketBytes(cfg.BucketMB, r.pl.plan.Threads), r.wd, r.flt)
-	r.st.first = c.Rank() * cfg.Batch // this rank's first sample in the global batch: dropout's masks
+	r.rep.SetGradScale(1 / float32(c.Size()))
+	if err := r.newStep(); err != nil {
+		return r, err
+	}
 	r.prog = newProgress(out, c.Rank() == 0, cfg.Progress, r.total-r.startStep, cfg.Batch*c.Size())
 	if cfg.Timeline != "" {
 		r.tl = newTimeline(c.Rank(), min(10, r.total/2), cfg.TimelineSteps)
 	}
-	r.log("hpctrain: model %s, %d parameters, %d ranks x %d threads, batch %d per rank (%d global), %d steps per epoch, %s lr %g (%s schedule)",
-		cfg.Model, len(r.net.Params), c.Size(), r.pl.plan.Threads, cfg.Batch, cfg.Batch*c.Size(), r.steps, r.opt.Name(), r.lr, cfg.ScheduleConfig.Name)
+	r.log("hpctrain: model %s, %d parameters, %d ranks x %d threads (%s), batch %d per rank (%d global), %d steps per epoch, %s lr %g (%s schedule)",
+		cfg.Model, len(r.net.Params), c.Size(), r.pl.plan.Threads, describeDevice(r.dev, cfg.Precision), cfg.Batch, cfg.Batch*c.Size(), r.steps, r.opt.Name(), r.lr, cfg.ScheduleConfig.Name)
 	r.log("hpctrain: %s", r.pipe.desc)
 	if cfg.Verbose && c.Rank() == 0 {
 		if err := r.net.Summary().Write(out); err != nil {
@@ -212,10 +231,28 @@ func (r *run) syncBuffers() error {
 	if len(r.net.Buffers) == 0 || r.c.Size() == 1 {
 		return nil
 	}
+	if err := agree(r.c, "copying the model from the device", r.rep.Pull()); err != nil {
+		return err
+	}
 	if err := r.c.Bcast(r.net.Buffers, 0); err != nil {
 		return fmt.Errorf("broadcasting batch-norm statistics: %w", err)
 	}
-	return nil
+	return agree(r.c, "copying the model to the device", r.rep.Push())
+}
+
+// newStep makes the step on the rank's device: its gradient reducer, and
+// fp16's loss scaler.
+func (r *run) newStep() error {
+	cfg, c := r.cfg, r.c
+	r.st = &Step{rep: r.rep, opt: r.opt, sched: r.sched, flt: r.flt,
+		labels: make([]int32, r.rep.Batch()), inv: 1 / float32(c.Size()),
+		first: c.Rank() * cfg.Batch} // this rank's first sample in the global batch: dropout's masks
+	var err error
+	r.st.red, r.st.bk, err = newReducer(r.dev, r.rep, c, bucketBytes(cfg.BucketMB, r.pl.plan.Threads), r.wd, &r.st.step)
+	if err == nil && cfg.Precision == "fp16" {
+		r.st.scaler, err = optim.NewLossScaler(optim.ScalerConfig{Init: cfg.LossScale, Interval: cfg.LossScaleInterval})
+	}
+	return agree(c, "setting up the gradient all-reduce", err)
 }
 
 // build makes the model, the optimizer and the learning-rate schedule.
@@ -223,21 +260,40 @@ func (r *run) build() error {
 	cfg, c := r.cfg, r.c
 	in, classes := model.Shape(r.pipe.trainLoad.Shape()), r.pipe.train.Classes()
 	err := r.fitModel(in, classes)
-	if err == nil {
-		r.net, err = model.New(cfg.Model, in, classes, cfg.Batch, cfg.Seed)
-	}
 	if err = agree(c, "building the model", err); err != nil {
 		return err
 	}
+	if r.dev, err = r.openDevice(); err != nil {
+		return err
+	}
+	r.closers = append(r.closers, r.dev.close)
+	if r.dev != nil {
+		// The device the rank computes on, then the GPU placement chose
+		// (when NVML or sysfs found one).
+		r.pl.plan.Device = strings.TrimSuffix(r.dev.label()+", "+r.pl.plan.Device, ", ")
+	} else {
+		r.pl.plan.Device = "cpu"
+	}
+	r.wd.setDescribe(fmt.Sprintf("rank %d on host %s (%s)", c.Rank(), c.Host(), r.pl.plan))
+	if r.cfg.ReportBindings {
+		if err := r.pl.report(c, r.out); err != nil {
+			return err
+		}
+	}
+	r.rep, err = buildReplica(r.dev, cfg, in, classes)
+	if err = agree(c, "building the model", err); err != nil {
+		return err
+	}
+	r.net = r.rep.Host()
 	// With -model FILE.toml every node reads its own copy of the file.
 	if err := agreeHash(c, "model description", r.net.Desc.Hash(), "give every node the same -model file"); err != nil {
 		return err
 	}
 	if cfg.SyncBN {
-		r.net.SetSyncBN(c)
+		r.rep.SetSyncBN(c)
 	}
-	r.net.SetLabelSmoothing(cfg.LabelSmoothing)
-	r.opt, err = optim.New(cfg.Config, Groups(r.net), len(r.net.Params))
+	r.rep.SetLabelSmoothing(cfg.LabelSmoothing)
+	r.opt, err = newOptimizer(r.dev, r.rep, cfg.Config)
 	if err = agree(c, "creating the optimizer", err); err != nil {
 		return err
 	}
@@ -250,7 +306,7 @@ func (r *run) build() error {
 	if err = agree(c, "setting up the learning-rate schedule", err); err != nil {
 		return err
 	}
-	r.net.SetParallel(r.pl.workers)
+	r.net.SetParallel(r.pl.workers) // the host network computes on the CPU only
 	r.opt.SetParallel(r.pl.workers)
 	return nil
 }
@@ -283,7 +339,7 @@ func (r *run) fitModel(in model.Shape, classes int) error {
 
 // placeAndPin pins this rank's compute workers to its own cores; the model
 // and the optimizer split their work over them (build).
-func (r *run) placeAndPin(out io.Writer) error {
+func (r *run) placeAndPin() error {
 	pl, err := place(r.cfg, r.c, r.log)
 	if err != nil {
 		return err
@@ -291,11 +347,6 @@ func (r *run) placeAndPin(out io.Writer) error {
 	r.pl = pl
 	r.closers = append(r.closers, pl.close)
 	r.wd.setDescribe(fmt.Sprintf("rank %d on host %s (%s)", r.c.Rank(), r.c.Host(), pl.plan))
-	if r.cfg.ReportBindings {
-		if err := pl.report(r.c, out); err != nil {
-			return err
-		}
-	}
 	if r.cfg.DataWorkers > 0 {
 		// Loader goroutines get Ps of their own beside the compute
 		// workers' (package data, Procs); their threads are confined to
@@ -324,6 +375,22 @@ func (r *run) openOutputs() error {
 		}
 	}
 	if err = agree(r.c, "opening the metrics file", err); err != nil {
+		return err
+	}
+	if r.c.Rank() == 0 && r.cfg.LossLog != "" {
+		flags := os.O_WRONLY | os.O_CREATE | os.O_TRUNC
+		if r.startStep > 0 {
+			flags = os.O_WRONLY | os.O_CREATE | os.O_APPEND
+		}
+		var f *os.File
+		if f, err = os.OpenFile(r.cfg.LossLog, flags, 0o644); err == nil {
+			r.lossLog = bufio.NewWriter(f)
+			r.closers = append(r.closers, func() { r.lossLog.Flush(); f.Close() })
+		} else {
+			err = fmt.Errorf("loss log: %w", err)
+		}
+	}
+	if err = agree(r.c, "opening the loss log", err); err != nil {
 		return err
 	}
 	if r.cfg.Timeline != "" {
@@ -373,6 +440,9 @@ func (r *run) trainEpoch() error {
 		}
 		if r.cfg.CheckEvery > 0 && (r.step+1)%r.cfg.CheckEvery == 0 {
 			r.enter(&phaseChecksum)
+			if err := agree(r.c, "copying the parameters from the device", r.rep.Pull()); err != nil {
+				return err
+			}
 			if err := checkParams(r.c, r.net.Params, r.step+1); err != nil {
 				return err
 			}
@@ -380,6 +450,12 @@ func (r *run) trainEpoch() error {
 		r.account(t0)
 		lossSum += loss
 		r.res.StepLosses = append(r.res.StepLosses, loss)
+		if r.lossLog != nil {
+			fmt.Fprintf(r.lossLog, "%d %.9g\n", r.step+1, loss)
+		}
+		if r.st.Skipped {
+			r.log("hpctrain: step %d: fp16 gradients overflowed; step skipped on every rank, loss scale now %g", r.step+1, r.st.scaler.Scale())
+		}
 		r.step++
 		r.prog.update(r.epoch, s+1, r.steps, r.step-r.startStep, loss)
 		if err := r.checkpointOrStop(); err != nil {
@@ -432,6 +508,9 @@ func (r *run) checkpointOrStop() error {
 		if err := r.syncBuffers(); err != nil {
 			return err
 		}
+		if err := agree(r.c, "copying the model from the device", pull(r.rep, r.opt)); err != nil {
+			return err
+		}
 		if err := agree(r.c, "writing a checkpoint", r.cp.save(r.step, r.epoch)); err != nil {
 			return err
 		}
@@ -449,7 +528,7 @@ func (r *run) endEpoch() error {
 	if err := r.syncBuffers(); err != nil {
 		return err
 	}
-	testLoss, acc, err := evaluate(r.c, r.net, r.pipe.testLoad, r.pipe.test.Len())
+	testLoss, acc, err := evaluate(r.c, r.rep, r.pipe.testLoad, r.pipe.test.Len())
 	if err != nil {
 		return err
 	}
@@ -488,6 +567,9 @@ func (r *run) finish() (Result, error) {
 	if err := r.syncBuffers(); err != nil {
 		return r.res, err
 	}
+	if err := agree(r.c, "copying the model from the device", pull(r.rep, r.opt)); err != nil {
+		return r.res, err
+	}
 	if err := agree(r.c, "writing the final checkpoint", r.cp.saveFinal(r.step, r.res)); err != nil {
 		return r.res, err
 	}
@@ -502,7 +584,7 @@ func (r *run) finish() (Result, error) {
 		100*res.TestAccuracy, res.Epoch, res.Step, res.WorldSize, res.SamplesPerSecond)
 	if done := r.step - r.startStep; r.c.Size() > 1 && done > 0 {
 		r.log("communication: all-reduce %.1f ms per step, of which the step waited %.1f ms (%.0f%%) after backward; %d buckets",
-			1e3*res.CommSeconds/float64(done), 1e3*res.CommWaitSeconds/float64(done), 100*res.CommWaitSeconds/max(res.CommSeconds, 1e-9), r.st.Buckets())
+			1e3*res.CommSeconds/float64(done), 1e3*res.CommWaitSeconds/float64(done), 100*res.CommWaitSeconds/max(res.CommSeconds, 1e-9), r.st.red.Buckets())
 	}
 	return res, r.tl.write(r.cfg.Timeline)
 }
@@ -590,7 +672,7 @@ func Groups(net *model.Net) []optim.Group {
 // evaluation loader (no augmentation), and the sums are reduced. The net
 // runs in evaluation mode (batch norm's running statistics, no dropout)
 // and the loss is plain cross-entropy, without label smoothing.
-func evaluate(c mpi.Comm, net *model.Net, ld *data.Loader, n int) (loss, acc float64, err error) {
+func evaluate(c mpi.Comm, net model.Replica, ld *data.Loader, n int) (loss, acc float64, err error) {
 	net.SetTraining(false)
 	smoothing := net.LabelSmoothing()
 	net.SetLabelSmoothing(0)

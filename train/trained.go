@@ -404,8 +404,8 @@ func (e Evaluation) ClassAccuracy() []float64 {
 // evaluation does: each rank takes its contiguous shard (data.Shard), in
 // batches, and the sums (loss times samples, correct, samples, and the
 // confusion counts) are reduced over the ranks. Collective.
-func Evaluate(c mpi.Comm, net *model.Net, ld *data.Loader, n int) (Evaluation, error) {
-	k := net.Classes
+func Evaluate(c mpi.Comm, net model.Replica, ld *data.Loader, n int) (Evaluation, error) {
+	k := net.Host().Classes
 	lo, hi := data.Shard(n, c.Rank(), c.Size())
 	ld.StartRange(lo, hi)
 	sums := make([]float64, 3+k*k) // loss*n, correct, n, confusion

@@ -27,6 +27,7 @@ type watchdog struct {
 	describe atomic.Pointer[string] // "rank R on host H (cores C)"
 	out      io.Writer
 	abort    func(code int)
+	first    atomic.Pointer[func()] // run before abort: ncclCommAbort (onAbort)
 	stop     chan struct{}
 	once     sync.Once
 }
@@ -38,6 +39,7 @@ const ExitWatchdog = 3
 // that the hot path stores a pointer and allocates nothing.
 var (
 	opGradients = "the gradient all-reduce"
+	opNCCL      = "the NCCL gradient all-reduce"
 	opAllreduce = "MPI_Allreduce"
 	opBcast     = "MPI_Bcast"
 	opAllgather = "MPI_Allgather"
@@ -124,9 +126,20 @@ func (w *watchdog) run() {
 				continue
 			}
 			fmt.Fprintln(w.out, w.message())
+			if f := w.first.Load(); f != nil {
+				(*f)() // a communicator outside MPI (NCCL) is aborted first
+			}
 			w.abort(ExitWatchdog)
 			return
 		}
+	}
+}
+
+// onAbort makes a timeout call f before it aborts the job: NCCL's
+// ncclCommAbort, so that the device's pending work is cancelled.
+func (w *watchdog) onAbort(f func()) {
+	if w != nil {
+		w.first.Store(&f)
 	}
 }
 

@@ -1,0 +1,196 @@
+package main
+
+import (
+	"bufio"
+	"math"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"hpctrain/internal/cudaemu"
+)
+
+// The GPU path, end to end, on the emulated device: the real binary under
+// the real mpirun loads the emulator's libcuda, libcublas, libnvrtc and
+// libnccl through LD_LIBRARY_PATH, as it would load NVIDIA's on a GPU
+// node. No physical GPU runs here (see docs/gpu.md).
+
+// emuEnv is the environment that makes the emulated device the CUDA the
+// binary finds.
+func emuEnv(t *testing.T) []string {
+	t.Helper()
+	dir, err := cudaemu.Dir()
+	if err != nil {
+		t.Fatalf("building the emulated device: %v", err)
+	}
+	return []string{"LD_LIBRARY_PATH=" + dir, "HPCTRAIN_KERNEL_CACHE=" + filepath.Join(t.TempDir(), "kernels")}
+}
+
+// readLosses reads a -loss-log file: step -> loss.
+func readLosses(t *testing.T, path string) []float64 {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var ls []float64
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fs := strings.Fields(sc.Text())
+		if len(fs) != 2 {
+			t.Fatalf("%s: bad line %q", path, sc.Text())
+		}
+		v, err := strconv.ParseFloat(fs[1], 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls = append(ls, v)
+	}
+	return ls
+}
+
+// TestCUDAMatchesCPU trains the CNN and resnet8 with 2 ranks on the CPU
+// and on the emulated device (NCCL over MPI): the first 20 losses agree
+// within 1e-4 relative and the test accuracy after an epoch of 10,000
+// samples within 0.5 points.
+func TestCUDAMatchesCPU(t *testing.T) {
+	env := emuEnv(t)
+	for _, m := range []string{"cnn", "resnet8"} {
+		t.Run(m, func(t *testing.T) {
+			dir := t.TempDir()
+			acc := map[string]float64{}
+			losses := map[string][]float64{}
+			for _, dev := range []string{"cpu", "cuda"} {
+				ll := filepath.Join(dir, dev+".losses")
+				mf := filepath.Join(dir, dev+".jsonl")
+				r := hpctrainEnv(t, 2, 10*time.Minute, env, "train", "-model", m, "-device", dev, "-limit", "10000", "-test-limit", "2000",
+					"-batch", "32", "-threads", "1", "-lr", "0.02", "-loss-log", ll, "-metrics", mf, "-report-bindings")
+				if r.code != 0 {
+					t.Fatalf("-device %s: code %d\n%s", dev, r.code, r.out)
+				}
+				if dev == "cuda" && !strings.Contains(r.out, "cudaemu") {
+					t.Errorf("-report-bindings does not show the CUDA device:\n%s", r.out)
+				}
+				losses[dev] = readLosses(t, ll)
+				recs := readMetrics(t, mf)
+				acc[dev] = 100 * recs[len(recs)-1]["test_accuracy"].(float64)
+			}
+			if len(losses["cpu"]) < 20 || len(losses["cuda"]) != len(losses["cpu"]) {
+				t.Fatalf("%d cpu and %d cuda losses", len(losses["cpu"]), len(losses["cuda"]))
+			}
+			for i := 0; i < 20; i++ {
+				c, g := losses["cpu"][i], losses["cuda"][i]
+				if rel := math.Abs(g-c) / math.Abs(c); rel > 1e-4 {
+					t.Errorf("step %d: cpu loss %.7f, cuda %.7f: relative difference %.2g > 1e-4", i+1, c, g, rel)
+				}
+			}
+			if d := math.Abs(acc["cpu"] - acc["cuda"]); d > 0.5 {
+				t.Errorf("test accuracy cpu %.2f%%, cuda %.2f%%: %.2f points apart (> 0.5)", acc["cpu"], acc["cuda"], d)
+			}
+			t.Logf("%s: test accuracy cpu %.2f%%, cuda %.2f%%; loss at step 20 cpu %.6f, cuda %.6f", m, acc["cpu"], acc["cuda"], losses["cpu"][19], losses["cuda"][19])
+		})
+	}
+}
+
+// TestCUDALossScaling: fp16 with an overflow on one rank at steps 5 and
+// 10. Both ranks skip those steps (the parameters stay identical: checked
+// every step) and halve the scale, which doubles after every 2 clean
+// steps: 1024 -> 2048 after steps 1-2, 4096 after 3-4, 2048 at step 5,
+// 4096 after 6-7, 8192 after 8-9, 4096 at step 10.
+func TestCUDALossScaling(t *testing.T) {
+	env := append(emuEnv(t), "HPCTRAIN_FAULT=overflow@1:5,overflow@1:10")
+	r := hpctrainEnv(t, 2, 5*time.Minute, env, "train", "-model", "cnn", "-device", "cuda", "-precision", "fp16", "-limit", "2560", "-test-limit", "500",
+		"-batch", "32", "-threads", "1", "-steps", "12", "-loss-scale", "1024", "-loss-scale-interval", "2", "-check-every", "1")
+	if r.code != 0 {
+		t.Fatalf("code %d\n%s", r.code, r.out)
+	}
+	for _, want := range []string{"step 5: fp16 gradients overflowed; step skipped on every rank, loss scale now 2048",
+		"step 10: fp16 gradients overflowed; step skipped on every rank, loss scale now 4096"} {
+		if !strings.Contains(r.out, want) {
+			t.Errorf("no line %q in\n%s", want, r.out)
+		}
+	}
+	if n := strings.Count(r.out, "overflowed"); n != 2 {
+		t.Errorf("%d overflow lines, want 2:\n%s", n, r.out)
+	}
+}
+
+// TestCUDAWatchdogNCCL: a rank that stops before its first step leaves
+// its peer in the NCCL all-reduce; the watchdog aborts NCCL and the job
+// with its usual message instead of hanging.
+func TestCUDAWatchdogNCCL(t *testing.T) {
+	env := append(emuEnv(t), "HPCTRAIN_FAULT=stop@1:training")
+	start := time.Now()
+	r := hpctrainEnv(t, 2, 2*time.Minute, env, "train", "-model", "cnn", "-device", "cuda", "-limit", "640", "-test-limit", "100",
+		"-batch", "32", "-threads", "1", "-collective-timeout", "3")
+	if r.code == 0 {
+		t.Fatalf("exit 0 with a stopped rank:\n%s", r.out)
+	}
+	if !regexp.MustCompile(`rank 0 on host .*collective timeout: the NCCL gradient all-reduce \(bucket \d+\) during training at step 0 waited 3s`).MatchString(r.out) {
+		t.Errorf("no watchdog line naming NCCL:\n%s", r.out)
+	}
+	t.Logf("ended in %v", time.Since(start).Round(time.Second))
+}
+
+// TestCUDAMissing: each missing library (or no device) is one line naming
+// what was looked for, on every rank, exit 1; with -device auto the run
+// warns and trains on the CPU.
+func TestCUDAMissing(t *testing.T) {
+	emu, err := cudaemu.Dir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	libs := []string{"libcuda.so.1", "libcublas.so.12", "libnvrtc.so.12", "libnccl.so.2"}
+	want := map[string]string{
+		"libcuda.so.1":    "cannot load the CUDA driver: tried libcuda.so.1",
+		"libcublas.so.12": "cannot load cuBLAS: tried libcublas.so.12, libcublas.so.11",
+		"libnvrtc.so.12":  "cannot load NVRTC: tried libnvrtc.so.12",
+		"libnccl.so.2":    "cannot load NCCL: tried libnccl.so.2",
+	}
+	args := []string{"train", "-model", "mlp", "-limit", "640", "-test-limit", "100", "-batch", "32", "-threads", "1"}
+	for _, missing := range libs {
+		t.Run(missing, func(t *testing.T) {
+			dir := t.TempDir()
+			for _, l := range libs {
+				if l != missing {
+					if err := os.Symlink(filepath.Join(emu, l), filepath.Join(dir, l)); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			env := []string{"LD_LIBRARY_PATH=" + dir}
+			if missing == "libnvrtc.so.12" {
+				// make test installs Debian's NVRTC 11.8 (the kernel
+				// compile check), which the loader would take instead:
+				// hide it from this job in a mount namespace of its own.
+				sys, _ := filepath.Glob("/usr/lib/x86_64-linux-gnu/libnvrtc.so.*")
+				if len(sys) > 0 {
+					env = append(env, hideEnv+"="+strings.Join(sys, " "))
+				}
+			}
+			r := hpctrainEnv(t, 2, 2*time.Minute, env, append(args, "-device", "cuda")...)
+			if r.code != 1 || strings.Count(r.out, want[missing]) != 2 || strings.Contains(r.out, "goroutine ") {
+				t.Errorf("-device cuda without %s: code %d, want 1 and the line %q on each rank:\n%s", missing, r.code, want[missing], r.out)
+			}
+			if missing == "libcuda.so.1" {
+				return // auto without a driver is the CPU node's normal case: no warning
+			}
+			r = hpctrainEnv(t, 2, 2*time.Minute, env, append(args, "-device", "auto")...)
+			if r.code != 0 || strings.Count(r.out, "-device auto: ") != 2 || !strings.Contains(r.out, "training on the CPU") {
+				t.Errorf("-device auto without %s: code %d, want 0 and a warning on each rank:\n%s", missing, r.code, r.out)
+			}
+		})
+	}
+	t.Run("no device", func(t *testing.T) {
+		env := []string{"LD_LIBRARY_PATH=" + emu, "HPCTRAIN_CUDAEMU_DEVICES=0"}
+		r := hpctrainEnv(t, 2, 2*time.Minute, env, append(args, "-device", "cuda")...)
+		if r.code != 1 || strings.Count(r.out, "CUDA_ERROR_NO_DEVICE") != 2 {
+			t.Errorf("-device cuda with no device: code %d\n%s", r.code, r.out)
+		}
+	})
+}

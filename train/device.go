@@ -1,0 +1,288 @@
+package train
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"hpctrain/gpu/collective"
+	"hpctrain/gpu/cuda"
+	"hpctrain/gpu/cudanet"
+	"hpctrain/gpu/cudaoptim"
+	"hpctrain/model"
+	"hpctrain/mpi"
+	"hpctrain/optim"
+)
+
+// A rank computes on the CPU or on a CUDA device. Both are the same three
+// parts behind the same interfaces, so the step reads the same for both:
+//
+//	part                 cpu                      cuda
+//	model.Replica        model.Net                cudanet.Net
+//	gradReducer          buckets (MPI)            collective.Reducer (NCCL, or MPI staged)
+//	optim.Optimizer      optim's implementations  deviceOptimizer (cudaoptim kernels)
+//
+// openDevice picks the device and backend builds the parts.
+
+// gradReducer sums the replicas' gradients as backward produces them
+// (model.GradHook), in buckets.
+type gradReducer interface {
+	model.GradHook
+	// Poison makes the reduced gradients non-finite on every rank (this
+	// rank's loss is not finite, or a fault says so).
+	Poison()
+	// Wait starts what backward did not start and waits for every bucket;
+	// it returns the time the all-reduces took.
+	Wait(step int) (time.Duration, error)
+	// Finish multiplies the reduced gradients by unscale (fp16's loss
+	// scale; 1 leaves them) and reports whether they are all finite: the
+	// same answer on every rank, since all hold the same sums.
+	Finish(unscale float32) (finite bool, err error)
+	// Buckets is the number of buckets.
+	Buckets() int
+}
+
+// device is this rank's CUDA device, or nil for the CPU.
+type device struct {
+	dev  *cudanet.Device
+	mode collective.Mode
+	nccl *cuda.Comm
+}
+
+// label names where the rank computes, for -report-bindings and the log.
+func (d *device) label() string {
+	if d == nil {
+		return "cpu"
+	}
+	return d.dev.Label()
+}
+
+func (d *device) close() {
+	if d == nil {
+		return
+	}
+	if d.nccl != nil {
+		d.nccl.Destroy()
+	}
+	d.dev.Close()
+}
+
+// openDevice resolves -device for this rank. cuda opens the GPU placement
+// chose (else local rank mod the devices CUDA sees); auto does the same
+// when placement gave the rank a GPU or a CUDA driver loads and sees a
+// device, and falls back to the CPU with a warning when the rest of CUDA
+// (cuBLAS, NVRTC, NCCL) does not load. All ranks then agree on the kind of
+// device, so that every rank sums gradients the same way.
+func (r *run) openDevice() (*device, error) {
+	cfg, c := r.cfg, r.c
+	var d *device
+	var err error
+	switch cfg.Device {
+	case "cuda":
+		d, err = openCUDA(r.pl.gpu, c.LocalRank(), cfg)
+	case "auto":
+		// A GPU placement found, or a CUDA driver that loads and sees a
+		// device (a node without NVML): try it, else the CPU.
+		if r.pl.gpu >= 0 || cudaPresent() {
+			if d, err = openCUDA(r.pl.gpu, c.LocalRank(), cfg); err != nil {
+				r.warn("hpctrain: warning: rank %d: -device auto: %v; training on the CPU", c.Rank(), err)
+				d, err = nil, nil
+			}
+		}
+	}
+	if err = agree(c, "opening the CUDA device", err); err != nil {
+		return nil, err
+	}
+	kind := "cpu"
+	if d != nil {
+		kind = "cuda/" + d.mode.String()
+	}
+	if err := agreeHash(c, "device kind", fmt.Sprintf("%-16s", kind), "give every rank a GPU, or none (-device cpu)"); err != nil {
+		d.close()
+		return nil, err
+	}
+	if d == nil && cfg.Precision != "fp32" {
+		return nil, agree(c, "choosing the precision", fmt.Errorf("precision %s needs a CUDA device, and this run computes on the CPU (only fp32 there so far)", cfg.Precision))
+	}
+	if d != nil && d.mode == collective.NCCL {
+		d.nccl, err = collective.NewNCCL(c)
+		if err = agree(c, "creating the NCCL communicator", err); err != nil {
+			d.close()
+			return nil, err
+		}
+	}
+	return d, nil
+}
+
+// cudaPresent reports whether a CUDA driver loads and sees a device.
+func cudaPresent() bool {
+	if cuda.LoadDriver() != nil {
+		return false
+	}
+	n, err := cuda.DeviceCount()
+	return err == nil && n > 0
+}
+
+// openCUDA opens the device of ordinal gpu (placement's), or of local
+// rank mod the devices CUDA sees when placement found none (no NVML).
+func openCUDA(gpu, localRank int, cfg Config) (*device, error) {
+	mode := collective.NCCL
+	if cfg.Collective == "mpi" {
+		mode = collective.MPI
+	}
+	if gpu < 0 {
+		if err := cuda.LoadDriver(); err != nil {
+			return nil, err
+		}
+		n, err := cuda.DeviceCount()
+		if err != nil {
+			return nil, err
+		}
+		if n == 0 {
+			return nil, fmt.Errorf("cuda: the CUDA driver sees no device")
+		}
+		gpu = localRank % n
+	}
+	if mode == collective.NCCL {
+		if err := cuda.LoadNCCL(); err != nil {
+			return nil, err
+		}
+	}
+	dev, err := cudanet.Open(gpu)
+	if err != nil {
+		return nil, err
+	}
+	return &device{dev: dev, mode: mode}, nil
+}
+
+// warn prints a message of this rank's (every rank's, not just rank 0's).
+func (r *run) warn(format string, a ...any) {
+	fmt.Fprintf(r.errOut, format+"\n", a...)
+}
+
+// buildReplica makes the network on the rank's device: the host network
+// itself on the CPU, else its device copy (whose Host is the host network).
+func buildReplica(d *device, cfg Config, in model.Shape, classes int) (model.Replica, error) {
+	if d == nil {
+		return model.New(cfg.Model, in, classes, cfg.Batch, cfg.Seed)
+	}
+	desc, err := model.LoadDesc(cfg.Model)
+	if err != nil {
+		return nil, err
+	}
+	p, err := cudanet.ParsePrecision(cfg.Precision)
+	if err != nil {
+		return nil, err
+	}
+	return cudanet.New(d.dev, desc, in, classes, cfg.Batch, cfg.Seed, p)
+}
+
+// newOptimizer makes the optimizer of the replica: optim's on the host
+// network, or the device's kernels.
+func newOptimizer(d *device, rep model.Replica, cfg optim.Config) (optim.Optimizer, error) {
+	net := rep.Host()
+	if d == nil {
+		return optim.New(cfg, Groups(net), len(net.Params))
+	}
+	g := rep.(*cudanet.Net)
+	o, err := cudaoptim.New(d.dev.Context(), g.Stream(), d.dev.Module(), cfg, Groups(net), g.Params(), g.Grads(), g.Len())
+	if err != nil {
+		return nil, err
+	}
+	return &deviceOptimizer{o: o}, nil
+}
+
+// newReducer makes the gradient reducer of the replica.
+func newReducer(d *device, rep model.Replica, c mpi.Comm, bucket int, wd *watchdog, step *int) (gradReducer, *buckets, error) {
+	net := rep.Host()
+	if d == nil {
+		bk := newBuckets(c, net.Grads, layerStarts(net), bucket, wd)
+		return bk, bk, nil
+	}
+	g := rep.(*cudanet.Net)
+	red, err := collective.New(d.dev.Context(), g.Stream(), d.dev.Module(), g.Grads(), g.Len(), layerStarts(net), bucket, d.mode, c, d.nccl)
+	if err != nil {
+		return nil, nil, err
+	}
+	op := &opNCCL
+	if d.mode == collective.MPI {
+		op = &opGradients
+	}
+	red.SetWatch(func(b int) { wd.enter(op, *step, b) }, wd.leave)
+	wd.onAbort(red.Abort)
+	return deviceReducer{red}, nil, nil
+}
+
+// deviceReducer is collective.Reducer as a gradReducer (its Wait times
+// itself through SetWatch).
+type deviceReducer struct{ *collective.Reducer }
+
+func (d deviceReducer) Wait(int) (time.Duration, error) { return d.Reducer.Wait() }
+
+// deviceOptimizer is a cudaoptim.Optimizer as an optim.Optimizer: Step
+// updates the device's buffers (the host slices it is given are the host
+// copy, not the values it updates), and State is the host copy of the
+// device's state as of the last Pull, which the run calls before it
+// writes a checkpoint.
+type deviceOptimizer struct {
+	o     *cudaoptim.Optimizer
+	state [][]float32
+	err   error // the first failure of Step, reported by the step
+}
+
+func (d *deviceOptimizer) Name() string { return d.o.Name() }
+
+func (d *deviceOptimizer) Step(_, _ []float32, lr float64) {
+	if err := d.o.Step(lr); err != nil && d.err == nil {
+		d.err = err
+	}
+}
+
+func (d *deviceOptimizer) State() [][]float32 { return d.state }
+
+func (d *deviceOptimizer) Restore(state [][]float32) error {
+	if err := d.o.Restore(state); err != nil {
+		return err
+	}
+	d.state = state
+	return nil
+}
+
+func (d *deviceOptimizer) SetParallel(optim.Parallel) {}
+
+// Err returns the first failed Step since the last call, and clears it.
+func (d *deviceOptimizer) Err() error {
+	err := d.err
+	d.err = nil
+	return err
+}
+
+// Pull copies the device's optimizer state to the host (State).
+func (d *deviceOptimizer) Pull() error {
+	s, err := d.o.State()
+	d.state = s
+	return err
+}
+
+// pull makes the host copy current: the replica's parameters and
+// buffers, and the optimizer's state, before they are written or
+// compared. A no-op on the CPU.
+func pull(rep model.Replica, opt optim.Optimizer) error {
+	if err := rep.Pull(); err != nil {
+		return fmt.Errorf("copying the model from the device: %w", err)
+	}
+	if d, ok := opt.(*deviceOptimizer); ok {
+		if err := d.Pull(); err != nil {
+			return fmt.Errorf("copying the optimizer state from the device: %w", err)
+		}
+	}
+	return nil
+}
+
+// describeDevice is the start-up line's part about the device.
+func describeDevice(d *device, precision string) string {
+	if d == nil {
+		return "cpu"
+	}
+	return strings.Join([]string{d.label(), precision, d.mode.String()}, ", ")
+}
