@@ -24,9 +24,9 @@ type Step struct {
 	opt    optim.Optimizer // nil: no update (forward and backward only)
 	sched  optim.Schedule
 	red    gradReducer
-	bk     *buckets           // red on the CPU (its spans feed the timeline); nil on a device
-	scaler *optim.LossScaler  // fp16's loss scale; nil in other precisions
-	inv    float32            // 1/ranks: each replica's share of the mean
+	bk     *buckets          // red on the CPU (its spans feed the timeline); nil on a device
+	scaler *optim.LossScaler // fp16's loss scale; nil in other precisions
+	inv    float32           // 1/ranks: each replica's share of the mean
 	labels []int32
 	n      int // samples of the loaded batch
 	first  int // global index of this rank's first sample in a batch (dropout)

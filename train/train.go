@@ -88,7 +88,7 @@ type run struct {
 	cfg     Config
 	out     io.Writer // rank 0's report
 	errOut  io.Writer // every rank's messages
-	c       mpi.Comm // every collective under the watchdog (guard)
+	c       mpi.Comm  // every collective under the watchdog (guard)
 	log     func(format string, a ...any)
 	wd      *watchdog
 	flt     faults
