@@ -13,36 +13,10 @@ import (
 	"hpctrain/internal/cudaemu"
 )
 
-// emuEnv holds the emulated device's directory in the test process that
-// runs the tests; its absence tells TestMain to build the emulator and run
-// the tests again in a process whose LD_LIBRARY_PATH names it (dlopen
-// reads LD_LIBRARY_PATH only when a process starts).
-const emuEnv = "HPCTRAIN_CUDA_TEST_EMU"
-
-func TestMain(m *testing.M) {
-	if os.Getenv(emuEnv) == "" {
-		dir, err := cudaemu.Dir()
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "gpu/cuda tests: the emulated device:", err)
-			os.Exit(1)
-		}
-		cmd := exec.Command(os.Args[0], os.Args[1:]...)
-		cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-		cmd.Env = append(os.Environ(), emuEnv+"="+dir, "LD_LIBRARY_PATH="+dir)
-		if err := cmd.Run(); err != nil {
-			if ee, ok := err.(*exec.ExitError); ok {
-				os.Exit(ee.ExitCode())
-			}
-			fmt.Fprintln(os.Stderr, "gpu/cuda tests: re-run with LD_LIBRARY_PATH:", err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { cudaemu.Main(m, "gpu/cuda") }
 
 // emuDir is the emulated device's directory.
-func emuDir() string { return os.Getenv(emuEnv) }
+func emuDir() string { return os.Getenv(cudaemu.MainEnv) }
 
 // openDevice opens device 0 of the emulator, bound on the test's
 // goroutine's thread, and closes it at the end of the test.

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
-	"os/exec"
 	"runtime"
 	"testing"
 	"unsafe"
@@ -16,33 +14,7 @@ import (
 	"hpctrain/optim"
 )
 
-// emuEnv names the emulated device's directory in the process that runs
-// the tests; without it TestMain builds the emulator and runs the tests
-// again in a process whose LD_LIBRARY_PATH holds it (dlopen reads
-// LD_LIBRARY_PATH when a process starts).
-const emuEnv = "HPCTRAIN_CUDAOPTIM_TEST_EMU"
-
-func TestMain(m *testing.M) {
-	if os.Getenv(emuEnv) == "" {
-		dir, err := cudaemu.Dir()
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "gpu/cudaoptim tests: the emulated device:", err)
-			os.Exit(1)
-		}
-		cmd := exec.Command(os.Args[0], os.Args[1:]...)
-		cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-		cmd.Env = append(os.Environ(), emuEnv+"="+dir, "LD_LIBRARY_PATH="+dir)
-		if err := cmd.Run(); err != nil {
-			if ee, ok := err.(*exec.ExitError); ok {
-				os.Exit(ee.ExitCode())
-			}
-			fmt.Fprintln(os.Stderr, "gpu/cudaoptim tests: re-run with LD_LIBRARY_PATH:", err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { cudaemu.Main(m, "gpu/cudaoptim") }
 
 // device is the emulated device with the optimizer kernels, and buffers.
 type device struct {

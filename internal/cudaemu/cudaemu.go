@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"testing"
 )
 
 //go:embed csrc/*.h csrc/*.c
@@ -177,4 +178,41 @@ func cString(name string, b []byte) string {
 	}
 	s.WriteString("\";\n")
 	return s.String()
+}
+
+// MainEnv, set in a test process, names the emulated device's directory:
+// Main has re-executed the tests with LD_LIBRARY_PATH pointing there.
+const MainEnv = "HPCTRAIN_CUDAEMU_TEST_DIR"
+
+// Main is a TestMain for packages whose tests load CUDA: the dynamic loader
+// reads LD_LIBRARY_PATH only when a process starts, so Main builds the
+// emulated device and runs the test binary again with LD_LIBRARY_PATH
+// naming it (and a kernel cache of its own unless HPCTRAIN_KERNEL_CACHE
+// says where), then exits with that run's status. In the re-executed
+// process it runs the tests. what names the package in messages.
+func Main(m *testing.M, what string) {
+	if os.Getenv(MainEnv) != "" {
+		os.Exit(m.Run())
+	}
+	dir, err := Dir()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s tests: the emulated device: %v\n", what, err)
+		os.Exit(1)
+	}
+	cmd := exec.Command(os.Args[0], os.Args[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.Env = append(os.Environ(), MainEnv+"="+dir, "LD_LIBRARY_PATH="+dir)
+	if os.Getenv("HPCTRAIN_KERNEL_CACHE") == "" {
+		// The emulator compiles a module with g++: keep it across runs.
+		cache := filepath.Join(os.TempDir(), fmt.Sprintf("hpctrain-cudaemu-test-kernels-%d", os.Getuid()))
+		cmd.Env = append(cmd.Env, "HPCTRAIN_KERNEL_CACHE="+cache)
+	}
+	if err := cmd.Run(); err != nil {
+		if ee, ok := err.(*exec.ExitError); ok {
+			os.Exit(ee.ExitCode())
+		}
+		fmt.Fprintf(os.Stderr, "%s tests: re-running with LD_LIBRARY_PATH: %v\n", what, err)
+		os.Exit(1)
+	}
+	os.Exit(0)
 }
