@@ -128,17 +128,18 @@ type Config struct {
 	Resume          string `toml:"resume" json:"-"`
 
 	// The compute device and its arithmetic: cpu, or cuda (hpctrain/gpu/
-	// cudanet) with NCCL or MPI for the gradients. Device is out of the
-	// hash: layouts are the same on both, so checkpoints move between them
-	// and auto may resolve differently on different nodes (the ranks then
-	// agree on the resolved devices, see openDevice).
-	Device     string `toml:"device" json:"-"`
-	Precision  string `toml:"precision" json:"precision"`
-	Collective string `toml:"collective" json:"collective"`
-	// fp16's dynamic loss scaling (optim.LossScaler): the first scale and
-	// the clean steps after which it doubles.
-	LossScale         float64 `toml:"loss_scale" json:"loss_scale"`
-	LossScaleInterval int     `toml:"loss_scale_interval" json:"loss_scale_interval"`
+	// cudanet) with NCCL or MPI for the gradients, and fp16's dynamic loss
+	// scaling (optim.LossScaler: the first scale, and the clean steps after
+	// which it doubles). Out of the hash and of a checkpoint's settings:
+	// layouts are the same on every device and in every precision, so a
+	// checkpoint moves between them, and auto may resolve differently on
+	// different nodes; the ranks agree on what they resolved to instead
+	// (openDevice).
+	Device            string  `toml:"device" json:"-"`
+	Precision         string  `toml:"precision" json:"-"`
+	Collective        string  `toml:"collective" json:"-"`
+	LossScale         float64 `toml:"loss_scale" json:"-"`
+	LossScaleInterval int     `toml:"loss_scale_interval" json:"-"`
 
 	BucketMB   float64 `toml:"bucket_mb" json:"bucket_mb"`
 	CheckEvery int     `toml:"check_every" json:"check_every"`

@@ -1,6 +1,8 @@
 package train
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"strings"
 	"time"
@@ -93,11 +95,14 @@ func (r *run) openDevice() (*device, error) {
 	if err = agree(c, "opening the CUDA device", err); err != nil {
 		return nil, err
 	}
+	// Every rank must sum gradients alike, in the same precision.
 	kind := "cpu"
 	if d != nil {
 		kind = "cuda/" + d.mode.String()
 	}
-	if err := agreeHash(c, "device kind", fmt.Sprintf("%-16s", kind), "give every rank a GPU, or none (-device cpu)"); err != nil {
+	kind = fmt.Sprintf("%s/%s/%g/%d", kind, cfg.Precision, cfg.LossScale, cfg.LossScaleInterval)
+	sum := sha256.Sum256([]byte(kind))
+	if err := agreeHash(c, "device, collective and precision", hex.EncodeToString(sum[:8]), "give every rank a GPU, or none (-device cpu), and the same -precision"); err != nil {
 		d.close()
 		return nil, err
 	}
