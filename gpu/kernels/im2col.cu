@@ -8,16 +8,12 @@ extern "C" __global__ void im2col(float* col, const float* x, int n, int h, int 
 	long long total = (long long)n * ho * wo * k * k * c;
 	KLOOP(idx, total) {
 		long long t = idx;
-		int ch = (int)(t % c);
-		t /= c;
-		int kw = (int)(t % k);
-		t /= k;
-		int kh = (int)(t % k);
-		t /= k;
-		int ow = (int)(t % wo);
-		t /= wo;
-		int oh = (int)(t % ho);
-		long long i = t / ho;
+		int ch = take(&t, c);
+		int kw = take(&t, k);
+		int kh = take(&t, k);
+		int ow = take(&t, wo);
+		int oh = take(&t, ho);
+		long long i = t;
 		int ih = oh * s - p + kh;
 		int iw = ow * s - p + kw;
 		float v = 0.0f;
@@ -32,12 +28,10 @@ extern "C" __global__ void col2im(float* dx, const float* col, int n, int h, int
 	long long total = (long long)n * h * w * c;
 	KLOOP(idx, total) {
 		long long t = idx;
-		int ch = (int)(t % c);
-		t /= c;
-		int iw = (int)(t % w);
-		t /= w;
-		int ih = (int)(t % h);
-		long long i = t / h;
+		int ch = take(&t, c);
+		int iw = take(&t, w);
+		int ih = take(&t, h);
+		long long i = t;
 		float sum = 0.0f;
 		for (int kh = 0; kh < k; kh++) {
 			int a = ih + p - kh; // = oh*s

@@ -11,12 +11,10 @@ extern "C" __global__ void maxpool_fwd(float* y, int* arg, const float* x, const
 	long long total = (long long)n * ho * wo * c;
 	KLOOP(idx, total) {
 		long long t = idx;
-		int ch = (int)(t % c);
-		t /= c;
-		int ow = (int)(t % wo);
-		t /= wo;
-		int oh = (int)(t % ho);
-		long long i = t / ho;
+		int ch = take(&t, c);
+		int ow = take(&t, wo);
+		int oh = take(&t, ho);
+		long long i = t;
 		const float* xs = x + i * h * w * c;
 		float m = xs[((long long)(oh * s) * w + ow * s) * c + ch];
 		int a = 0;
@@ -45,12 +43,10 @@ extern "C" __global__ void maxpool_bwd(float* dx, const float* dy, const float* 
 	long long total = (long long)n * h * w * c;
 	KLOOP(idx, total) {
 		long long t = idx;
-		int ch = (int)(t % c);
-		t /= c;
-		int iw = (int)(t % w);
-		t /= w;
-		int ih = (int)(t % h);
-		long long i = t / h;
+		int ch = take(&t, c);
+		int iw = take(&t, w);
+		int ih = take(&t, h);
+		long long i = t;
 		float sum = 0.0f;
 		// Outputs oh with oh*s <= ih < oh*s + k.
 		int oh0 = ih >= k ? (ih - k) / s + 1 : 0;
@@ -74,12 +70,10 @@ extern "C" __global__ void avgpool_fwd(float* y, const float* x, int n, int h, i
 	float inv = 1.0f / (float)(k * k);
 	KLOOP(idx, total) {
 		long long t = idx;
-		int ch = (int)(t % c);
-		t /= c;
-		int ow = (int)(t % wo);
-		t /= wo;
-		int oh = (int)(t % ho);
-		long long i = t / ho;
+		int ch = take(&t, c);
+		int ow = take(&t, wo);
+		int oh = take(&t, ho);
+		long long i = t;
 		const float* xs = x + i * h * w * c;
 		float sum = 0.0f;
 		for (int kh = 0; kh < k; kh++)
@@ -95,12 +89,10 @@ extern "C" __global__ void avgpool_bwd(float* dx, const float* dy, int n, int h,
 	float inv = 1.0f / (float)(k * k);
 	KLOOP(idx, total) {
 		long long t = idx;
-		int ch = (int)(t % c);
-		t /= c;
-		int iw = (int)(t % w);
-		t /= w;
-		int ih = (int)(t % h);
-		long long i = t / h;
+		int ch = take(&t, c);
+		int iw = take(&t, w);
+		int ih = take(&t, h);
+		long long i = t;
 		float sum = 0.0f;
 		int oh0 = ih >= k ? (ih - k) / s + 1 : 0;
 		int ow0 = iw >= k ? (iw - k) / s + 1 : 0;

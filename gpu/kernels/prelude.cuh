@@ -7,6 +7,16 @@
 	for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; \
 	     i < (long long)(n); i += (long long)blockDim.x * gridDim.x)
 
+// take returns *t's index along a dimension of size d, the innermost left
+// in *t, and leaves the outer ones: unravelling a flat index into
+// channels-last (..., H, W, C) coordinates is one take per dimension,
+// innermost first.
+__device__ __forceinline__ int take(long long* t, int d) {
+	int r = (int)(*t % d);
+	*t /= d;
+	return r;
+}
+
 // bfloat16 and IEEE half values travel as unsigned short: the conversions
 // below are exact bit operations, round to nearest even, identical on the
 // GPU and under the emulator.
