@@ -93,6 +93,7 @@ const benchUsage = `Usage: hpctrain bench <what> [flags]
   affinity    instances x threads grid, bound and not (launches mpirun)
   optim       every optimizer on J(x,y) = 100x^2 + y^2: PNG and CSV
   data        loader throughput by workers and transforms; step with vs without loader
+  scaling     predicted samples/s and efficiency on N nodes (measures compute here, all-reduce under mpirun)
 `
 
 func benchCmd(args []string, stdout, stderr io.Writer) error {
@@ -119,6 +120,8 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		return bench.Affinity(rest, self, stdout)
+	case "scaling":
+		return bench.Scaling(rest, connect, stdout)
 	case "allreduce":
 		comm, err := connect()
 		if err != nil {

@@ -1,0 +1,598 @@
+package bench
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+
+	"hpctrain/affinity"
+	"hpctrain/internal/cli"
+	"hpctrain/model"
+	"hpctrain/mpi"
+	"hpctrain/optim"
+	"hpctrain/train"
+)
+
+// ScalingReport is `hpctrain bench scaling`'s result.
+type ScalingReport struct {
+	Model       string  `json:"model"`
+	Input       string  `json:"input"`
+	Classes     int     `json:"classes"`
+	Batch       int     `json:"batch_per_rank"`
+	Threads     int     `json:"threads"`
+	Optimizer   string  `json:"optimizer"`
+	BucketMB    float64 `json:"bucket_mb"`
+	BucketBytes int     `json:"bucket_bytes"` // -bucket-mb resolved as training resolves it
+	Bind        string  `json:"bind"`
+	Host        string  `json:"host"`
+
+	// The measurement job: its ranks and nodes (mpirun), the compute
+	// profile of its slowest rank (all ranks measured at once, sharing
+	// the node as in training), every rank's median step.
+	JobRanks     int         `json:"job_ranks"`
+	JobNodes     int         `json:"job_nodes"`
+	Compute      Profile     `json:"compute"`
+	ComputeMS    float64     `json:"compute_step_ms"`
+	RankStepMS   []float64   `json:"rank_step_ms"`
+	GradBytes    int         `json:"grad_bytes"`
+	Layers       []LayerTime `json:"layers"`
+	ComputeScale float64     `json:"compute_scale"`
+
+	// The all-reduce sweep of the job (none in a job of one), its fit
+	// time = a + b*bytes, and the link it gives.
+	Sweep    []SweepPoint `json:"sweep,omitempty"`
+	FitAUS   float64      `json:"fit_a_us,omitempty"`
+	FitBUSMB float64      `json:"fit_b_us_per_mb,omitempty"`
+	Intra    *Link        `json:"intra_node,omitempty"`
+	Measured *Link        `json:"inter_node_measured,omitempty"`
+
+	Rows []ScalingRow `json:"rows"`
+}
+
+// SweepPoint is one size of the all-reduce sweep.
+type SweepPoint struct {
+	Bytes  int     `json:"bytes"`
+	TimeUS float64 `json:"time_us"` // median over rounds of the mean over ranks
+}
+
+// ScalingRow is one predicted configuration.
+type ScalingRow struct {
+	Nodes            int     `json:"nodes"`
+	RanksPerNode     int     `json:"ranks_per_node"`
+	Ranks            int     `json:"ranks"`
+	Link             string  `json:"link"`
+	LinkGbps         float64 `json:"link_gbit_s"`
+	AlphaUS          float64 `json:"alpha_us"`
+	Algorithm        string  `json:"algorithm"`
+	StepMS           float64 `json:"step_ms"`
+	CommMS           float64 `json:"comm_ms"`
+	ExposedMS        float64 `json:"comm_exposed_ms"`
+	SamplesPerSecond float64 `json:"samples_per_second"`
+	Efficiency       float64 `json:"efficiency"`
+}
+
+// Scaling is `hpctrain bench scaling`: it measures this node's compute step
+// (the training step itself, train.Step, with the engine's gradient
+// buckets and when backward hands each over) and, under mpirun with two or
+// more ranks, the all-reduce's latency and bandwidth; then predicts the
+// samples/s and efficiency of nodes x ranks-per-node ranks for each link
+// (scaling_model.go). connect opens the job's communicator (a job of one
+// without a launcher).
+func Scaling(args []string, connect func() (mpi.Comm, error), out io.Writer) (err error) {
+	fs := flag.NewFlagSet("hpctrain bench scaling", flag.ContinueOnError)
+	name := fs.String("model", "cnn", "model: "+fmt.Sprint(model.Names()))
+	input := fs.String("input", "28x28x1", "shape of one input sample, `HxWxC`")
+	classes := fs.Int("classes", 10, "number of classes")
+	batch := fs.Int("batch", 64, "batch per rank (as hpctrain train -batch)")
+	threads := fs.Int("threads", 1, "compute threads per rank")
+	steps := fs.Int("steps", 20, "timed compute steps")
+	opt := fs.String("optimizer", "sgd", "update in each step: "+fmt.Sprint(optim.Names())+" or none")
+	bucketMB := fs.Float64("bucket-mb", -1, "gradient buckets as hpctrain train -bucket-mb (0: one all-reduce after backward; -1: auto, 1 MB with 2 or more threads, else 0)")
+	bind := fs.String("bind", "cores", "compute threads: cores (pinned, disjoint by local rank when the node has cores enough) or none")
+	nodesFlag := fs.String("nodes", "1,2,4,8,16,64,256", "predict for these node counts, `LIST`")
+	perNode := fs.Int("ranks-per-node", 0, "ranks per node of the prediction (0: as in this job)")
+	linkFlag := fs.String("link-gbps", "25,100,400", "inter-node links to predict for, Gbit/s, `LIST` (empty: only the measured one)")
+	alphaUS := fs.Float64("alpha-us", 0, "inter-node latency per message for -link-gbps, microseconds (0: the measured one when this job spans nodes, else 10)")
+	shmAlpha := fs.Float64("shm-alpha-us", 0, "intra-node latency per message, microseconds (0: measured, in a job of 2 or more ranks on one node)")
+	shmGbps := fs.Float64("shm-gbps", 0, "intra-node bandwidth, Gbit/s (0: measured, in a job of 2 or more ranks on one node)")
+	scale := fs.Float64("compute-scale", 1, "multiply the measured compute times by `F` (to model other cores, or ranks sharing them)")
+	maxMB := fs.Float64("sweep-max-mb", 0, "largest all-reduce of the sweep, MB (0: the first power of 4 KiB x 4 at or above the gradients)")
+	js := fs.String("json", "", "write the report as JSON to `FILE` (rank 0)")
+	png := fs.String("png", "", "write efficiency and samples/s vs nodes, one line per link, to `FILE` (rank 0)")
+	quiet := fs.Bool("q", false, "print only the prediction table")
+	if err := cli.Parse(fs, args, os.Stderr, false); err != nil {
+		return err
+	}
+	if *batch < 1 || *threads < 1 || *steps < 1 || *classes < 1 || *perNode < 0 || *scale <= 0 {
+		return cli.Usage(fmt.Errorf("batch, threads, steps and classes must be >= 1, -ranks-per-node >= 0, -compute-scale > 0"))
+	}
+	if *bind != "cores" && *bind != "none" {
+		return cli.Usage(fmt.Errorf("-bind %q: cores or none", *bind))
+	}
+	if *bucketMB != -1 && !(*bucketMB >= 0) {
+		return cli.Usage(fmt.Errorf("-bucket-mb %g: >= 0 or -1", *bucketMB))
+	}
+	nodes, err := intList(*nodesFlag)
+	if err != nil {
+		return cli.Usage(fmt.Errorf("-nodes: %w", err))
+	}
+	links, err := floatList(*linkFlag)
+	if err != nil {
+		return cli.Usage(fmt.Errorf("-link-gbps: %w", err))
+	}
+	in, err := model.ParseShape(*input)
+	if err != nil {
+		return cli.Usage(fmt.Errorf("-input: %w", err))
+	}
+	c, err := connect()
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := c.Close(); err == nil {
+			err = cerr
+		}
+	}()
+	rank0 := c.Rank() == 0
+	if !rank0 {
+		out = io.Discard
+	}
+	info := out // the measurements; -q: only the table
+	if *quiet {
+		info = io.Discard
+	}
+	rep := ScalingReport{
+		Model: *name, Input: in.String(), Classes: *classes, Batch: *batch, Threads: *threads, Optimizer: *opt,
+		BucketMB: *bucketMB, BucketBytes: resolveBucketBytes(*bucketMB, *threads), Bind: *bind, Host: c.Host(),
+		JobRanks: c.Size(), JobNodes: max(1, c.Size()/max(1, c.LocalSize())), ComputeScale: *scale,
+	}
+
+	// Compute: every rank at once, as in training; the slowest rank sets
+	// the pace of a synchronous job.
+	if err := c.Barrier(); err != nil {
+		return err
+	}
+	prof, layers, err := measureCompute(rep, c, *steps)
+	if err != nil {
+		return err
+	}
+	all, err := gatherRanks(c, prof.StepMS())
+	if err != nil {
+		return err
+	}
+	rep.RankStepMS = all
+	slow := slices.Max(all)
+	rep.Compute = prof.scaled(*scale * slow / prof.StepMS())
+	rep.ComputeMS = rep.Compute.StepMS()
+	rep.GradBytes = prof.GradBytes()
+	rep.Layers = layers
+	fmt.Fprintf(info, "# hpctrain bench scaling: %s %s, batch %d per rank, %d thread(s), optimizer %s, bucket_mb %g (%d bytes), bind %s; measured on %s, job of %d rank(s) on %d node(s)\n",
+		rep.Model, rep.Input, rep.Batch, rep.Threads, rep.Optimizer, rep.BucketMB, rep.BucketBytes, rep.Bind, rep.Host, rep.JobRanks, rep.JobNodes)
+	fmt.Fprintf(info, "# compute step %.2f ms (slowest rank; ranks %s; x%g): forward+loss %.2f, backward %.2f, update %.2f, other %.2f ms\n",
+		rep.ComputeMS, fmtList(all, "%.2f"), *scale, rep.Compute.ForwardMS, rep.Compute.BackwardMS, rep.Compute.UpdateMS, rep.Compute.OtherMS)
+	fmt.Fprintf(info, "# gradients %d bytes in %d bucket(s), all-reduced in this order, started at (ms after backward's start):", rep.GradBytes, len(rep.Compute.Buckets))
+	for _, b := range rep.Compute.Buckets {
+		fmt.Fprintf(info, " %d B @ %.2f;", b.Bytes, b.ReadyMS)
+	}
+	fmt.Fprintln(info)
+
+	// Communication: the all-reduce sweep of this job.
+	if c.Size() > 1 {
+		top := 4 << 10
+		limit := rep.GradBytes
+		if *maxMB > 0 {
+			limit = int(*maxMB * (1 << 20))
+		}
+		for top < limit {
+			top *= 4
+		}
+		if rep.Sweep, err = sweepAllreduce(c, 4<<10, top); err != nil {
+			return err
+		}
+		x, t := make([]float64, len(rep.Sweep)), make([]float64, len(rep.Sweep))
+		for i, s := range rep.Sweep {
+			x[i], t[i] = float64(s.Bytes), s.TimeUS*1e-6
+		}
+		a, b, err := fitLine(x, t)
+		if err != nil {
+			return err
+		}
+		rep.FitAUS, rep.FitBUSMB = a*1e6, b*1e6*(1<<20)
+		l := linkFromFit(a, b, c.Size())
+		l.Source = "measured"
+		fmt.Fprintf(info, "# all-reduce over this job's %d ranks (IallreduceSum+Wait, as training):", c.Size())
+		for _, s := range rep.Sweep {
+			fmt.Fprintf(info, " %d B %.1f us;", s.Bytes, s.TimeUS)
+		}
+		fmt.Fprintf(info, "\n# fit time = %.1f us + %.2f us/MB x bytes -> per message alpha %.1f us, %.2f Gbit/s ", rep.FitAUS, rep.FitBUSMB, l.AlphaUS, l.Gbps)
+		if rep.JobNodes == 1 {
+			l.Name = "shm"
+			rep.Intra = &l
+			fmt.Fprintln(info, "(intra-node: the job is on one node)")
+		} else {
+			l.Name = "measured"
+			rep.Measured = &l
+			fmt.Fprintln(info, "(inter-node: the job spans nodes)")
+		}
+	}
+	if *shmAlpha > 0 || *shmGbps > 0 {
+		if *shmAlpha <= 0 || *shmGbps <= 0 {
+			return cli.Usage(fmt.Errorf("give both -shm-alpha-us and -shm-gbps"))
+		}
+		rep.Intra = &Link{Name: "shm", AlphaUS: *shmAlpha, Gbps: *shmGbps, Source: "flag"}
+	}
+	rpn := *perNode
+	if rpn == 0 {
+		rpn = max(1, c.LocalSize())
+	}
+	if rpn > 1 && rep.Intra == nil {
+		return cli.Usage(fmt.Errorf("%d ranks per node, but no intra-node figures: run under mpirun with 2 or more ranks on one node to measure them, or give -shm-alpha-us and -shm-gbps", rpn))
+	}
+	intra := Link{Name: "shm"}
+	if rep.Intra != nil {
+		intra = *rep.Intra
+	}
+	var inter []Link
+	if rep.Measured != nil {
+		inter = append(inter, *rep.Measured)
+	}
+	alpha := *alphaUS
+	if alpha == 0 {
+		alpha = 10
+		if rep.Measured != nil {
+			alpha = rep.Measured.AlphaUS
+		}
+	}
+	for _, g := range links {
+		inter = append(inter, Link{Name: strconv.FormatFloat(g, 'g', -1, 64) + "G", AlphaUS: alpha, Gbps: g, Source: "flag"})
+	}
+	if len(inter) == 0 {
+		return cli.Usage(fmt.Errorf("no inter-node link: give -link-gbps, or run under mpirun across nodes to measure one"))
+	}
+	fmt.Fprintf(info, "# intra-node: alpha %.1f us, %.2f Gbit/s (%s); efficiency = compute-only step / predicted step\n", intra.AlphaUS, intra.Gbps, intra.Source)
+	for _, l := range inter {
+		for _, n := range nodes {
+			t := Topo{Nodes: n, PerNode: rpn, Intra: intra, Inter: l}
+			pr := predict(rep.Compute, t)
+			rep.Rows = append(rep.Rows, ScalingRow{
+				Nodes: n, RanksPerNode: rpn, Ranks: t.Ranks(), Link: l.Name, LinkGbps: l.Gbps, AlphaUS: l.AlphaUS,
+				Algorithm: pr.Algorithm, StepMS: pr.StepMS, CommMS: pr.CommMS, ExposedMS: pr.ExposedMS,
+				SamplesPerSecond: float64(t.Ranks()*rep.Batch) / (pr.StepMS / 1e3),
+				Efficiency:       rep.ComputeMS / pr.StepMS,
+			})
+		}
+	}
+	if rank0 {
+		printScaling(out, rep.Rows)
+		if err := writeJSON(*js, rep); err != nil {
+			return err
+		}
+		if *png != "" {
+			if err := scalingPNG(*png, rep); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// resolveBucketBytes is -bucket-mb as hpctrain train resolves it: -1 (auto)
+// overlaps only when a rank has a second core, 1 MB buckets; else one
+// all-reduce after backward.
+func resolveBucketBytes(mb float64, threads int) int {
+	if mb < 0 {
+		if threads >= 2 {
+			return 1 << 20
+		}
+		return 0
+	}
+	return int(mb * (1 << 20))
+}
+
+// measureCompute times the training step (train.Step, as hpctrain train
+// runs it, on random data) with no peers: a communicator of one, whose
+// all-reduces cost nothing but are started where training starts them, so
+// that each bucket's start is when backward hands it over. It returns the
+// medians over steps and the per-layer forward and backward times.
+func measureCompute(r ScalingReport, c mpi.Comm, steps int) (Profile, []LayerTime, error) {
+	in, err := model.ParseShape(r.Input)
+	if err != nil {
+		return Profile{}, nil, err
+	}
+	net, err := model.New(r.Model, in, r.Classes, r.Batch, 1)
+	if err != nil {
+		return Profile{}, nil, err
+	}
+	var opt optim.Optimizer
+	if r.Optimizer != "none" {
+		oc := optim.Config{Name: r.Optimizer, LR: 0.01}
+		if r.Optimizer == "sgd" {
+			oc.Momentum = 0.9
+		}
+		if opt, err = optim.New(oc, train.Groups(net), len(net.Params)); err != nil {
+			return Profile{}, nil, err
+		}
+	}
+	// Pinned to this rank's share of the mask when the node's ranks fit
+	// on disjoint cores, else unpinned (as training under --oversubscribe).
+	var w *affinity.Workers
+	if r.Bind == "cores" {
+		mask, err := affinity.Allowed()
+		if err != nil {
+			return Profile{}, nil, err
+		}
+		cpus := mask.CPUs()
+		if lo := c.LocalRank() * r.Threads; c.LocalSize()*r.Threads <= len(cpus) {
+			if w, err = affinity.NewWorkers(cpus[lo : lo+r.Threads]); err != nil {
+				return Profile{}, nil, err
+			}
+		}
+	}
+	if w == nil {
+		w = affinity.NewUnpinnedWorkers(r.Threads)
+	}
+	defer w.Close()
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(max(r.Threads, 2)))
+	net.SetParallel(w)
+	if opt != nil {
+		opt.SetParallel(w)
+	}
+	sched, err := optim.NewSchedule(optim.ScheduleConfig{Name: "constant"}, 0.01, steps+3)
+	if err != nil {
+		return Profile{}, nil, err
+	}
+	st := train.NewStep(net, opt, sched, mpi.NewSingle(), r.BucketBytes)
+	rng := rand.New(rand.NewPCG(1, 2))
+	x := make([]float32, r.Batch*net.In.Size())
+	for i := range x {
+		x[i] = rng.Float32()
+	}
+	labels := make([]int32, r.Batch)
+	for i := range labels {
+		labels[i] = int32(rng.IntN(r.Classes))
+	}
+	st.Load(x, labels)
+	nb := st.Buckets()
+	var fwd, bwd, upd, tot []time.Duration
+	ready := make([][]time.Duration, nb)
+	bytes := make([]int, nb)
+	for i := -3; i < steps; i++ {
+		t := time.Now()
+		if _, err := st.Run(max(i, 0)); err != nil {
+			return Profile{}, nil, fmt.Errorf("step on random data: %w", err)
+		}
+		d := time.Since(t)
+		if i < 0 {
+			continue
+		}
+		m := st.Marks
+		fwd = append(fwd, m.Forward.Sub(m.Start))
+		bwd = append(bwd, m.Backward.Sub(m.Forward))
+		upd = append(upd, m.Updated.Sub(m.Reduced))
+		tot = append(tot, d)
+		for k := 0; k < nb; k++ {
+			s, _, b := st.Bucket(k)
+			bytes[k] = b
+			// A bucket started in Wait (after backward) is ready at
+			// backward's end.
+			ready[k] = append(ready[k], min(max(s.Sub(m.Forward), 0), m.Backward.Sub(m.Forward)))
+		}
+	}
+	ms := func(d []time.Duration) float64 { return 1e3 * median(d).Seconds() }
+	p := Profile{ForwardMS: ms(fwd), BackwardMS: ms(bwd), UpdateMS: ms(upd)}
+	p.OtherMS = max(0, ms(tot)-p.ForwardMS-p.BackwardMS-p.UpdateMS)
+	for k := 0; k < nb; k++ {
+		p.Buckets = append(p.Buckets, BucketTiming{Bytes: bytes[k], ReadyMS: min(ms(ready[k]), p.BackwardMS)})
+	}
+	// Per layer, as bench step reports it.
+	lf := make([]time.Duration, len(net.Layers))
+	lb := make([]time.Duration, len(net.Layers))
+	const prof = 3
+	for i := 0; i < prof; i++ {
+		net.TimeLayers(r.Batch, labels, lf, lb)
+	}
+	var layers []LayerTime
+	for i, l := range net.Layers {
+		layers = append(layers, LayerTime{Name: l.Name(), ForwardMS: 1e3 * lf[i].Seconds() / prof, BackwardMS: 1e3 * lb[i].Seconds() / prof})
+	}
+	return p, layers, nil
+}
+
+// gatherRanks returns every rank's v, in rank order.
+func gatherRanks(c mpi.Comm, v float64) ([]float64, error) {
+	all := make([]float64, c.Size())
+	all[c.Rank()] = v
+	if err := c.AllreduceSum64(all); err != nil {
+		return nil, err
+	}
+	return all, nil
+}
+
+// sweepAllreduce times the gradient all-reduce as training calls it
+// (IallreduceSum, then Wait) for sizes lo, 4lo, ... up to hi bytes: per
+// size, 5 rounds of a block of calls, ranks in lock-step; the time is the
+// median over rounds of the mean over ranks.
+func sweepAllreduce(c mpi.Comm, lo, hi int) ([]SweepPoint, error) {
+	buf := make([]float32, hi/4)
+	var req mpi.Request
+	call := func(b []float32) error {
+		c.IallreduceSum(b, &req)
+		return req.Wait()
+	}
+	var pts []SweepPoint
+	for size := lo; size <= hi; size *= 4 {
+		b := buf[:size/4]
+		clear(b)
+		if err := c.Barrier(); err != nil {
+			return nil, err
+		}
+		t := time.Now()
+		for i := 0; i < 2; i++ {
+			if err := call(b); err != nil {
+				return nil, err
+			}
+		}
+		// Blocks of about 20 ms, agreed on by all ranks.
+		probe, err := gatherRanks(c, time.Since(t).Seconds()/2)
+		if err != nil {
+			return nil, err
+		}
+		iters := int(min(50, max(1, math.Ceil(0.02/slices.Max(probe)))))
+		const rounds = 5
+		per := make([]float64, rounds)
+		for k := range per {
+			if err := c.Barrier(); err != nil {
+				return nil, err
+			}
+			t := time.Now()
+			for i := 0; i < iters; i++ {
+				if err := call(b); err != nil {
+					return nil, err
+				}
+			}
+			all, err := gatherRanks(c, time.Since(t).Seconds()/float64(iters))
+			if err != nil {
+				return nil, err
+			}
+			var s float64
+			for _, v := range all {
+				s += v
+			}
+			per[k] = s / float64(len(all))
+		}
+		slices.Sort(per)
+		pts = append(pts, SweepPoint{Bytes: size, TimeUS: 1e6 * per[rounds/2]})
+	}
+	return pts, nil
+}
+
+// printScaling prints the prediction table.
+func printScaling(out io.Writer, rows []ScalingRow) {
+	fmt.Fprintf(out, "%6s %6s %10s %8s %10s %10s %10s %12s %10s\n", "nodes", "ranks", "link", "alg", "step_ms", "comm_ms", "exposed_ms", "samples/s", "efficiency")
+	for _, r := range rows {
+		fmt.Fprintf(out, "%6d %6d %10s %8s %10.2f %10.2f %10.2f %12.0f %10.3f\n",
+			r.Nodes, r.Ranks, linkLabel(r), r.Algorithm, r.StepMS, r.CommMS, r.ExposedMS, r.SamplesPerSecond, r.Efficiency)
+	}
+}
+
+// linkLabel is a row's link as the table and the chart name it.
+func linkLabel(r ScalingRow) string {
+	g := strconv.FormatFloat(r.LinkGbps, 'g', 3, 64)
+	if r.Link == "measured" {
+		return "meas:" + g + "G"
+	}
+	return g + "G"
+}
+
+// scalingPNG draws efficiency and samples/s against nodes, one line per
+// link.
+func scalingPNG(path string, rep ScalingReport) error {
+	eff, rate := plot.New(), plot.New()
+	eff.Title.Text = fmt.Sprintf("%s, batch %d/rank, %d rank(s)/node: efficiency", rep.Model, rep.Batch, firstRPN(rep.Rows))
+	rate.Title.Text = "samples/s (predicted)"
+	eff.Y.Label.Text = "efficiency (compute step / step)"
+	rate.Y.Label.Text = "samples/s"
+	eff.Y.Min, eff.Y.Max = 0, 1.05
+	for _, p := range []*plot.Plot{eff, rate} {
+		p.X.Label.Text = "nodes"
+		p.X.Scale = plot.LogScale{}
+		p.X.Tick.Marker = plot.LogTicks{Prec: -1}
+		p.Add(plotter.NewGrid())
+		p.Legend.Top = p == rate
+		p.Legend.Left = p == rate
+	}
+	rate.Y.Scale = plot.LogScale{}
+	rate.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+	var order []string
+	byLink := map[string][]ScalingRow{}
+	for _, r := range rep.Rows {
+		l := linkLabel(r)
+		if _, ok := byLink[l]; !ok {
+			order = append(order, l)
+		}
+		byLink[l] = append(byLink[l], r)
+	}
+	for i, l := range order {
+		rows := byLink[l]
+		e, s := make(plotter.XYs, len(rows)), make(plotter.XYs, len(rows))
+		for j, r := range rows {
+			e[j] = plotter.XY{X: float64(r.Nodes), Y: r.Efficiency}
+			s[j] = plotter.XY{X: float64(r.Nodes), Y: r.SamplesPerSecond}
+		}
+		for _, ps := range []struct {
+			p  *plot.Plot
+			xy plotter.XYs
+		}{{eff, e}, {rate, s}} {
+			line, pts, err := plotter.NewLinePoints(ps.xy)
+			if err != nil {
+				return fmt.Errorf("scaling chart: %w", err)
+			}
+			line.LineStyle.Width = vg.Points(1.5)
+			line.LineStyle.Color = plotutil.Color(i)
+			pts.GlyphStyle = draw.GlyphStyle{Color: line.LineStyle.Color, Radius: vg.Points(2.5), Shape: draw.CircleGlyph{}}
+			ps.p.Add(line, pts)
+			ps.p.Legend.Add(l+" link", line)
+		}
+	}
+	return savePanels(path, eff, rate)
+}
+
+// firstRPN is the ranks per node of the rows.
+func firstRPN(rows []ScalingRow) int {
+	if len(rows) == 0 {
+		return 0
+	}
+	return rows[0].RanksPerNode
+}
+
+// intList parses "1,2,4".
+func intList(s string) ([]int, error) {
+	var v []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%q: want positive integers separated by commas", s)
+		}
+		v = append(v, n)
+	}
+	return v, nil
+}
+
+// floatList parses "25,100,400"; empty is none.
+func floatList(s string) ([]float64, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	var v []float64
+	for _, f := range strings.Split(s, ",") {
+		x, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if err != nil || !(x > 0) || math.IsInf(x, 0) {
+			return nil, fmt.Errorf("%q: want positive numbers separated by commas", s)
+		}
+		v = append(v, x)
+	}
+	return v, nil
+}
+
+// fmtList formats numbers separated by commas.
+func fmtList(v []float64, f string) string {
+	s := make([]string, len(v))
+	for i, x := range v {
+		s[i] = fmt.Sprintf(f, x)
+	}
+	return strings.Join(s, ",")
+}
