@@ -13,7 +13,14 @@ binds its threads). Rank 0 prints one JSON line; its samples_per_second is
 hpctrain's statistic: samples trained by all ranks / seconds of the
 training loop (every step, the first included).
 
+--precision bf16: forward and loss under torch.autocast("cpu",
+dtype=torch.bfloat16) (bf16 convolutions and linear layers, fp32 master
+weights, gradients, all-reduce and update; backward outside the context),
+as pytorch_models.py --precision bf16; rank 0 checks the dtypes once
+before the training loop ("compute_dtypes" in the JSON).
+
     mpirun -np 2 --bind-to none /usr/bin/python3 bench/pytorch_ddp.py --model resnet8 --limit 12800
+    mpirun -np 2 --bind-to none /usr/bin/python3 bench/pytorch_ddp.py --model cnn --limit 25600 --precision bf16
 """
 import argparse, gzip, json, os, statistics, time
 import numpy as np
@@ -46,6 +53,8 @@ def main():
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--limit", type=int, default=0, help="first N training samples (0: all)")
     p.add_argument("--bind", type=int, default=1, help="pin rank i to the i-th CPU of the mask (1) or not (0)")
+    p.add_argument("--precision", default="fp32", choices=sorted(pytorch_models.PRECISIONS),
+                   help="fp32, or bf16: forward and loss under torch.autocast(\"cpu\", dtype=torch.bfloat16)")
     p.add_argument("--port", default="29531")
     p.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
     a = p.parse_args()
@@ -75,6 +84,9 @@ def main():
     net.train()
     opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
+    dtypes = None
+    if rank == 0:  # on the bare module: no DDP hooks, no collective
+        dtypes = pytorch_models.compute_dtypes(net.module, x[:a.batch], y[:a.batch], a.precision, loss_fn)
     steps, ts, loss_sum = 0, [], 0.0
     dist.barrier()
     start = time.perf_counter()
@@ -85,7 +97,8 @@ def main():
             t = time.perf_counter()
             i = order[s * a.batch:(s + 1) * a.batch]
             opt.zero_grad()
-            loss = loss_fn(net(x[i]), y[i])
+            with pytorch_models.autocast(a.precision):  # forward and loss; backward outside
+                loss = loss_fn(net(x[i]), y[i])
             loss.backward()
             opt.step()
             loss_sum += loss.item()
@@ -97,6 +110,7 @@ def main():
         med = statistics.median(ts)
         print(json.dumps({"framework": "pytorch " + torch.__version__ + " DDP gloo", "model": a.model,
                           "ranks": size, "threads_per_rank": a.threads, "batch_per_rank": a.batch,
+                          "precision": a.precision, "compute_dtypes": dtypes, "limit": a.limit, "epochs": a.epochs,
                           "bound": bool(a.bind), "steps": steps, "train_seconds": dt,
                           "train_loss": loss_sum / max(steps, 1),
                           "samples_per_second": steps * a.batch * size / dt,

@@ -9,15 +9,28 @@ for other shapes; random labels. Every step is timed on its own; prints
 one JSON line whose samples_per_second is batch / MEDIAN step, the
 statistic `hpctrain bench step` reports.
 
+--precision bf16 runs forward and loss under torch.autocast("cpu",
+dtype=torch.bfloat16), PyTorch's CPU mixed precision: convolutions and
+linear layers compute in bf16, the parameters (master weights), their
+gradients and the SGD update stay fp32, backward runs outside the autocast
+context. Unlike hpctrain's bf16, the ops autocast does not list (batch
+norm, ReLU, pooling) run in the dtype they are given, so on bf16 conv
+outputs they run in bf16 too. Before timing, one forward records the
+output dtype of every kind of layer ("compute_dtypes" in the JSON, and a
+line on stderr); bf16 that does not reach the convolutions and linear
+layers stops the run.
+
     /usr/bin/python3 bench/pytorch_models.py --model resnet8 --input 32x32x3 --threads 1 --steps 40
     # check the network against hpctrain's (layer names, output shapes, parameters):
     ./hpctrain summary -model resnet8 -input 32x32x3 -json > s.json
     /usr/bin/python3 bench/pytorch_models.py --model resnet8 --input 32x32x3 --check s.json --steps 0
+    # bf16 mixed precision (autocast), with the dtype check only:
+    /usr/bin/python3 bench/pytorch_models.py --model cnn --precision bf16 --steps 0
 
 Modules are named as hpctrain names its layers (conv1, bn1, res2.proj.conv1,
 fc1), so --check compares them one by one.
 """
-import argparse, collections, gzip, json, os, statistics, sys, time
+import argparse, collections, gzip, json, os, re, statistics, sys, time
 import numpy as np
 import torch
 import torch.nn as nn
@@ -93,6 +106,54 @@ def build(model, shape, classes):
     raise SystemExit("pytorch_models: unknown model %r (cnn, mlp, resnet8, resnet20)" % model)
 
 
+PRECISIONS = {"fp32": None, "bf16": torch.bfloat16}
+
+
+def autocast(precision):
+    """The forward's (and loss's) context for precision: CPU autocast to
+    bf16, or for fp32 a disabled one (plain fp32)."""
+    dt = PRECISIONS[precision]
+    return torch.autocast("cpu", dtype=dt or torch.bfloat16, enabled=dt is not None)
+
+
+def compute_dtypes(net, xb, yb, precision, loss_fn=None):
+    """Runs one forward and loss in precision's context (no gradients) and
+    returns the output dtype of each kind of layer (first one of each kind)
+    and of the loss, e.g. {"Conv2d": "bfloat16", "Linear": "bfloat16",
+    "loss": "float32"}. Exits when bf16 does not reach the convolutions and
+    linear layers."""
+    seen = {}
+
+    def hook(m, i, o):  # returns None: the output stays as it is
+        seen.setdefault(type(m).__name__, str(o.dtype).replace("torch.", ""))
+
+    hooks = [m.register_forward_hook(hook) for m in net.modules() if not list(m.children())]
+    with torch.no_grad(), autocast(precision):
+        out = net(xb)
+        if loss_fn is not None:
+            seen["loss"] = str(loss_fn(out, yb).dtype).replace("torch.", "")
+    for hk in hooks:
+        hk.remove()
+    want = str(PRECISIONS[precision] or torch.float32).replace("torch.", "")
+    bad = [k for k in ("Conv2d", "Linear") if k in seen and seen[k] != want]
+    if bad:
+        raise SystemExit("pytorch_models: --precision %s, but %s output %s" % (
+            precision, ", ".join(bad), ", ".join(seen[k] for k in bad)))
+    if precision != "fp32":
+        print("pytorch_models: --precision %s, output dtypes %s" % (
+            precision, " ".join("%s=%s" % kv for kv in seen.items())), file=sys.stderr)
+    return seen
+
+
+def build_info():
+    """What this PyTorch computes with on the CPU: oneDNN version, the SIMD
+    level its own kernels dispatch to, the BLAS it was built with."""
+    cfg = torch.__config__.show()
+    pick = lambda pat: (re.search(pat, cfg) or [None, None])[1]
+    return {"onednn": pick(r"MKL-DNN (v[\d.]+)"), "cpu_capability": pick(r"CPU capability usage: (\S+)"),
+            "blas": pick(r"BLAS_INFO=([^,\s]+)")}
+
+
 def params(net):
     return sum(p.numel() for p in net.parameters())
 
@@ -146,6 +207,8 @@ def main():
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--check", help="`hpctrain summary -json` output to compare the network with")
+    p.add_argument("--precision", default="fp32", choices=sorted(PRECISIONS),
+                   help="fp32, or bf16: forward and loss under torch.autocast(\"cpu\", dtype=torch.bfloat16)")
     p.add_argument("--data", default="/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
@@ -154,10 +217,15 @@ def main():
     h, w, c = shape
     net = build(a.model, shape, a.classes)
     res = {"framework": "pytorch " + torch.__version__, "model": a.model, "input": a.input,
-           "classes": a.classes, "threads": a.threads, "batch": a.batch, "params": params(net)}
+           "classes": a.classes, "threads": a.threads, "batch": a.batch, "params": params(net),
+           "precision": a.precision, "pytorch_build": build_info()}
     if a.check:
         res["params"], res["hpctrain_params"] = check(net, shape, a.check)
+    loss_fn = nn.CrossEntropyLoss()
     if a.steps < 1:
+        if a.precision != "fp32" or a.check:
+            res["compute_dtypes"] = compute_dtypes(net, torch.rand(2, c, h, w), torch.zeros(2, dtype=torch.long),
+                                                   a.precision, loss_fn)
         print(json.dumps(res))
         return
     n = a.batch * (a.steps + a.warmup)
@@ -172,13 +240,15 @@ def main():
     y = torch.randint(0, a.classes, (x.shape[0],))
     net.train()  # batch norm: the batch's statistics
     opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
-    loss_fn = nn.CrossEntropyLoss()
+    res["compute_dtypes"] = compute_dtypes(net, x[:a.batch], y[:a.batch], a.precision, loss_fn)
 
     def step(i):
         i %= x.shape[0] // a.batch
         xb, yb = x[i * a.batch:(i + 1) * a.batch], y[i * a.batch:(i + 1) * a.batch]
         opt.zero_grad()
-        loss_fn(net(xb), yb).backward()
+        with autocast(a.precision):  # forward and loss; backward outside, as PyTorch's docs show
+            loss = loss_fn(net(xb), yb)
+        loss.backward()
         opt.step()
 
     for i in range(a.warmup):

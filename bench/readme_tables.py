@@ -1,0 +1,152 @@
+#!/usr/bin/python3
+"""Renders benchmark JSON files as markdown tables into README.md, between
+marker lines, and leaves every other byte of the file as it was.
+
+    /usr/bin/python3 bench/readme_tables.py --table compare_cnn=out/compare_cnn.json \\
+        --table compare_cnn_bf16=out/compare_cnn_bf16.json
+    # several files in one table (rows in the order given), another file, a dry run:
+    /usr/bin/python3 bench/readme_tables.py --readme /tmp/README.md \\
+        --table cnn=out/compare_cnn.json,out/compare_cnn_bf16.json --stdout
+
+Each --table NAME=FILE[,FILE...] replaces the lines between
+
+    <!-- table:NAME -->
+    <!-- /table:NAME -->
+
+(the marker lines stay) with the table rendered from FILE(s). A missing,
+repeated or misordered marker stops the run with one line on stderr and
+exit status 1, before anything is written.
+
+What a file renders as is chosen from its content by RENDERERS, a list of
+(name, test, render) entries: the first whose test accepts the JSON
+renders it. To render another kind of JSON, add an entry. --kind NAME
+forces one. Today: "compare", bench/compare_pytorch.sh's output (config,
+precision, PyTorch and hpctrain samples/s as the medians over the rounds,
+their ratio, each round's ratio; then one line with the command, commit,
+machine and statistic).
+"""
+import argparse, json, sys
+
+
+def fail(msg):
+    print("readme_tables: " + msg, file=sys.stderr)
+    sys.exit(1)
+
+
+def num(v):
+    return "{:,.0f}".format(v)
+
+
+# --- compare: bench/compare_pytorch.sh -------------------------------------
+
+def is_compare(d):
+    return isinstance(d, dict) and "summary" in d and "rows" in d and all(
+        "pytorch_sps_median" in s for s in d["summary"])
+
+
+def machine(d):
+    m = d.get("machine") or {}
+    s = m.get("cpu") or d.get("cpu") or "unknown CPU"
+    if m.get("cpus_available"):
+        s += ", %d CPUs" % m["cpus_available"]
+    fl = m.get("flags") or {}
+    marks = ["%s %s" % (f, "yes" if fl[f] else "no") for f in ("avx512_bf16", "amx_bf16") if f in fl]
+    return s + (" (" + ", ".join(marks) + ")" if marks else "")
+
+
+def command(d):
+    if d.get("command"):
+        return d["command"]
+    rounds = len({r["round"] for r in d["rows"]})  # files from before the script recorded it
+    return "bench/compare_pytorch.sh %s %d %s" % (d["model"], rounds, d.get("input", "28x28x1"))
+
+
+def render_compare(docs):
+    many = len({(d["model"], d.get("input", "28x28x1")) for d in docs}) > 1
+    head = (["model", "input"] if many else []) + ["config", "precision", "PyTorch samples/s (median)",
+                                                   "hpctrain samples/s (median)", "ratio of medians", "per-round ratios"]
+    out = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    for d in docs:
+        prec = d.get("precision", "fp32")
+        kern = d.get("hpctrain_kernels")
+        for s in d["summary"]:
+            cells = ([d["model"], d.get("input", "28x28x1")] if many else []) + [
+                s["config"], s.get("precision", prec) + (" (hpctrain %s)" % kern if kern and kern != "default" else ""),
+                num(s["pytorch_sps_median"]), num(s["hpctrain_sps_median"]), "%.2f" % s["ratio_of_medians"],
+                " / ".join("%.2f" % r for r in s["ratios"])]
+            out.append("| " + " | ".join(cells) + " |")
+    out.append("")
+    for d in docs:
+        dirty = " (work tree modified)" if d.get("worktree_dirty") else ""
+        out.append("`%s`; commit %s%s; %s; %s; statistic: %s." % (
+            command(d), d.get("commit", "?"), dirty, machine(d), d.get("pytorch", "PyTorch"),
+            d.get("statistic", "samples/s per side, ratio hpctrain / PyTorch").rstrip(".")))
+        if len(docs) > 1:
+            out.append("")
+    while out and out[-1] == "":
+        out.pop()
+    return out
+
+
+RENDERERS = [  # (name, test of one JSON document, render of a list of them -> lines)
+    ("compare", is_compare, render_compare),
+]
+
+
+def render(name, paths, kind):
+    docs = []
+    for p in paths:
+        try:
+            with open(p) as f:
+                docs.append(json.load(f))
+        except (OSError, ValueError) as e:
+            fail("table %s: %s: %s" % (name, p, e))
+    for rname, test, fn in RENDERERS:
+        if (kind == rname) if kind else all(test(d) for d in docs):
+            return fn(docs)
+    fail("table %s: no renderer%s for %s (known: %s)" % (
+        name, " " + kind if kind else "", ", ".join(paths), ", ".join(r[0] for r in RENDERERS)))
+
+
+def replace(lines, name, body):
+    """lines with the lines between name's markers replaced by body."""
+    start, end = "<!-- table:%s -->" % name, "<!-- /table:%s -->" % name
+    at = [i for i, l in enumerate(lines) if l.strip() == start]
+    to = [i for i, l in enumerate(lines) if l.strip() == end]
+    if len(at) != 1 or len(to) != 1 or to[0] < at[0]:
+        fail("table %s: want one %s line and, after it, one %s line; found %d and %d%s" % (
+            name, start, end, len(at), len(to), " in the wrong order" if len(at) == len(to) == 1 else ""))
+    nl = "\r\n" if lines[at[0]].endswith("\r\n") else "\n"
+    return lines[:at[0] + 1] + [b + nl for b in body] + lines[to[0]:]
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--readme", default="README.md")
+    p.add_argument("--table", action="append", default=[], metavar="NAME=FILE[,FILE...]", required=True)
+    p.add_argument("--kind", help="renderer for every table (default: chosen by content): " +
+                   ", ".join(r[0] for r in RENDERERS))
+    p.add_argument("--stdout", action="store_true", help="print the new README instead of writing it")
+    a = p.parse_args()
+    if a.kind and a.kind not in [r[0] for r in RENDERERS]:
+        fail("--kind %s: known %s" % (a.kind, ", ".join(r[0] for r in RENDERERS)))
+    try:
+        with open(a.readme, newline="") as f:
+            lines = f.read().splitlines(keepends=True)
+    except OSError as e:
+        fail(str(e))
+    for t in a.table:
+        name, eq, files = t.partition("=")
+        if not eq or not name or not files:
+            fail("--table %r: want NAME=FILE[,FILE...]" % t)
+        lines = replace(lines, name, render(name, files.split(","), a.kind))
+    text = "".join(lines)
+    if a.stdout:
+        sys.stdout.write(text)
+        return
+    with open(a.readme, "w", newline="") as f:
+        f.write(text)
+
+
+if __name__ == "__main__":
+    main()
