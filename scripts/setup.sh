@@ -32,6 +32,9 @@ if ! { have_cmd mpirun && have_cmd mpicc && { have_pc ompi || have_pc mpich || h
 	need+=(openmpi-bin libopenmpi-dev)
 fi
 have_pc openblas || need+=(libopenblas-dev)
+# oneDNN (internal/dnnl's convolutions and matmuls): Debian ships no
+# dnnl.pc, so look for its header.
+[ -e /usr/include/oneapi/dnnl/dnnl.h ] || need+=(libdnnl-dev)
 [ -e /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || need+=(dataset-fashion-mnist)
 # The export tests check hpctrain's ONNX and safetensors files with ONNX's
 # checker and PyTorch: Debian's packages, which install into /usr/bin/python3.
