@@ -176,6 +176,7 @@ func checkConv(t *testing.T, s ConvShape, typ Type, plain bool) {
 	// errors are themselves random and mostly cancel; measured errors are
 	// ~2^-9). It must also be well above float32 noise, or the operands
 	// were not rounded at all.
+	t.Logf("relative error to the exact reference: y %.3g dx %.3g dw %.3g", ey, edx, edw)
 	for _, e := range []struct {
 		name  string
 		err   float64
@@ -317,6 +318,9 @@ func TestHasBF16MatchesCPUInfo(t *testing.T) {
 	// The kernel lists amx_bf16 only when it supports AMX, i.e. has
 	// enabled the tile state.
 	want := flags["avx512_bf16"] || flags["amx_bf16"]
+	if want && !ok && os.Getenv("DNNL_MAX_CPU_ISA") != "" {
+		want = false // oneDNN told not to use them
+	}
 	if ok != want {
 		t.Errorf("HasBF16 = %v, /proc/cpuinfo avx512_bf16 %v amx_bf16 %v", ok, flags["avx512_bf16"], flags["amx_bf16"])
 	}
@@ -674,7 +678,9 @@ var conv2 = ConvShape{N: 32, H: 14, W: 14, C: 32, O: 64, K: 3, S: 1, P: 1}
 
 func BenchmarkConv(b *testing.B) {
 	for _, typ := range []Type{F32, BF16} {
-		for _, plain := range []bool{false, true} {
+		// The plain (O,K,K,C) weight layout is left out: oneDNN has only
+		// its reference implementation for it (ref:any, 0.1 GFLOP/s).
+		for _, plain := range []bool{false} {
 			layout := "blocked"
 			if plain {
 				layout = "plain"

@@ -35,6 +35,10 @@ static void one_thread(void) {
 int hc_omp_max_threads(void) { return omp_get_max_threads(); }
 
 // ---- bfloat16 conversion ----
+// x and dy are converted with this loop rather than a oneDNN reorder: for
+// conv2's x (200704 floats) both take ~14 us on one Zen4 core (the reorder
+// is jit:uni), about 1.5% of the bf16 forward convolution, and the loop
+// needs no primitive or scratchpad.
 
 static inline uint16_t bf16_one(float f) {
 	uint32_t u;
