@@ -98,7 +98,7 @@ func (b *BLAS) Sgemm(transA, transB bool, m, n, k int, alpha float32, a Ptr, lda
 	if err := b.ok(); err != nil {
 		return err
 	}
-	r := C.hc_sgemm(b.h, op(transA), op(transB), C.int(m), C.int(n), C.int(k),
+	r := C.hc_cublas_sgemm(b.h, op(transA), op(transB), C.int(m), C.int(n), C.int(k),
 		C.float(alpha), C.CUdeviceptr(a), C.int(lda), C.CUdeviceptr(bm), C.int(ldb),
 		C.float(beta), C.CUdeviceptr(cm), C.int(ldc))
 	if r != 0 {

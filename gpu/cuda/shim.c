@@ -58,7 +58,7 @@ const char *hc_resolve(void *h, int lib) {
 
 void hc_close(void *h) { dlclose(h); }
 
-cublasStatus_t hc_sgemm(cublasHandle_t h, int ta, int tb, int m, int n, int k, float alpha, CUdeviceptr a, int lda, CUdeviceptr b, int ldb, float beta, CUdeviceptr c, int ldc) {
+cublasStatus_t hc_cublas_sgemm(cublasHandle_t h, int ta, int tb, int m, int n, int k, float alpha, CUdeviceptr a, int lda, CUdeviceptr b, int ldb, float beta, CUdeviceptr c, int ldc) {
 	return p_cublasSgemm_v2(h, ta, tb, m, n, k, &alpha, (const float *)(uintptr_t)a, lda,
 	                        (const float *)(uintptr_t)b, ldb, &beta, (float *)(uintptr_t)c, ldc);
 }

@@ -108,7 +108,7 @@ const char *hc_resolve(void *h, int lib);
 void hc_close(void *h);
 
 // Wrappers that keep Go pointers and by-value structs out of the calls.
-cublasStatus_t hc_sgemm(cublasHandle_t h, int ta, int tb, int m, int n, int k, float alpha, CUdeviceptr a, int lda, CUdeviceptr b, int ldb, float beta, CUdeviceptr c, int ldc);
+cublasStatus_t hc_cublas_sgemm(cublasHandle_t h, int ta, int tb, int m, int n, int k, float alpha, CUdeviceptr a, int lda, CUdeviceptr b, int ldb, float beta, CUdeviceptr c, int ldc);
 cublasStatus_t hc_gemmex(cublasHandle_t h, int ta, int tb, int m, int n, int k, float alpha, CUdeviceptr a, int at, int lda, CUdeviceptr b, int bt, int ldb, float beta, CUdeviceptr c, int ct, int ldc);
 ncclResult_t hc_nccl_unique_id(void *out);
 ncclResult_t hc_nccl_init_rank(ncclComm_t *comm, int nranks, const void *id, int rank);
