@@ -34,7 +34,7 @@ var plainWeights = false
 // in XCR0 bits 17 and 18). missing is empty when ok, else it names what is
 // missing. (It cannot be called BF16: that is the Type constant.)
 func HasBF16() (ok bool, missing string) {
-	bits := int(C.hc_cpu_bf16())
+	bits := int(C.hcdnnl_cpu_bf16())
 	avx, amx, tiles := bits&1 != 0, bits&2 != 0, bits&4 != 0
 	switch {
 	case !avx && !amx:
@@ -44,7 +44,7 @@ func HasBF16() (ok bool, missing string) {
 	}
 	// oneDNN uses them only when its effective ISA includes them (it also
 	// checks the OS's AVX-512 state; DNNL_MAX_CPU_ISA can lower it).
-	switch isa := C.GoString(C.hc_isa()); isa {
+	switch isa := C.GoString(C.hcdnnl_isa()); isa {
 	case "avx512_core_bf16", "avx512_core_amx":
 		return true, ""
 	default:
@@ -56,7 +56,7 @@ func HasBF16() (ok bool, missing string) {
 // name, e.g. "avx512_core_bf16", followed by the bf16 instructions cpuid
 // shows: "avx512_core_bf16 (cpuid bf16: avx512_bf16)".
 func ISA() string {
-	bits := int(C.hc_cpu_bf16())
+	bits := int(C.hcdnnl_cpu_bf16())
 	var found string
 	switch {
 	case bits&1 != 0 && bits&2 != 0:
@@ -71,7 +71,7 @@ func ISA() string {
 	if bits&2 != 0 && bits&4 == 0 {
 		found += " (no AMX tile state)"
 	}
-	return C.GoString(C.hc_isa()) + " (cpuid bf16: " + found + ")"
+	return C.GoString(C.hcdnnl_isa()) + " (cpuid bf16: " + found + ")"
 }
 
 func statusError(what string, stage *C.char, st C.int) error {
@@ -92,7 +92,7 @@ func f32p(s []float32) *C.float { return (*C.float)(unsafe.Pointer(unsafe.SliceD
 // dy are converted to bfloat16 into the Conv's own buffers; y, dx and dw
 // are float32 straight from the primitives.
 type Conv struct {
-	p   *C.hc_conv
+	p   *C.hcdnnl_conv
 	s   ConvShape
 	t   Type
 	err error
@@ -110,7 +110,7 @@ func newConv(s ConvShape, t Type, plain bool) (*Conv, error) {
 	}
 	c := &Conv{s: s, t: t}
 	var stage *C.char
-	st := C.hc_conv_new(&c.p, C.long(s.N), C.long(s.H), C.long(s.W), C.long(s.C), C.long(s.O),
+	st := C.hcdnnl_conv_new(&c.p, C.long(s.N), C.long(s.H), C.long(s.W), C.long(s.C), C.long(s.O),
 		C.long(s.K), C.long(s.S), C.long(s.P), cbool(t == BF16), cbool(plain), &stage)
 	if st != 0 {
 		return nil, statusError(fmt.Sprintf("convolution %v %v", s, t), stage, st)
@@ -155,21 +155,21 @@ func (c *Conv) Err() error { return c.err }
 // Forward sets y = conv(x, w), overwriting y.
 func (c *Conv) Forward(x, w, y []float32) {
 	c.check("Forward", x, w, y, c.s.XLen(), c.s.WLen(), c.s.YLen())
-	c.fail("forward", C.hc_conv_fwd(c.p, f32p(x), f32p(w), f32p(y)))
+	c.fail("forward", C.hcdnnl_conv_fwd(c.p, f32p(x), f32p(w), f32p(y)))
 }
 
 // BackwardData sets dx to the gradient of the input given dy, overwriting
 // dx.
 func (c *Conv) BackwardData(dy, w, dx []float32) {
 	c.check("BackwardData", dy, w, dx, c.s.YLen(), c.s.WLen(), c.s.XLen())
-	c.fail("backward data", C.hc_conv_bwd_data(c.p, f32p(dy), f32p(w), f32p(dx)))
+	c.fail("backward data", C.hcdnnl_conv_bwd_data(c.p, f32p(dy), f32p(w), f32p(dx)))
 }
 
 // BackwardWeights sets dw (O,K,K,C) to the gradient of the weights given x
 // and dy, overwriting dw.
 func (c *Conv) BackwardWeights(x, dy, dw []float32) {
 	c.check("BackwardWeights", x, dy, dw, c.s.XLen(), c.s.YLen(), c.s.WLen())
-	c.fail("backward weights", C.hc_conv_bwd_weights(c.p, f32p(x), f32p(dy), f32p(dw)))
+	c.fail("backward weights", C.hcdnnl_conv_bwd_weights(c.p, f32p(x), f32p(dy), f32p(dw)))
 }
 
 // Impl is oneDNN's name of the forward primitive's implementation, e.g.
@@ -181,13 +181,13 @@ func (c *Conv) impl(which int) string {
 	if c.p == nil {
 		return ""
 	}
-	return C.GoString(C.hc_conv_impl(c.p, C.int(which)))
+	return C.GoString(C.hcdnnl_conv_impl(c.p, C.int(which)))
 }
 
 // Close frees the primitives and buffers; it is idempotent.
 func (c *Conv) Close() {
 	if c.p != nil {
-		C.hc_conv_free(c.p)
+		C.hcdnnl_conv_free(c.p)
 		c.p = nil
 	}
 }
@@ -200,7 +200,7 @@ func (c *Conv) Close() {
 // (N,K). For BF16, A and B are converted into dense bfloat16 buffers of
 // the Gemm's own each call.
 type Gemm struct {
-	p   *C.hc_gemm
+	p   *C.hcdnnl_gemm
 	key gemmKey
 	t   Type
 	err error
@@ -229,7 +229,7 @@ func NewGemm(tA, tB bool, m, n, k, lda, ldb, ldc int, accumulate bool, t Type) (
 		return g, nil // nothing for oneDNN to do: Run clears or keeps C
 	}
 	var stage *C.char
-	st := C.hc_gemm_new(&g.p, cbool(tA), cbool(tB), C.long(m), C.long(n), C.long(k),
+	st := C.hcdnnl_gemm_new(&g.p, cbool(tA), cbool(tB), C.long(m), C.long(n), C.long(k),
 		C.long(lda), C.long(ldb), C.long(ldc), cbool(accumulate), cbool(t == BF16), &stage)
 	if st != 0 {
 		return nil, statusError(what, stage, st)
@@ -250,7 +250,7 @@ func (g *Gemm) Run(a, b, c []float32) {
 		}
 		return
 	}
-	if st := C.hc_gemm_run(g.p, f32p(a), f32p(b), f32p(c)); st != 0 && g.err == nil {
+	if st := C.hcdnnl_gemm_run(g.p, f32p(a), f32p(b), f32p(c)); st != 0 && g.err == nil {
 		g.err = statusError("matmul", nil, st)
 	}
 }
@@ -264,13 +264,13 @@ func (g *Gemm) Impl() string {
 	if g.p == nil {
 		return ""
 	}
-	return C.GoString(C.hc_gemm_impl(g.p))
+	return C.GoString(C.hcdnnl_gemm_impl(g.p))
 }
 
 // Close frees the primitive and buffers; it is idempotent.
 func (g *Gemm) Close() {
 	if g.p != nil {
-		C.hc_gemm_free(g.p)
+		C.hcdnnl_gemm_free(g.p)
 		g.p = nil
 	}
 }
@@ -341,7 +341,7 @@ func Sgemm(tA, tB bool, m, n, k int, alpha float32, a []float32, lda int, b []fl
 		}
 		return nil
 	}
-	st := C.hc_sgemm(cbool(tA), cbool(tB), C.long(m), C.long(n), C.long(k), C.float(alpha),
+	st := C.hcdnnl_sgemm(cbool(tA), cbool(tB), C.long(m), C.long(n), C.long(k), C.float(alpha),
 		f32p(a), C.long(lda), f32p(b), C.long(ldb), C.float(beta), f32p(c), C.long(ldc))
 	if st != 0 {
 		return statusError(fmt.Sprintf("sgemm tA %v tB %v m %d n %d k %d", tA, tB, m, n, k), nil, st)
@@ -361,15 +361,15 @@ func toBF16(dst []uint16, src []float32, vector bool) {
 	}
 	d := (*C.uint16_t)(unsafe.Pointer(unsafe.SliceData(dst)))
 	if vector {
-		C.hc_to_bf16(d, f32p(src), C.long(len(src)))
+		C.hcdnnl_to_bf16(d, f32p(src), C.long(len(src)))
 	} else {
-		C.hc_to_bf16_plain(d, f32p(src), C.long(len(src)))
+		C.hcdnnl_to_bf16_plain(d, f32p(src), C.long(len(src)))
 	}
 }
 
 // vectorBF16 reports whether toBF16 uses the AVX512-BF16 loop.
-func vectorBF16() bool { return C.hc_bf16_vector() != 0 }
+func vectorBF16() bool { return C.hcdnnl_bf16_vector() != 0 }
 
 // ompMaxThreads is OpenMP's thread count for a parallel region started
 // from the calling thread.
-func ompMaxThreads() int { return int(C.hc_omp_max_threads()) }
+func ompMaxThreads() int { return int(C.hcdnnl_omp_max_threads()) }

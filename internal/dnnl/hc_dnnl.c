@@ -32,7 +32,7 @@ static void one_thread(void) {
 	if (omp_get_max_threads() != 1) omp_set_num_threads(1);
 }
 
-int hc_omp_max_threads(void) { return omp_get_max_threads(); }
+int hcdnnl_omp_max_threads(void) { return omp_get_max_threads(); }
 
 // ---- bfloat16 conversion ----
 // x and dy are converted with this loop rather than a oneDNN reorder: for
@@ -49,7 +49,7 @@ static inline uint16_t bf16_one(float f) {
 	return (uint16_t)(u >> 16);
 }
 
-void hc_to_bf16_plain(uint16_t *dst, const float *src, long n) {
+void hcdnnl_to_bf16_plain(uint16_t *dst, const float *src, long n) {
 	for (long i = 0; i < n; i++) dst[i] = bf16_one(src[i]);
 }
 
@@ -73,7 +73,7 @@ to_bf16_avx512(uint16_t *dst, const float *src, long n) {
 
 static int cpu_bits = -1;
 
-int hc_cpu_bf16(void) {
+int hcdnnl_cpu_bf16(void) {
 	if (cpu_bits >= 0) return cpu_bits;
 	unsigned a, b, c, d;
 	int bits = 0;
@@ -96,16 +96,16 @@ int hc_cpu_bf16(void) {
 	return bits;
 }
 
-int hc_bf16_vector(void) { return (hc_cpu_bf16() & 9) == 1; }
+int hcdnnl_bf16_vector(void) { return (hcdnnl_cpu_bf16() & 9) == 1; }
 
-void hc_to_bf16(uint16_t *dst, const float *src, long n) {
-	if (hc_bf16_vector())
+void hcdnnl_to_bf16(uint16_t *dst, const float *src, long n) {
+	if (hcdnnl_bf16_vector())
 		to_bf16_avx512(dst, src, n);
 	else
-		hc_to_bf16_plain(dst, src, n);
+		hcdnnl_to_bf16_plain(dst, src, n);
 }
 
-const char *hc_isa(void) {
+const char *hcdnnl_isa(void) {
 	switch (dnnl_get_effective_cpu_isa()) {
 	case dnnl_cpu_isa_sse41: return "sse41";
 	case dnnl_cpu_isa_avx: return "avx";
@@ -175,7 +175,7 @@ static void *scratch_alloc(size_t n) {
 
 // ---- convolution ----
 
-struct hc_conv {
+struct hcdnnl_conv {
 	dnnl_engine_t eng;
 	dnnl_stream_t st;
 	int bf16;
@@ -188,7 +188,7 @@ struct hc_conv {
 	void *spbuf;
 };
 
-void hc_conv_free(hc_conv *cv) {
+void hcdnnl_conv_free(hcdnnl_conv *cv) {
 	if (!cv) return;
 	step *steps[] = {&cv->fwd, &cv->bwd_d, &cv->bwd_w, &cv->rw_f, &cv->rw_b, &cv->rdw};
 	for (int i = 0; i < 6; i++) step_free(steps[i]);
@@ -205,7 +205,7 @@ void hc_conv_free(hc_conv *cv) {
 // weights_mem makes the memory a primitive reads its weights from (or
 // writes them to): the user's f32 (O,K,K,C) memory itself when the formats
 // match, else its own buffer and a reorder.
-static dnnl_status_t weights_mem(hc_conv *cv, const dnnl_memory_desc_t *want,
+static dnnl_status_t weights_mem(hcdnnl_conv *cv, const dnnl_memory_desc_t *want,
 		const dnnl_memory_desc_t *user, int to_user, step *r, dnnl_memory_t *m,
 		const_dnnl_primitive_attr_t attr) {
 	if (dnnl_memory_desc_equal(want, user)) return dnnl_success;
@@ -217,7 +217,7 @@ static dnnl_status_t weights_mem(hc_conv *cv, const dnnl_memory_desc_t *want,
 	return step_make(r, cv->eng);
 }
 
-static int conv_new(hc_conv *cv, long n, long h, long w, long c, long o, long k,
+static int conv_new(hcdnnl_conv *cv, long n, long h, long w, long c, long o, long k,
 		long s, long p, int bf16, int plainw, const char **stage) {
 	one_thread();
 	long ho = (h + 2 * p - k) / s + 1, wo = (w + 2 * p - k) / s + 1;
@@ -318,17 +318,17 @@ static int conv_new(hc_conv *cv, long n, long h, long w, long c, long o, long k,
 	return dnnl_success;
 }
 
-int hc_conv_new(hc_conv **out, long n, long h, long w, long c, long o, long k,
+int hcdnnl_conv_new(hcdnnl_conv **out, long n, long h, long w, long c, long o, long k,
 		long s, long p, int bf16, int plainw, const char **stage) {
 	*out = NULL;
-	hc_conv *cv = calloc(1, sizeof *cv);
+	hcdnnl_conv *cv = calloc(1, sizeof *cv);
 	if (!cv) {
 		*stage = "allocation";
 		return dnnl_out_of_memory;
 	}
 	int st = conv_new(cv, n, h, w, c, o, k, s, p, bf16, plainw, stage);
 	if (st != dnnl_success) {
-		hc_conv_free(cv);
+		hcdnnl_conv_free(cv);
 		return st;
 	}
 	*out = cv;
@@ -349,10 +349,10 @@ static dnnl_status_t set(dnnl_memory_t m, const void *p) {
 
 static void clear(dnnl_memory_t m) { dnnl_memory_set_data_handle(m, NULL); }
 
-static dnnl_status_t conv_fwd(hc_conv *cv, const float *x, const float *w, float *y) {
+static dnnl_status_t conv_fwd(hcdnnl_conv *cv, const float *x, const float *w, float *y) {
 	dnnl_memory_t src = cv->x_user;
 	if (cv->bf16) {
-		hc_to_bf16(handle(cv->x_bf), x, cv->nx);
+		hcdnnl_to_bf16(handle(cv->x_bf), x, cv->nx);
 		src = cv->x_bf;
 	} else {
 		RUN(set(cv->x_user, x));
@@ -368,7 +368,7 @@ static dnnl_status_t conv_fwd(hc_conv *cv, const float *x, const float *w, float
 	return step_run(&cv->fwd, cv->st, 3, a);
 }
 
-int hc_conv_fwd(hc_conv *cv, const float *x, const float *w, float *y) {
+int hcdnnl_conv_fwd(hcdnnl_conv *cv, const float *x, const float *w, float *y) {
 	one_thread();
 	dnnl_status_t st = conv_fwd(cv, x, w, y);
 	clear(cv->x_user);
@@ -377,10 +377,10 @@ int hc_conv_fwd(hc_conv *cv, const float *x, const float *w, float *y) {
 	return st;
 }
 
-static dnnl_status_t conv_bwd_data(hc_conv *cv, const float *dy, const float *w, float *dx) {
+static dnnl_status_t conv_bwd_data(hcdnnl_conv *cv, const float *dy, const float *w, float *dx) {
 	dnnl_memory_t ddst = cv->dy_user;
 	if (cv->bf16) {
-		hc_to_bf16(handle(cv->dy_bf), dy, cv->ny);
+		hcdnnl_to_bf16(handle(cv->dy_bf), dy, cv->ny);
 		ddst = cv->dy_bf;
 	} else {
 		RUN(set(cv->dy_user, dy));
@@ -397,7 +397,7 @@ static dnnl_status_t conv_bwd_data(hc_conv *cv, const float *dy, const float *w,
 	return step_run(&cv->bwd_d, cv->st, 3, a);
 }
 
-int hc_conv_bwd_data(hc_conv *cv, const float *dy, const float *w, float *dx) {
+int hcdnnl_conv_bwd_data(hcdnnl_conv *cv, const float *dy, const float *w, float *dx) {
 	one_thread();
 	dnnl_status_t st = conv_bwd_data(cv, dy, w, dx);
 	clear(cv->dy_user);
@@ -406,11 +406,11 @@ int hc_conv_bwd_data(hc_conv *cv, const float *dy, const float *w, float *dx) {
 	return st;
 }
 
-static dnnl_status_t conv_bwd_weights(hc_conv *cv, const float *x, const float *dy, float *dw) {
+static dnnl_status_t conv_bwd_weights(hcdnnl_conv *cv, const float *x, const float *dy, float *dw) {
 	dnnl_memory_t src = cv->x_user, ddst = cv->dy_user;
 	if (cv->bf16) {
-		hc_to_bf16(handle(cv->x_bf), x, cv->nx);
-		hc_to_bf16(handle(cv->dy_bf), dy, cv->ny);
+		hcdnnl_to_bf16(handle(cv->x_bf), x, cv->nx);
+		hcdnnl_to_bf16(handle(cv->dy_bf), dy, cv->ny);
 		src = cv->x_bf;
 		ddst = cv->dy_bf;
 	} else {
@@ -426,7 +426,7 @@ static dnnl_status_t conv_bwd_weights(hc_conv *cv, const float *x, const float *
 	return dnnl_success;
 }
 
-int hc_conv_bwd_weights(hc_conv *cv, const float *x, const float *dy, float *dw) {
+int hcdnnl_conv_bwd_weights(hcdnnl_conv *cv, const float *x, const float *dy, float *dw) {
 	one_thread();
 	dnnl_status_t st = conv_bwd_weights(cv, x, dy, dw);
 	clear(cv->x_user);
@@ -442,7 +442,7 @@ static const char *impl_of(step *s) {
 	return impl;
 }
 
-const char *hc_conv_impl(hc_conv *cv, int which) {
+const char *hcdnnl_conv_impl(hcdnnl_conv *cv, int which) {
 	switch (which) {
 	case 0: return impl_of(&cv->fwd);
 	case 1: return impl_of(&cv->bwd_d);
@@ -453,7 +453,7 @@ const char *hc_conv_impl(hc_conv *cv, int which) {
 
 // ---- matmul ----
 
-struct hc_gemm {
+struct hcdnnl_gemm {
 	dnnl_engine_t eng;
 	dnnl_stream_t st;
 	int bf16, ta, tb;
@@ -463,7 +463,7 @@ struct hc_gemm {
 	void *spbuf;
 };
 
-void hc_gemm_free(hc_gemm *g) {
+void hcdnnl_gemm_free(hcdnnl_gemm *g) {
 	if (!g) return;
 	step_free(&g->mm);
 	if (g->a) dnnl_memory_destroy(g->a);
@@ -488,7 +488,7 @@ static dnnl_status_t operand_md(dnnl_memory_desc_t *md, long rows, long cols, in
 	return dnnl_memory_desc_init_by_strides(md, 2, dims, dt, strides);
 }
 
-static int gemm_new(hc_gemm *g, int acc, const char **stage) {
+static int gemm_new(hcdnnl_gemm *g, int acc, const char **stage) {
 	one_thread();
 	TRY("engine", dnnl_engine_create(&g->eng, dnnl_cpu, 0));
 	TRY("stream", dnnl_stream_create(&g->st, g->eng, dnnl_stream_default_flags));
@@ -533,10 +533,10 @@ static int gemm_new(hc_gemm *g, int acc, const char **stage) {
 	return dnnl_success;
 }
 
-int hc_gemm_new(hc_gemm **out, int ta, int tb, long m, long n, long k, long lda,
+int hcdnnl_gemm_new(hcdnnl_gemm **out, int ta, int tb, long m, long n, long k, long lda,
 		long ldb, long ldc, int acc, int bf16, const char **stage) {
 	*out = NULL;
-	hc_gemm *g = calloc(1, sizeof *g);
+	hcdnnl_gemm *g = calloc(1, sizeof *g);
 	if (!g) {
 		*stage = "allocation";
 		return dnnl_out_of_memory;
@@ -552,7 +552,7 @@ int hc_gemm_new(hc_gemm **out, int ta, int tb, long m, long n, long k, long lda,
 	g->ldc = ldc;
 	int st = gemm_new(g, acc, stage);
 	if (st != dnnl_success) {
-		hc_gemm_free(g);
+		hcdnnl_gemm_free(g);
 		return st;
 	}
 	*out = g;
@@ -563,13 +563,13 @@ int hc_gemm_new(hc_gemm **out, int ta, int tb, long m, long n, long k, long lda,
 // a dense bf16 one.
 static void dense_bf16(uint16_t *dst, const float *src, long rows, long cols, long ld) {
 	if (ld == cols) {
-		hc_to_bf16(dst, src, rows * cols);
+		hcdnnl_to_bf16(dst, src, rows * cols);
 		return;
 	}
-	for (long i = 0; i < rows; i++) hc_to_bf16(dst + i * cols, src + i * ld, cols);
+	for (long i = 0; i < rows; i++) hcdnnl_to_bf16(dst + i * cols, src + i * ld, cols);
 }
 
-static dnnl_status_t gemm_run(hc_gemm *g, const float *a, const float *b, float *c) {
+static dnnl_status_t gemm_run(hcdnnl_gemm *g, const float *a, const float *b, float *c) {
 	if (g->bf16) {
 		dense_bf16(handle(g->a), a, g->ta ? g->k : g->m, g->ta ? g->m : g->k, g->lda);
 		dense_bf16(handle(g->b), b, g->tb ? g->n : g->k, g->tb ? g->k : g->n, g->ldb);
@@ -582,7 +582,7 @@ static dnnl_status_t gemm_run(hc_gemm *g, const float *a, const float *b, float 
 	return step_run(&g->mm, g->st, 3, args);
 }
 
-int hc_gemm_run(hc_gemm *g, const float *a, const float *b, float *c) {
+int hcdnnl_gemm_run(hcdnnl_gemm *g, const float *a, const float *b, float *c) {
 	one_thread();
 	dnnl_status_t st = gemm_run(g, a, b, c);
 	if (!g->bf16) {
@@ -593,9 +593,9 @@ int hc_gemm_run(hc_gemm *g, const float *a, const float *b, float *c) {
 	return st;
 }
 
-const char *hc_gemm_impl(hc_gemm *g) { return impl_of(&g->mm); }
+const char *hcdnnl_gemm_impl(hcdnnl_gemm *g) { return impl_of(&g->mm); }
 
-int hc_sgemm(int ta, int tb, long m, long n, long k, float alpha, const float *a,
+int hcdnnl_sgemm(int ta, int tb, long m, long n, long k, float alpha, const float *a,
 		long lda, const float *b, long ldb, float beta, float *c, long ldc) {
 	one_thread();
 	return dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
