@@ -110,7 +110,8 @@ func Scaling(args []string, connect func() (mpi.Comm, error), out io.Writer) (er
 	shmAlpha := fs.Float64("shm-alpha-us", 0, "intra-node latency per message, microseconds (0: measured, in a job of 2 or more ranks on one node)")
 	shmGbps := fs.Float64("shm-gbps", 0, "intra-node bandwidth, Gbit/s (0: measured, in a job of 2 or more ranks on one node)")
 	scale := fs.Float64("compute-scale", 1, "multiply the measured compute times by `F` (to model other cores, or ranks sharing them)")
-	maxMB := fs.Float64("sweep-max-mb", 0, "largest all-reduce of the sweep, MB (0: the first power of 4 KiB x 4 at or above the gradients)")
+	maxMB := fs.Float64("sweep-max-mb", 0, "largest all-reduce of the sweep, MB (0: the gradients'); the sweep is 4 KiB x 4^k up to it")
+	withStep := fs.Bool("sweep-step", true, "in the sweep, run a compute step before each all-reduce, as training does (false: calls back to back)")
 	js := fs.String("json", "", "write the report as JSON to `FILE` (rank 0)")
 	png := fs.String("png", "", "write efficiency and samples/s vs nodes, one line per link, to `FILE` (rank 0)")
 	quiet := fs.Bool("q", false, "print only the prediction table")
@@ -166,10 +167,11 @@ func Scaling(args []string, connect func() (mpi.Comm, error), out io.Writer) (er
 	if err := c.Barrier(); err != nil {
 		return err
 	}
-	prof, layers, err := measureCompute(rep, c, *steps)
+	prof, layers, step, done, err := measureCompute(rep, c, *steps)
 	if err != nil {
 		return err
 	}
+	defer done()
 	all, err := gatherRanks(c, prof.StepMS())
 	if err != nil {
 		return err
@@ -192,15 +194,27 @@ func Scaling(args []string, connect func() (mpi.Comm, error), out io.Writer) (er
 
 	// Communication: the all-reduce sweep of this job.
 	if c.Size() > 1 {
-		top := 4 << 10
-		limit := rep.GradBytes
+		top, limit := 4<<10, max(rep.GradBytes, 64<<10)
 		if *maxMB > 0 {
-			limit = int(*maxMB * (1 << 20))
+			limit = max(int(*maxMB*(1<<20)), 16<<10)
 		}
-		for top < limit {
+		for top*4 <= limit {
 			top *= 4
 		}
-		if rep.Sweep, err = sweepAllreduce(c, 4<<10, top); err != nil {
+		between := func() {}
+		if *withStep {
+			between = step
+		}
+		// 4 KiB x 4^k, and the gradients' own size, the one that matters.
+		var sizes []int
+		for sz := 4 << 10; sz <= top; sz *= 4 {
+			sizes = append(sizes, sz)
+		}
+		if g := rep.GradBytes &^ 3; g > 0 && *maxMB == 0 && !slices.Contains(sizes, g) {
+			sizes = append(sizes, g)
+			slices.Sort(sizes)
+		}
+		if rep.Sweep, err = sweepAllreduce(c, sizes, between); err != nil {
 			return err
 		}
 		x, t := make([]float64, len(rep.Sweep)), make([]float64, len(rep.Sweep))
@@ -263,7 +277,10 @@ func Scaling(args []string, connect func() (mpi.Comm, error), out io.Writer) (er
 	if len(inter) == 0 {
 		return cli.Usage(fmt.Errorf("no inter-node link: give -link-gbps, or run under mpirun across nodes to measure one"))
 	}
-	fmt.Fprintf(info, "# intra-node: alpha %.1f us, %.2f Gbit/s (%s); efficiency = compute-only step / predicted step\n", intra.AlphaUS, intra.Gbps, intra.Source)
+	if rpn > 1 {
+		fmt.Fprintf(info, "# intra-node: alpha %.1f us, %.2f Gbit/s (%s)\n", intra.AlphaUS, intra.Gbps, intra.Source)
+	}
+	fmt.Fprintf(info, "# inter-node alpha %.1f us for -link-gbps; efficiency = compute-only step / predicted step\n", alpha)
 	for _, l := range inter {
 		for _, n := range nodes {
 			t := Topo{Nodes: n, PerNode: rpn, Intra: intra, Inter: l}
@@ -308,14 +325,14 @@ func resolveBucketBytes(mb float64, threads int) int {
 // all-reduces cost nothing but are started where training starts them, so
 // that each bucket's start is when backward hands it over. It returns the
 // medians over steps and the per-layer forward and backward times.
-func measureCompute(r ScalingReport, c mpi.Comm, steps int) (Profile, []LayerTime, error) {
+func measureCompute(r ScalingReport, c mpi.Comm, steps int) (prof Profile, layers []LayerTime, step func(), done func(), err error) {
 	in, err := model.ParseShape(r.Input)
 	if err != nil {
-		return Profile{}, nil, err
+		return Profile{}, nil, nil, nil, err
 	}
 	net, err := model.New(r.Model, in, r.Classes, r.Batch, 1)
 	if err != nil {
-		return Profile{}, nil, err
+		return Profile{}, nil, nil, nil, err
 	}
 	var opt optim.Optimizer
 	if r.Optimizer != "none" {
@@ -324,7 +341,7 @@ func measureCompute(r ScalingReport, c mpi.Comm, steps int) (Profile, []LayerTim
 			oc.Momentum = 0.9
 		}
 		if opt, err = optim.New(oc, train.Groups(net), len(net.Params)); err != nil {
-			return Profile{}, nil, err
+			return Profile{}, nil, nil, nil, err
 		}
 	}
 	// Pinned to this rank's share of the mask when the node's ranks fit
@@ -333,27 +350,32 @@ func measureCompute(r ScalingReport, c mpi.Comm, steps int) (Profile, []LayerTim
 	if r.Bind == "cores" {
 		mask, err := affinity.Allowed()
 		if err != nil {
-			return Profile{}, nil, err
+			return Profile{}, nil, nil, nil, err
 		}
 		cpus := mask.CPUs()
 		if lo := c.LocalRank() * r.Threads; c.LocalSize()*r.Threads <= len(cpus) {
 			if w, err = affinity.NewWorkers(cpus[lo : lo+r.Threads]); err != nil {
-				return Profile{}, nil, err
+				return Profile{}, nil, nil, nil, err
 			}
 		}
 	}
 	if w == nil {
 		w = affinity.NewUnpinnedWorkers(r.Threads)
 	}
-	defer w.Close()
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(max(r.Threads, 2)))
+	procs := runtime.GOMAXPROCS(max(r.Threads, 2))
+	done = func() { w.Close(); runtime.GOMAXPROCS(procs) }
+	defer func() {
+		if err != nil {
+			done()
+		}
+	}()
 	net.SetParallel(w)
 	if opt != nil {
 		opt.SetParallel(w)
 	}
 	sched, err := optim.NewSchedule(optim.ScheduleConfig{Name: "constant"}, 0.01, steps+3)
 	if err != nil {
-		return Profile{}, nil, err
+		return Profile{}, nil, nil, nil, err
 	}
 	st := train.NewStep(net, opt, sched, mpi.NewSingle(), r.BucketBytes)
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -373,7 +395,7 @@ func measureCompute(r ScalingReport, c mpi.Comm, steps int) (Profile, []LayerTim
 	for i := -3; i < steps; i++ {
 		t := time.Now()
 		if _, err := st.Run(max(i, 0)); err != nil {
-			return Profile{}, nil, fmt.Errorf("step on random data: %w", err)
+			return Profile{}, nil, nil, nil, fmt.Errorf("step on random data: %w", err)
 		}
 		d := time.Since(t)
 		if i < 0 {
@@ -401,15 +423,20 @@ func measureCompute(r ScalingReport, c mpi.Comm, steps int) (Profile, []LayerTim
 	// Per layer, as bench step reports it.
 	lf := make([]time.Duration, len(net.Layers))
 	lb := make([]time.Duration, len(net.Layers))
-	const prof = 3
-	for i := 0; i < prof; i++ {
+	const reps = 3
+	for i := 0; i < reps; i++ {
 		net.TimeLayers(r.Batch, labels, lf, lb)
 	}
-	var layers []LayerTime
 	for i, l := range net.Layers {
-		layers = append(layers, LayerTime{Name: l.Name(), ForwardMS: 1e3 * lf[i].Seconds() / prof, BackwardMS: 1e3 * lb[i].Seconds() / prof})
+		layers = append(layers, LayerTime{Name: l.Name(), ForwardMS: 1e3 * lf[i].Seconds() / reps, BackwardMS: 1e3 * lb[i].Seconds() / reps})
 	}
-	return p, layers, nil
+	st.Load(x, labels)
+	step = func() {
+		if _, err := st.Run(0); err != nil {
+			panic("bench: step on random data failed: " + err.Error())
+		}
+	}
+	return p, layers, step, done, nil
 }
 
 // gatherRanks returns every rank's v, in rank order.
@@ -423,31 +450,38 @@ func gatherRanks(c mpi.Comm, v float64) ([]float64, error) {
 }
 
 // sweepAllreduce times the gradient all-reduce as training calls it
-// (IallreduceSum, then Wait) for sizes lo, 4lo, ... up to hi bytes: per
-// size, 5 rounds of a block of calls, ranks in lock-step; the time is the
-// median over rounds of the mean over ranks.
-func sweepAllreduce(c mpi.Comm, lo, hi int) ([]SweepPoint, error) {
-	buf := make([]float32, hi/4)
+// (IallreduceSum, then Wait) for each of sizes (bytes, multiples of 4): per
+// size, 5 rounds of a block of calls, ranks in lock-step, each call after
+// between (training's compute step between its all-reduces: the network
+// idle, the cores busy); the time is the median over rounds of the mean
+// over ranks of the calls' alone.
+func sweepAllreduce(c mpi.Comm, sizes []int, between func()) ([]SweepPoint, error) {
+	buf := make([]float32, slices.Max(sizes)/4)
 	var req mpi.Request
+	var spent time.Duration // in the calls, not between them
 	call := func(b []float32) error {
+		between()
+		t := time.Now()
 		c.IallreduceSum(b, &req)
-		return req.Wait()
+		err := req.Wait()
+		spent += time.Since(t)
+		return err
 	}
 	var pts []SweepPoint
-	for size := lo; size <= hi; size *= 4 {
+	for _, size := range sizes {
 		b := buf[:size/4]
 		clear(b)
 		if err := c.Barrier(); err != nil {
 			return nil, err
 		}
-		t := time.Now()
+		spent = 0
 		for i := 0; i < 2; i++ {
 			if err := call(b); err != nil {
 				return nil, err
 			}
 		}
-		// Blocks of about 20 ms, agreed on by all ranks.
-		probe, err := gatherRanks(c, time.Since(t).Seconds()/2)
+		// Blocks of about 20 ms of calls, agreed on by all ranks.
+		probe, err := gatherRanks(c, spent.Seconds()/2)
 		if err != nil {
 			return nil, err
 		}
@@ -458,13 +492,13 @@ func sweepAllreduce(c mpi.Comm, lo, hi int) ([]SweepPoint, error) {
 			if err := c.Barrier(); err != nil {
 				return nil, err
 			}
-			t := time.Now()
+			spent = 0
 			for i := 0; i < iters; i++ {
 				if err := call(b); err != nil {
 					return nil, err
 				}
 			}
-			all, err := gatherRanks(c, time.Since(t).Seconds()/float64(iters))
+			all, err := gatherRanks(c, spent.Seconds()/float64(iters))
 			if err != nil {
 				return nil, err
 			}

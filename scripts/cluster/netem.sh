@@ -9,11 +9,17 @@
 #                             packets arriving on every node's eth0 (random,
 #                             like a lossy wire; no delay). Installs nftables
 #                             if `nft` is missing.
-#   netem.sh off              undo both (idempotent)
+#   netem.sh rate RATE        no netem needed: a token bucket (tc tbf) on every
+#                             node's eth0 (egress) limits what each host sends
+#                             to RATE, e.g. `netem.sh rate 200mbit`: a slower
+#                             NIC, full duplex, behind a non-blocking switch
+#   netem.sh off              undo all three (idempotent)
 #   netem.sh check            exit 0 if the kernel has netem, 3 if not
+#   netem.sh check-rate       exit 0 if the kernel has tbf, 3 if not
 #
 # Exit status 3: the kernel lacks what the mode needs (sch_netem for on and
-# check, nf_tables for drop); nothing was changed. Tests skip on 3.
+# check, nf_tables for drop, sch_tbf for rate and check-rate); nothing was
+# changed. Tests skip on 3.
 # Environment: HPCT_CLUSTER, as for up.sh.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -21,7 +27,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$here/common.sh"
 die() { echo "cluster netem.sh: $*" >&2; exit 1; }
 unsupported() { echo "cluster netem.sh: $*" >&2; exit 3; }
-usage="usage: netem.sh on DELAY [LOSS] | drop LOSS | off | check"
+usage="usage: netem.sh on DELAY [LOSS] | drop LOSS | rate RATE | off | check | check-rate"
 [ "$(id -u)" -eq 0 ] || die "must run as root"
 [ -s "$STATE/nodes" ] || die "no cluster: run $here/up.sh first"
 n=$(cat "$STATE/nodes")
@@ -38,6 +44,26 @@ have_netem() {
 	ip netns exec "$HUB" tc qdisc add dev lo root netem delay 0ms 2>/dev/null || return 1
 	ip netns exec "$HUB" tc qdisc del dev lo root 2>/dev/null || true
 }
+# have_tbf: the same for the token bucket filter (sch_tbf).
+have_tbf() {
+	local try=(tc qdisc add dev lo root tbf rate 1mbit burst 32kb latency 50ms)
+	if ip netns exec "$HUB" "${try[@]}" 2>/dev/null; then
+		ip netns exec "$HUB" tc qdisc del dev lo root 2>/dev/null || true
+		return 0
+	fi
+	command -v modprobe >/dev/null 2>&1 && modprobe sch_tbf 2>/dev/null || return 1
+	ip netns exec "$HUB" "${try[@]}" 2>/dev/null || return 1
+	ip netns exec "$HUB" tc qdisc del dev lo root 2>/dev/null || true
+}
+why_not_tbf="this kernel has no tbf qdisc (CONFIG_NET_SCH_TBF unset and sch_tbf not loadable)"
+
+# bits RATE: RATE (100mbit, 1gbit, 500kbit) in bits per second.
+bits() {
+	awk -v s="$1" 'BEGIN { m = 0; if (s ~ /^[0-9.]+gbit$/) m = 1e9; else if (s ~ /^[0-9.]+mbit$/) m = 1e6; else if (s ~ /^[0-9.]+kbit$/) m = 1e3
+		if (m == 0) exit 1; sub(/[gmk]bit$/, "", s); if (s + 0 <= 0) exit 1; printf "%d\n", s * m }' ||
+		die "bad rate '$1' (want e.g. 200mbit, 1gbit)"
+}
+
 why_not="this kernel has no netem qdisc (CONFIG_NET_SCH_NETEM unset and sch_netem not loadable); 'netem.sh drop LOSS' needs only nf_tables"
 
 # per10000 1% -> 100, 0.5% -> 50, 2 -> 200.
@@ -62,6 +88,25 @@ on)
 			die "tc netem ${spec[*]} on node$i failed"
 	done
 	echo "cluster netem.sh: netem ${spec[*]} on eth0 of node1..node$n"
+	;;
+check-rate)
+	have_tbf || unsupported "$why_not_tbf"
+	echo "cluster netem.sh: tbf supported"
+	;;
+rate)
+	[ $# -eq 2 ] || die "$usage"
+	b=$(bits "$2")
+	have_tbf || unsupported "$why_not_tbf"
+	# Bucket: 1 ms at the rate, at least 32 KiB (a few full-size frames;
+	# tbf splits larger GSO packets); queue: 50 ms at the rate, at least
+	# 256 KiB, so TCP sees a switch buffer rather than a drop at once.
+	burst=$((b / 8 / 1000 > 32768 ? b / 8 / 1000 : 32768))
+	limit=$((b / 8 / 20 > 262144 ? b / 8 / 20 : 262144))
+	for i in $(seq "$n"); do
+		ip netns exec "$(node_ns "$i")" tc qdisc replace dev eth0 root tbf rate "$2" burst "$burst" limit "$limit" ||
+			die "tc tbf rate $2 on node$i failed"
+	done
+	echo "cluster netem.sh: tbf rate $2 (burst $burst B, queue $limit B) on eth0 of node1..node$n"
 	;;
 drop)
 	[ $# -eq 2 ] || die "$usage"
