@@ -80,12 +80,15 @@ elif [ -n "$kernels" ]; then
 	step_flags=(-kernels "$kernels")
 	train_flags=(-cpu-kernels "$kernels")
 fi
-for f in "${step_flags[@]:0:1}"; do
-	"$hp" bench step -h 2>&1 | grep -q -- "^ *$f " || { echo "compare: $hp bench step has no $f flag (rebuild: make build)" >&2; exit 1; }
-done
-for f in "${train_flags[@]:0:1}" "${train_flags[@]:2:1}"; do
-	"$hp" train -h 2>&1 | grep -q -- "^ *$f " || { echo "compare: $hp train has no $f flag (rebuild: make build)" >&2; exit 1; }
-done
+has_flags() { # command-words... -- flags...: stops when the binary's help lacks a flag
+	local cmd=() help
+	while [ "$1" != -- ]; do cmd+=("$1"); shift; done
+	shift
+	help=$("$hp" "${cmd[@]}" -h 2>&1 || true)
+	for f; do
+		grep -q -- "^ *$f " <<<"$help" || { echo "compare: $hp ${cmd[*]} has no $f flag (rebuild: make build)" >&2; exit 1; }
+	done
+}
 
 mkdir -p out
 json=out/compare_$model
@@ -99,6 +102,8 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 ddp=${DDP:-1}
 if [ "$input" != 28x28x1 ] || ! command -v mpirun >/dev/null; then ddp=0; fi
+has_flags bench step -- "${step_flags[@]:0:1}"
+[ "$ddp" != 1 ] || has_flags train -- "${train_flags[@]:0:1}" "${train_flags[@]:2:1}"
 cmds=$tmp/commands.tsv
 : >"$cmds"
 logged() { # key command...: runs the command, recording its first use under key
@@ -159,7 +164,7 @@ PY
 	tail -n 1 "$rows" | $py -c 'import json,sys; d=json.load(sys.stdin); ms=lambda v: "-" if v is None else "%.1f" % v; print("%-6d %-7s %10s %12.0f %10s %12.0f %7.2f" % (d["round"], d["config"], ms(d.get("pytorch_step_ms_median")), d["pytorch_sps"], ms(d["hpctrain_step_ms_median"]), d["hpctrain_sps"], d["ratio"]))'
 }
 
-echo "model $model, input $input, precision $precision, hpctrain kernels ${kernels:-default}, batch 64, $steps timed steps (median), threads in one process; 2x1: $limit samples, 2 ranks x 1 thread, batch 64 per rank, 1 epoch"
+echo "model $model, input $input, precision $precision, hpctrain kernels ${kernels:-default}, batch 64, $steps timed steps (median), threads in one process$([ "$ddp" = 1 ] && echo "; 2x1: $limit samples, 2 ranks x 1 thread, batch 64 per rank, 1 epoch")"
 printf '%-6s %-7s %10s %12s %10s %12s %7s\n' round config pt_ms pytorch_sps hp_ms hpctrain_sps ratio
 for r in $(seq "$rounds"); do
 	for t in 1 2; do
@@ -198,8 +203,9 @@ commands = {}
 for l in open(cmds_path):
     k, v = l.rstrip("\n").split("\t", 1)
     commands.setdefault(k, v)
-argv = "PRECISION=%s%s STEPS=%s LIMIT=%s DDP=%s bench/compare_pytorch.sh %s %s %s" % (
-    precision, " KERNELS=" + kernels if kernels else "", steps, limit, ddp, model, len(set(r["round"] for r in rows)), inp)
+argv = "PRECISION=%s%s STEPS=%s LIMIT=%s DDP=%s%s bench/compare_pytorch.sh %s %s %s" % (
+    precision, " KERNELS=" + kernels if kernels else "", steps, limit, ddp, "" if hp == "./hpctrain" else " HPCTRAIN=" + hp,
+    model, len(set(r["round"] for r in rows)), inp)
 doc = {"model": model, "input": inp, "batch": 64, "steps": int(steps), "precision": precision,
        "hpctrain_kernels": kernels or "default",
        "precision_note": {"fp32": "fp32 throughout on both sides",
