@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"hpctrain/internal/cli"
+	"hpctrain/internal/openblas"
 	"io"
 	"os"
 	"time"
@@ -104,4 +105,31 @@ func GemmRates(reps int) ([]GemmRow, error) {
 			Seconds: med, GFLOPS: 2 * float64(s.m) * float64(s.n) * float64(s.k) / med / 1e9})
 	}
 	return rows, nil
+}
+
+// SgemmRate is OpenBLAS's SGEMM rate at 2048^3 in GFLOP/s with the given
+// number of threads (OpenBLAS's own, over the process's CPU mask), the
+// median of reps calls: the machine rate a training step is compared with.
+func SgemmRate(threads, reps int) (float64, error) {
+	if threads < 1 || reps < 1 {
+		return 0, fmt.Errorf("sgemm rate: threads %d, reps %d: must be >= 1", threads, reps)
+	}
+	prev := openblas.Threads()
+	openblas.SetThreads(threads)
+	defer openblas.SetThreads(prev)
+	const n = 2048
+	a, b, c := make([]float32, n*n), make([]float32, n*n), make([]float32, n*n)
+	for i := range a {
+		a[i], b[i] = float32(i%7)*0.1, float32(i%5)*0.1
+	}
+	impl := blas32.Implementation()
+	call := func() { impl.Sgemm(blas.NoTrans, blas.NoTrans, n, n, n, 1, a, n, b, n, 0, c, n) }
+	call() // warm-up
+	ts := make([]time.Duration, reps)
+	for r := range ts {
+		t := time.Now()
+		call()
+		ts[r] = time.Since(t)
+	}
+	return 2 * n * n * n / median(ts).Seconds() / 1e9, nil
 }

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime"
+	"strings"
 	"time"
 
 	"hpctrain/affinity"
@@ -25,10 +26,11 @@ type StepReport struct {
 	Batch            int         `json:"batch"`
 	Threads          int         `json:"threads"`
 	Optimizer        string      `json:"optimizer"` // "none": forward, loss and backward only
+	Kernels          string      `json:"kernels"`   // the convolutions' and linear layers': blas, dnnl or dnnl bf16
 	SamplesPerSecond float64     `json:"samples_per_second"`
 	StepMillis       float64     `json:"step_ms_median"`
 	GFLOPS           float64     `json:"gflops"`
-	SgemmGFLOPS      float64     `json:"sgemm_2048_gflops_same_run"`
+	SgemmGFLOPS      float64     `json:"sgemm_2048_gflops_same_run"` // OpenBLAS, as many threads as the step
 	FractionOfSgemm  float64     `json:"fraction_of_sgemm_rate"`
 	PeakRSSMB        float64     `json:"peak_rss_mb"`
 	Layers           []LayerTime `json:"layers"`
@@ -54,9 +56,27 @@ func Step(args []string, out io.Writer) error {
 	threads := fs.Int("threads", 1, "compute threads (pinned to the first cores of the mask)")
 	steps := fs.Int("steps", 30, "timed steps")
 	opt := fs.String("optimizer", "sgd", "update in each step, lr 0.01 and, for sgd, momentum 0.9 (the PyTorch comparison's recipe): "+fmt.Sprint(optim.Names())+" or none")
+	kern := fs.String("kernels", "", "convolution and linear kernels, a comma list measured side by side: blas, dnnl, dnnl-bf16 (default: dnnl where linked in, else blas); with several, -json writes a list")
 	js := fs.String("json", "", "also write the report as JSON to `FILE`")
 	if err := cli.Parse(fs, args, os.Stderr, false); err != nil {
 		return err
+	}
+	var kerns []model.Kernels
+	if *kern == "" {
+		kerns = []model.Kernels{model.DefaultKernels()}
+	}
+	for _, k := range strings.Split(*kern, ",") {
+		switch k {
+		case "":
+		case "blas":
+			kerns = append(kerns, model.Kernels{})
+		case "dnnl":
+			kerns = append(kerns, model.Kernels{DNNL: true})
+		case "dnnl-bf16":
+			kerns = append(kerns, model.Kernels{DNNL: true, BF16: true})
+		default:
+			return cli.Usage(fmt.Errorf("-kernels: %q is not blas, dnnl or dnnl-bf16", k))
+		}
 	}
 	if *batch < 1 || *threads < 1 || *steps < 1 || *classes < 1 {
 		return fmt.Errorf("batch, threads, steps and classes must be >= 1")
@@ -65,27 +85,44 @@ func Step(args []string, out io.Writer) error {
 	if err != nil {
 		return cli.Usage(fmt.Errorf("-input: %w", err))
 	}
-	rep, err := StepRate(*name, in, *classes, *batch, *threads, *steps, *opt)
-	if err != nil {
-		return err
+	var reps []StepReport
+	for _, k := range kerns {
+		rep, err := StepRateKernels(k, *name, in, *classes, *batch, *threads, *steps, *opt)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "%s batch %d, %d thread(s), %s kernels, optimizer %s: %.0f samples/s, %.2f ms/step, %.1f GFLOP/s = %.0f%% of %d-thread SGEMM 2048^3 (%.1f GFLOP/s, same run), peak RSS %.0f MB\n",
+			rep.Model, rep.Batch, rep.Threads, rep.Kernels, rep.Optimizer, rep.SamplesPerSecond, rep.StepMillis, rep.GFLOPS, 100*rep.FractionOfSgemm, rep.Threads, rep.SgemmGFLOPS, rep.PeakRSSMB)
+		fmt.Fprintf(out, "%-10s %12s %12s %14s\n", "layer", "forward_ms", "backward_ms", "fwd GFLOP/s")
+		for _, l := range rep.Layers {
+			fmt.Fprintf(out, "%-10s %12.3f %12.3f %14.1f\n", l.Name, l.ForwardMS, l.BackwardMS, l.ForwardGFLOPS)
+		}
+		reps = append(reps, rep)
 	}
-	fmt.Fprintf(out, "%s batch %d, %d thread(s), optimizer %s: %.0f samples/s, %.2f ms/step, %.1f GFLOP/s = %.0f%% of SGEMM 2048^3 (%.1f GFLOP/s, same run), peak RSS %.0f MB\n",
-		rep.Model, rep.Batch, rep.Threads, rep.Optimizer, rep.SamplesPerSecond, rep.StepMillis, rep.GFLOPS, 100*rep.FractionOfSgemm, rep.SgemmGFLOPS, rep.PeakRSSMB)
-	fmt.Fprintf(out, "%-10s %12s %12s %14s\n", "layer", "forward_ms", "backward_ms", "fwd GFLOP/s")
-	for _, l := range rep.Layers {
-		fmt.Fprintf(out, "%-10s %12.3f %12.3f %14.1f\n", l.Name, l.ForwardMS, l.BackwardMS, l.ForwardGFLOPS)
+	if len(reps) == 1 {
+		return writeJSON(*js, reps[0])
 	}
-	return writeJSON(*js, rep)
+	return writeJSON(*js, reps)
 }
 
 // StepRate measures steps of the named model for input shape in (zero:
 // 28x28x1) and classes outputs, each updating the parameters with the
 // named optimizer ("none": no update).
 func StepRate(name string, in model.Shape, classes, batch, threads, steps int, optimizer string) (StepReport, error) {
+	return StepRateKernels(model.DefaultKernels(), name, in, classes, batch, threads, steps, optimizer)
+}
+
+// StepRateKernels is StepRate with the given convolution and linear
+// kernels.
+func StepRateKernels(k model.Kernels, name string, in model.Shape, classes, batch, threads, steps int, optimizer string) (StepReport, error) {
 	net, err := model.New(name, in, classes, batch, 1)
 	if err != nil {
 		return StepReport{}, err
 	}
+	if err := net.SetKernels(k); err != nil {
+		return StepReport{}, err
+	}
+	defer net.Close()
 	var opt optim.Optimizer
 	if optimizer != "none" {
 		c := optim.Config{Name: optimizer, LR: 0.01}
@@ -152,17 +189,17 @@ func StepRate(name string, in model.Shape, classes, batch, threads, steps int, o
 	for i := 0; i < prof; i++ {
 		net.TimeLayers(batch, labels, fwd, bwd)
 	}
-	gemm, err := GemmRates(3)
+	sgemm, err := SgemmRate(threads, 3)
 	if err != nil {
 		return StepReport{}, err
 	}
 	flop := 2 * float64(net.TrainMACs()) * float64(batch) // 2 flops per multiply-add
 	rep := StepReport{
-		Model: name, Input: net.In.String(), Classes: classes, Batch: batch, Threads: threads, Optimizer: optimizer,
+		Model: name, Input: net.In.String(), Classes: classes, Batch: batch, Threads: threads, Optimizer: optimizer, Kernels: k.String(),
 		SamplesPerSecond: float64(batch) / med.Seconds(), StepMillis: 1e3 * med.Seconds(),
-		GFLOPS: flop / med.Seconds() / 1e9, SgemmGFLOPS: gemm[0].GFLOPS, PeakRSSMB: float64(peakRSS()) / (1 << 20),
+		GFLOPS: flop / med.Seconds() / 1e9, SgemmGFLOPS: sgemm, PeakRSSMB: float64(peakRSS()) / (1 << 20),
 	}
-	rep.FractionOfSgemm = rep.GFLOPS / (rep.SgemmGFLOPS * float64(threads))
+	rep.FractionOfSgemm = rep.GFLOPS / rep.SgemmGFLOPS
 	for i, l := range net.Layers {
 		lt := LayerTime{Name: l.Name(), ForwardMS: 1e3 * fwd[i].Seconds() / prof, BackwardMS: 1e3 * bwd[i].Seconds() / prof}
 		if l.MACs() > 0 {

@@ -39,6 +39,8 @@ type Conv2D struct {
 	w, b    []float32 // (O, K, K, C), (O) or nil without bias
 	grad    []float32 // dW then db, contiguous
 	chunk   int       // samples per chunk
+	batch   int       // the largest batch
+	dnnl    bool      // the chunk size and buffers are oneDNN's (exec.kern)
 	cols    [][]float32
 	// direct: K*K*C is so small (few input channels: the first layer)
 	// that a direct convolution beats im2col and the BLAS. It wants W^T
@@ -121,8 +123,7 @@ func (l *Conv2D) bind(s slot) {
 		l.b = nil // the fused pool's kernel adds no bias
 	}
 	l.grad = s.g[:nw+l.nb()]
-	l.chunk = max(1, min(n, chunkBudget/(4*l.hwo*(l.kkc+l.out.C))))
-	l.part = make([]float32, l.chunks(n)*len(l.grad))
+	l.batch = n
 	if l.direct = l.kkc <= kernels.SmallMax && l.out.C%8 == 0; l.direct {
 		l.wT = make([]float32, l.kkc*l.out.C)
 	}
@@ -138,11 +139,31 @@ func (l *Conv2D) initParams(rng *rand.Rand) {
 func (l *Conv2D) chunks(n int) int { return (n + l.chunk - 1) / l.chunk }
 
 // colBlocks makes sure every worker has its scratch buffers (once: the
-// workers are set after bind).
+// workers and the kernels are set after bind). With oneDNN there is no
+// im2col block, and a chunk is the samples whose input and output fit
+// chunkBudget.
 func (l *Conv2D) colBlocks() {
+	if k := l.x.kern; l.chunk == 0 || l.dnnl != (k.DNNL && (k.BF16 || !l.direct)) {
+		// In fp32 the direct kernel beats oneDNN on the few input
+		// channels it is for (a first layer: oneDNN's backward weights
+		// with one input channel is slow).
+		l.dnnl = k.DNNL && (k.BF16 || !l.direct)
+		if l.dnnl {
+			l.chunk = max(1, min(l.batch, chunkBudget/(4*(l.in.Size()+l.hwo*l.out.C))))
+		} else {
+			l.chunk = max(1, min(l.batch, chunkBudget/(4*l.hwo*(l.kkc+l.out.C))))
+		}
+		l.part = make([]float32, l.chunks(l.batch)*len(l.grad))
+		l.cols, l.pads, l.dwT, l.outs = nil, nil, nil, nil
+	}
+	l.x.perWorkerKernels()
 	for len(l.cols) < l.x.par.Workers() {
-		l.cols = append(l.cols, make([]float32, l.chunk*l.hwo*l.kkc))
-		if l.direct {
+		if l.dnnl {
+			l.cols = append(l.cols, nil)
+		} else {
+			l.cols = append(l.cols, make([]float32, l.chunk*l.hwo*l.kkc))
+		}
+		if l.direct && !l.dnnl {
 			l.pads = append(l.pads, make([]float32, l.win.Padded()))
 			l.dwT = append(l.dwT, make([]float32, l.kkc*l.out.C))
 		}
@@ -156,7 +177,7 @@ func (l *Conv2D) colBlocks() {
 // pool's output.
 func (l *Conv2D) forward(x, y []float32, n int) {
 	l.colBlocks()
-	if l.direct {
+	if l.direct && !l.dnnl {
 		transpose(l.wT, l.w, l.out.C, l.kkc)
 	}
 	l.cx, l.cy, l.n = x, y, n
@@ -181,9 +202,12 @@ func (l *Conv2D) fwd(w, lo, hi int) {
 		} else {
 			y = l.cy[s0*l.hwo*o:][:m*o]
 		}
-		if l.direct {
+		switch {
+		case l.dnnl:
+			l.x.dnnlConv(l, w, ns).Forward(x, l.w, y)
+		case l.direct:
 			kernels.ConvSmallForward(l.win, ns, x, l.wT, o, y, l.pads[w])
-		} else {
+		default:
 			col := l.cols[w][:m*l.kkc]
 			kernels.Im2col(l.win, ns, x, col)
 			gemm(noT, tr, m, o, l.kkc, 1, col, l.kkc, l.w, l.kkc, 0, y, o)
@@ -217,7 +241,10 @@ func (l *Conv2D) bwd(w, lo, hi int) {
 	for c := lo; c < hi; c++ {
 		s0, ns := l.span(c)
 		m := ns * l.hwo
-		col := l.cols[w][:m*l.kkc]
+		var col []float32
+		if !l.dnnl {
+			col = l.cols[w][:m*l.kkc]
+		}
 		var dy []float32
 		if p := l.pool; p != nil {
 			po := p.out.Size()
@@ -228,10 +255,13 @@ func (l *Conv2D) bwd(w, lo, hi int) {
 		}
 		part := l.part[c*len(l.grad):][:len(l.grad)]
 		x := l.cx[s0*size:][:ns*size]
-		if l.direct {
+		switch {
+		case l.dnnl:
+			l.x.dnnlConv(l, w, ns).BackwardWeights(x, dy, part[:nw])
+		case l.direct:
 			kernels.ConvSmallWeights(l.win, ns, x, dy, o, l.dwT[w], l.pads[w])
 			transpose(part[:nw], l.dwT[w], l.kkc, o)
-		} else {
+		default:
 			kernels.Im2col(l.win, ns, x, col)
 			gemm(tr, noT, o, l.kkc, m, 1, dy, o, col, l.kkc, 0, part[:nw], l.kkc)
 		}
@@ -241,8 +271,13 @@ func (l *Conv2D) bwd(w, lo, hi int) {
 		if l.cdx == nil {
 			continue
 		}
+		dx := l.cdx[s0*size:][:ns*size]
+		if l.dnnl {
+			l.x.dnnlConv(l, w, ns).BackwardData(dy, l.w, dx)
+			continue
+		}
 		gemm(noT, noT, m, l.kkc, o, 1, dy, o, l.w, l.kkc, 0, col, l.kkc)
-		kernels.Col2im(l.win, ns, col, l.cdx[s0*size:][:ns*size])
+		kernels.Col2im(l.win, ns, col, dx)
 	}
 }
 

@@ -1,6 +1,10 @@
 package model
 
-import "gonum.org/v1/gonum/blas"
+import (
+	"gonum.org/v1/gonum/blas"
+
+	"hpctrain/internal/dnnl"
+)
 
 // exec is what every layer of a Net shares to run its work: the Parallel of
 // the rank's workers and reusable task values, so that a step allocates
@@ -20,6 +24,11 @@ type exec struct {
 	pass  uint64 // training forwards since SetStep
 	first int
 	drops uint64 // dropout layers bound so far: each draws its own stream
+	// kern is how convolutions and linear layers compute (SetKernels);
+	// with oneDNN, gemms and convs are each worker's primitives.
+	kern  Kernels
+	gemms []*dnnl.Gemms
+	convs []map[convKey]*dnnl.Conv
 }
 
 // ready tells the running Backward's hook that Grads[off:] is final.
@@ -46,6 +55,7 @@ func (x *exec) reduce(buf []float64) {
 // when M is the longer side, else columns. No worker shares output, so the
 // result does not depend on the number of workers.
 type gemmTask struct {
+	x           *exec
 	tA, tB      blas.Transpose
 	m, n, k     int
 	alpha, beta float32
@@ -53,14 +63,33 @@ type gemmTask struct {
 	lda, ldb    int
 	ldc         int
 	byRows      bool
+	block       int // > 0: Run's items are blocks of this many rows or columns
 }
+
+// gemmBlock is the rows or columns of C in one block of a oneDNN gemm.
+const gemmBlock = 128
 
 // gemm runs C = alpha*op(A)*op(B) + beta*C (row major) on the workers.
 func (x *exec) gemm(tA, tB blas.Transpose, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	x.perWorkerKernels()
 	g := &x.gt
-	*g = gemmTask{tA: tA, tB: tB, m: m, n: n, k: k, alpha: alpha, beta: beta, a: a, b: b, c: c, lda: lda, ldb: ldb, ldc: ldc, byRows: m >= n}
+	*g = gemmTask{x: x, tA: tA, tB: tB, m: m, n: n, k: k, alpha: alpha, beta: beta, a: a, b: b, c: c, lda: lda, ldb: ldb, ldc: ldc, byRows: m >= n}
+	if x.kern.DNNL {
+		// oneDNN's blocking, and so its order of summation, depends on
+		// the whole shape: the workers share out blocks of a fixed size,
+		// so that every block is computed alike however many workers
+		// there are.
+		g.block = gemmBlock
+		if g.byRows {
+			x.par.Run((m+gemmBlock-1)/gemmBlock, g)
+		} else {
+			x.par.Run((n+gemmBlock-1)/gemmBlock, g)
+		}
+		*g = gemmTask{}
+		return
+	}
 	if x.par.Workers() == 1 {
-		gemm(tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		x.blockGemm(0, tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		return
 	}
 	if g.byRows {
@@ -71,8 +100,24 @@ func (x *exec) gemm(tA, tB blas.Transpose, m, n, k int, alpha float32, a []float
 	*g = gemmTask{} // drop references to the buffers
 }
 
-// Run computes rows (or columns) [lo, hi) of C.
+// Run computes rows (or columns) [lo, hi) of C, or with blocks, blocks
+// [lo, hi) one by one.
 func (g *gemmTask) Run(w, lo, hi int) {
+	if g.block > 0 {
+		size := g.n
+		if g.byRows {
+			size = g.m
+		}
+		for b := lo; b < hi; b++ {
+			g.run(w, b*g.block, min((b+1)*g.block, size))
+		}
+		return
+	}
+	g.run(w, lo, hi)
+}
+
+// run computes rows (or columns) [lo, hi) of C.
+func (g *gemmTask) run(w, lo, hi int) {
 	if g.byRows {
 		var a []float32
 		if g.tA == blas.NoTrans {
@@ -80,7 +125,7 @@ func (g *gemmTask) Run(w, lo, hi int) {
 		} else {
 			a = g.a[lo:] // A is stored (K, M): columns lo..
 		}
-		gemm(g.tA, g.tB, hi-lo, g.n, g.k, g.alpha, a, g.lda, g.b, g.ldb, g.beta, g.c[lo*g.ldc:], g.ldc)
+		g.x.blockGemm(w, g.tA, g.tB, hi-lo, g.n, g.k, g.alpha, a, g.lda, g.b, g.ldb, g.beta, g.c[lo*g.ldc:], g.ldc)
 		return
 	}
 	var b []float32
@@ -89,7 +134,7 @@ func (g *gemmTask) Run(w, lo, hi int) {
 	} else {
 		b = g.b[lo*g.ldb:] // B is stored (N, K): rows lo..
 	}
-	gemm(g.tA, g.tB, g.m, hi-lo, g.k, g.alpha, g.a, g.lda, b, g.ldb, g.beta, g.c[lo:], g.ldc)
+	g.x.blockGemm(w, g.tA, g.tB, g.m, hi-lo, g.k, g.alpha, g.a, g.lda, b, g.ldb, g.beta, g.c[lo:], g.ldc)
 }
 
 // samples is a Task over the samples of a batch, calling fn(lo, hi); layers

@@ -1,9 +1,12 @@
 package model
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"hpctrain/internal/dnnl"
 )
 
 // Plain float64 reference layers: obvious loops, no im2col, no BLAS. The
@@ -165,8 +168,42 @@ func checkLayer(t *testing.T, spec Spec, in Shape, n int, ref func(x, p []float6
 }
 
 // checkLayerWith is checkLayer in training or evaluation mode, with setup
-// called on the bound layer before the first forward.
+// called on the bound layer before the first forward, for every kernel
+// choice this machine has (testKernels).
 func checkLayerWith(t *testing.T, spec Spec, in Shape, n int, train bool, setup func(Layer), ref func(x, p []float64) []float64) {
+	t.Helper()
+	for _, k := range testKernels(t) {
+		checkLayerKernels(t, k, spec, in, n, train, setup, ref)
+	}
+}
+
+// testKernels are the kernel choices the gradient checks run: the BLAS,
+// and where linked in, oneDNN in fp32 and, on a CPU with bf16 dot
+// products, in bf16.
+func testKernels(t *testing.T) []Kernels {
+	ks := []Kernels{{}}
+	if !dnnl.Native {
+		t.Log("oneDNN not linked in (purego): checking the BLAS kernels only")
+		return ks
+	}
+	ks = append(ks, Kernels{DNNL: true})
+	if ok, missing := dnnl.HasBF16(); ok {
+		ks = append(ks, Kernels{DNNL: true, BF16: true})
+	} else {
+		t.Logf("bf16 kernels not checked: %s", missing)
+	}
+	return ks
+}
+
+// bf16Bound is the rounding error bf16 operands may add to one output of
+// a sum of products: rounding each of x and w to bf16's 8-bit significand
+// (relative error at most u = 2^-8, round to nearest) perturbs x*w by at
+// most (2u + u^2)|x||w|, so an output may move by 2^-7 (with a little to
+// spare for u^2) times sum |x||w|: the layer's reference on the absolute
+// values.
+const bf16Bound = 1.01 * 0x1p-7
+
+func checkLayerKernels(t *testing.T, k Kernels, spec Spec, in Shape, n int, train bool, setup func(Layer), ref func(x, p []float64) []float64) {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(1, 2))
 	l, err := spec.make(in, "test", "1.")
@@ -175,37 +212,93 @@ func checkLayerWith(t *testing.T, spec Spec, in Shape, n int, train bool, setup 
 	}
 	p := randSlice(rng, l.NumParams())
 	g := make([]float32, len(p))
-	l.bind(slot{p: p, g: g, buf: make([]float32, numBuffers(l)), n: n, x: &exec{par: Serial{}, train: train, seed: 1, step: 2}})
+	x := &exec{par: Serial{}, train: train, seed: 1, step: 2, kern: k}
+	defer x.closeKernels()
+	l.bind(slot{p: p, g: g, buf: make([]float32, numBuffers(l)), n: n, x: x})
 	if setup != nil {
 		setup(l)
 	}
-	x := randSlice(rng, n*in.Size())
-	y := make([]float32, n*l.Out().Size())
-	l.forward(x, y, n)
+	// With bf16 operands, a convolution's or linear layer's outputs and
+	// gradients may each be off by bf16Bound times the same sum over
+	// absolute values; every other layer computes in fp32 as before.
+	_, isConv := l.(*Conv2D)
+	_, isLinear := l.(*Linear)
+	bf16 := k.BF16 && (isConv || isLinear)
+	what := func(s string) string { return fmt.Sprintf("%s (%s kernels)", s, k) }
 
-	x64, p64 := to64(x), to64(p)
-	assertClose(t, "forward", y, ref(x64, p64), 1e-5)
+	xs := randSlice(rng, n*in.Size())
+	y := make([]float32, n*l.Out().Size())
+	l.forward(xs, y, n)
+
+	x64, p64 := to64(xs), to64(p)
+	abs := func(v []float64) []float64 {
+		a := make([]float64, len(v))
+		for i, e := range v {
+			a[i] = math.Abs(e)
+		}
+		return a
+	}
+	var bound []float64
+	if bf16 {
+		bound = ref(abs(x64), abs(p64))
+	}
+	assertCloseBound(t, what("forward"), y, ref(x64, p64), 1e-5, bound)
 
 	r := to64(randSlice(rng, len(y)))
 	dy := make([]float32, len(y))
 	for i, v := range r {
 		dy[i] = float32(v)
 	}
-	dx := make([]float32, len(x))
-	l.backward(x, y, dy, dx, n)
+	dx := make([]float32, len(xs))
+	l.backward(xs, y, dy, dx, n)
 	f := func() float64 { return dot(ref(x64, p64), r) }
-	assertClose(t, "dx", dx, numGrad(x64, f), 1e-4)
+	// The bounds of the gradients: the same sums of absolute values,
+	// which are the gradients of sum |r| ref(|x|, |p|) (the layers are
+	// linear in x and in p).
+	fAbs := func() float64 { return dot(ref(abs(x64), abs(p64)), abs(r)) }
+	var dxBound, dpBound []float64
+	if bf16 {
+		dxBound, dpBound = abs(numGrad(x64, fAbs)), abs(numGrad(p64, fAbs))
+	}
+	assertCloseBound(t, what("dx"), dx, numGrad(x64, f), 1e-4, dxBound)
 	if len(p) > 0 {
-		assertClose(t, "dparams", g, numGrad(p64, f), 1e-4)
+		assertCloseBound(t, what("dparams"), g, numGrad(p64, f), 1e-4, dpBound)
 	}
 	// dx == nil (first layer) must still give the parameter gradients.
 	// backward may consume forward's workspace (conv reuses its col buffer
 	// for dcol), so forward runs again first, as in training.
 	clear(g)
-	l.forward(x, y, n)
-	l.backward(x, y, dy, nil, n)
+	l.forward(xs, y, n)
+	l.backward(xs, y, dy, nil, n)
 	if len(p) > 0 {
-		assertClose(t, "dparams without dx", g, numGrad(p64, f), 1e-4)
+		assertCloseBound(t, what("dparams without dx"), g, numGrad(p64, f), 1e-4, dpBound)
+	}
+}
+
+// assertCloseBound is assertClose with, where bound is not nil, each
+// element also allowed bf16Bound*bound[i].
+func assertCloseBound(t *testing.T, what string, got []float32, want []float64, tol float64, bound []float64) {
+	t.Helper()
+	if bound == nil {
+		assertClose(t, what, got, want, tol)
+		return
+	}
+	var scale float64
+	for _, v := range want {
+		scale = math.Max(scale, math.Abs(v))
+	}
+	exact := true
+	for i := range want {
+		d := math.Abs(float64(got[i]) - want[i])
+		if d > tol*math.Max(scale, 1)+bf16Bound*bound[i] {
+			t.Fatalf("%s[%d] = %v, want %v (|diff| %.3g, bf16 bound %.3g)", what, i, got[i], want[i], d, bf16Bound*bound[i])
+		}
+		exact = exact && d <= tol*math.Max(scale, 1)
+	}
+	if exact {
+		// Rounding to bf16 must show: if every element is within fp32's
+		// tolerance, the operands were not rounded.
+		t.Fatalf("%s: within fp32 tolerance everywhere: were the operands rounded to bf16?", what)
 	}
 }
 

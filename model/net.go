@@ -108,7 +108,7 @@ func newNet(in Shape, batch int, seed uint64, layers []Layer) (*Net, error) {
 		return nil, fmt.Errorf("input %v too large for batch %d", in, batch)
 	}
 	n := &Net{In: in, Classes: shape.C, Layers: layers, batch: batch, scale: 1}
-	n.x = exec{par: Serial{}, train: true}
+	n.x = exec{par: Serial{}, train: true, kern: DefaultKernels()}
 	np, nb := 0, 0
 	for _, l := range layers {
 		np += l.NumParams()

@@ -26,6 +26,19 @@ func (p goPar) Run(n int, t Task) {
 	wg.Wait()
 }
 
+// stepKernels are the kernels stepDesc's networks compute with; tests that
+// check every choice set it in turn (forKernels).
+var stepKernels = DefaultKernels()
+
+// forKernels runs f with stepKernels set to each of testKernels.
+func forKernels(t *testing.T, f func(k Kernels)) {
+	defer func(k Kernels) { stepKernels = k }(stepKernels)
+	for _, k := range testKernels(t) {
+		stepKernels = k
+		f(k)
+	}
+}
+
 func stepOnce(t *testing.T, p Parallel, nb int) (*Net, float64) {
 	return stepShape(t, "cnn", Shape{}, p, nb)
 }
@@ -51,6 +64,9 @@ func stepDesc(t *testing.T, d Desc, in Shape, p Parallel, nb int) (*Net, float64
 		t.Fatal(err)
 	}
 	net.SetParallel(p)
+	if err := net.SetKernels(stepKernels); err != nil {
+		t.Fatal(err)
+	}
 	net.SetStep(3, 0)
 	rng := rand.New(rand.NewPCG(5, 5))
 	for i := range net.Input() {
@@ -84,6 +100,10 @@ func TestWorkersDoNotChangeResults(t *testing.T) {
 // TestWorkersSmallInputs: layers with fewer inputs than outputs (GEMMs
 // split by columns, transposed operands) on small images.
 func TestWorkersSmallInputs(t *testing.T) {
+	forKernels(t, func(k Kernels) { workersSmallInputs(t, k) })
+}
+
+func workersSmallInputs(t *testing.T, k Kernels) {
 	for _, c := range []struct {
 		name string
 		in   Shape
@@ -93,13 +113,13 @@ func TestWorkersSmallInputs(t *testing.T) {
 		for _, w := range []int{2, 3} {
 			net, loss := stepShape(t, c.name, c.in, goPar(w), 13)
 			if d := loss - refLoss; d > 1e-6 || d < -1e-6 {
-				t.Errorf("%s %v, %d workers: loss %v, serial %v", c.name, c.in, w, loss, refLoss)
+				t.Errorf("%s %v, %s kernels, %d workers: loss %v, serial %v", c.name, c.in, k, w, loss, refLoss)
 			}
 			if e := relErr(net.Grads, ref.Grads); e > 1e-5 {
-				t.Errorf("%s %v, %d workers: gradients differ from serial by %.3g", c.name, c.in, w, e)
+				t.Errorf("%s %v, %s kernels, %d workers: gradients differ from serial by %.3g", c.name, c.in, k, w, e)
 			}
 			if e := relErr(net.Buffers, ref.Buffers); len(ref.Buffers) > 0 && e > 1e-6 {
-				t.Errorf("%s %v, %d workers: running statistics differ from serial by %.3g", c.name, c.in, w, e)
+				t.Errorf("%s %v, %s kernels, %d workers: running statistics differ from serial by %.3g", c.name, c.in, k, w, e)
 			}
 		}
 	}
@@ -141,7 +161,6 @@ const dropoutNet = `layers = [
 // allocate nothing (the workspace is sized once), in training and in
 // evaluation, on one worker and on pinned workers.
 func TestStepAllocatesNothing(t *testing.T) {
-	labels := make([]int32, 16)
 	var pinned Parallel
 	cpus := []int{0}
 	if m, err := affinity.Allowed(); err == nil {
@@ -156,6 +175,11 @@ func TestStepAllocatesNothing(t *testing.T) {
 		defer uw.Close()
 		pinned = uw
 	}
+	forKernels(t, func(k Kernels) { stepAllocatesNothing(t, k, pinned) })
+}
+
+func stepAllocatesNothing(t *testing.T, k Kernels, pinned Parallel) {
+	labels := make([]int32, 16)
 	for _, name := range []string{"cnn", "mlp", "lenet5", "resnet8", dropoutNet} {
 		for _, par := range []Parallel{Serial{}, pinned} {
 			in := Shape{}
@@ -184,7 +208,7 @@ func TestStepAllocatesNothing(t *testing.T) {
 					return
 				}
 				if allocs != 0 {
-					t.Errorf("%.20s, %d workers, training %v: %v allocations per step, want 0", name, par.Workers(), train, allocs)
+					t.Errorf("%.20s, %s kernels, %d workers, training %v: %v allocations per step, want 0", name, k, par.Workers(), train, allocs)
 				}
 			}
 		}

@@ -138,6 +138,7 @@ type Config struct {
 	Device            string  `toml:"device" json:"-"`
 	Precision         string  `toml:"precision" json:"-"`
 	Collective        string  `toml:"collective" json:"-"`
+	CPUKernels        string  `toml:"cpu_kernels" json:"-"`
 	LossScale         float64 `toml:"loss_scale" json:"-"`
 	LossScaleInterval int     `toml:"loss_scale_interval" json:"-"`
 
@@ -179,7 +180,7 @@ func Defaults() Config {
 		Seed: 1, Progress: 2 * time.Second,
 		DataConfig: data.Defaults(),
 		Bind:       "cores", BucketMB: -1, TimelineSteps: 20, CollectiveTimeout: 5 * time.Minute,
-		Device: "auto", Precision: "fp32", Collective: "auto", LossScale: 1 << 16, LossScaleInterval: 2000,
+		Device: "auto", Precision: "fp32", Collective: "auto", CPUKernels: "auto", LossScale: 1 << 16, LossScaleInterval: 2000,
 	}
 }
 
@@ -188,6 +189,7 @@ var (
 	Devices     = []string{"cpu", "cuda", "auto"}
 	Precisions  = []string{"fp32", "tf32", "bf16", "fp16"}
 	Collectives = []string{"mpi", "nccl", "auto"}
+	CPUKernels  = []string{"dnnl", "blas", "auto"}
 )
 
 // Flags binds every field of c to a flag of fs.
@@ -234,7 +236,8 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.GPUs, "gpus", c.GPUs, "GPU of each local rank, e.g. 0,1,2,3 (numbered as CUDA_VISIBLE_DEVICES leaves them), or none; empty: local rank mod GPUs, the best-linked GPUs when there are more GPUs than local ranks")
 	fs.BoolVar(&c.GPUShare, "gpu-share", c.GPUShare, "let several local ranks drive one GPU (e.g. under MPS); without it more local ranks than GPUs is an error")
 	fs.StringVar(&c.Device, "device", c.Device, "where each rank computes: cpu, cuda (the rank's GPU: CUDA driver, cuBLAS, NVRTC and NCCL loaded at run time) or auto (cuda when placement gave the rank a GPU and CUDA loads, else cpu)")
-	fs.StringVar(&c.Precision, "precision", c.Precision, "arithmetic of convolutions and linear layers: fp32, or on cuda also tf32, bf16 or fp16 (fp32 master weights, loss and all-reduce; fp16 with dynamic loss scaling)")
+	fs.StringVar(&c.Precision, "precision", c.Precision, "arithmetic of convolutions and linear layers: fp32 or bf16, or on cuda also tf32 or fp16 (fp32 master weights, loss and all-reduce; fp16 with dynamic loss scaling; bf16 on the CPU needs AVX512-BF16 or AMX-BF16)")
+	fs.StringVar(&c.CPUKernels, "cpu-kernels", c.CPUKernels, "how convolutions and linear layers compute on the CPU: dnnl (oneDNN), blas (im2col and OpenBLAS; fp32 only) or auto (dnnl where linked in)")
 	fs.StringVar(&c.Collective, "collective", c.Collective, "how gradients are summed: mpi, nccl (cuda only: device buffers, its own stream) or auto (nccl on cuda, mpi on cpu)")
 	fs.Float64Var(&c.LossScale, "loss-scale", c.LossScale, "fp16: the first loss scale (halved on overflow, the step skipped)")
 	fs.IntVar(&c.LossScaleInterval, "loss-scale-interval", c.LossScaleInterval, "fp16: clean `steps` after which the loss scale doubles")
@@ -527,8 +530,12 @@ func (c *Config) Validate() error {
 		return bad("precision", c.Precision, strings.Join(Precisions, ", "))
 	case !slices.Contains(Collectives, c.Collective):
 		return bad("collective", c.Collective, strings.Join(Collectives, ", "))
-	case c.Device == "cpu" && c.Precision != "fp32":
-		return cli.Usage(fmt.Errorf("config: precision = %q needs device = \"cuda\": on the CPU only fp32 is built so far", c.Precision))
+	case !slices.Contains(CPUKernels, c.CPUKernels):
+		return bad("cpu_kernels", c.CPUKernels, strings.Join(CPUKernels, ", "))
+	case c.Device == "cpu" && c.Precision != "fp32" && c.Precision != "bf16":
+		return cli.Usage(fmt.Errorf("config: precision = %q needs device = \"cuda\": the CPU computes in fp32 or bf16", c.Precision))
+	case c.Device == "cpu" && c.Precision == "bf16" && c.CPUKernels == "blas":
+		return cli.Usage(fmt.Errorf("config: precision = \"bf16\" on the CPU needs cpu_kernels = \"dnnl\" (or auto): OpenBLAS has no bf16 GEMM"))
 	case c.Device == "cpu" && c.Collective == "nccl":
 		return cli.Usage(fmt.Errorf("config: collective = \"nccl\" needs device = \"cuda\" (NCCL sums device buffers); use mpi or auto"))
 	case !(c.LossScale >= 1 && c.LossScale <= 1<<24):

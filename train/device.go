@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -106,8 +107,8 @@ func (r *run) openDevice() (*device, error) {
 		d.close()
 		return nil, err
 	}
-	if d == nil && cfg.Precision != "fp32" {
-		return nil, agree(c, "choosing the precision", fmt.Errorf("precision %s needs a CUDA device, and this run computes on the CPU (only fp32 there so far)", cfg.Precision))
+	if d == nil && cfg.Precision != "fp32" && cfg.Precision != "bf16" {
+		return nil, agree(c, "choosing the precision", fmt.Errorf("precision %s needs a CUDA device, and this run computes on the CPU (fp32 or bf16 there)", cfg.Precision))
 	}
 	if d != nil && d.mode == collective.NCCL {
 		d.nccl, err = collective.NewNCCL(c)
@@ -169,7 +170,18 @@ func (r *run) warn(format string, a ...any) {
 // itself on the CPU, else its device copy (whose Host is the host network).
 func buildReplica(d *device, cfg Config, in model.Shape, classes int) (model.Replica, error) {
 	if d == nil {
-		return model.New(cfg.Model, in, classes, cfg.Batch, cfg.Seed)
+		net, err := model.New(cfg.Model, in, classes, cfg.Batch, cfg.Seed)
+		if err != nil {
+			return nil, err
+		}
+		k, err := CPUKernelsOf(cfg.CPUKernels, cfg.Precision)
+		if err != nil {
+			return nil, err
+		}
+		if err := net.SetKernels(k); err != nil {
+			return nil, err
+		}
+		return net, nil
 	}
 	desc, err := model.LoadDesc(cfg.Model)
 	if err != nil {
@@ -180,6 +192,21 @@ func buildReplica(d *device, cfg Config, in model.Shape, classes int) (model.Rep
 		return nil, err
 	}
 	return cudanet.New(d.dev, desc, in, classes, cfg.Batch, cfg.Seed, p)
+}
+
+// CPUKernelsOf is the model's CPU kernels for the cpu_kernels and
+// precision settings.
+func CPUKernelsOf(kernels, precision string) (model.Kernels, error) {
+	k := model.Kernels{DNNL: kernels == "dnnl" || (kernels == "auto" && model.DefaultKernels().DNNL), BF16: precision == "bf16"}
+	switch {
+	case !slices.Contains(CPUKernels, kernels):
+		return k, fmt.Errorf("cpu kernels %q: want %s", kernels, strings.Join(CPUKernels, ", "))
+	case precision != "fp32" && precision != "bf16":
+		return k, fmt.Errorf("precision %s: the CPU computes in fp32 or bf16", precision)
+	case k.BF16 && !k.DNNL:
+		return k, fmt.Errorf("precision bf16 needs the oneDNN kernels (cpu_kernels dnnl or auto), and this binary has none")
+	}
+	return k, nil
 }
 
 // newOptimizer makes the optimizer of the replica: optim's on the host
@@ -285,9 +312,9 @@ func pull(rep model.Replica, opt optim.Optimizer) error {
 }
 
 // describeDevice is the start-up line's part about the device.
-func describeDevice(d *device, precision string) string {
+func describeDevice(d *device, precision string, net *model.Net) string {
 	if d == nil {
-		return "cpu"
+		return "cpu, " + net.Kernels().String()
 	}
 	return strings.Join([]string{d.label(), precision, d.mode.String()}, ", ")
 }

@@ -1,0 +1,143 @@
+package model
+
+import (
+	"fmt"
+
+	"gonum.org/v1/gonum/blas"
+
+	"hpctrain/internal/dnnl"
+)
+
+// Kernels is how a Net's convolutions and linear layers compute on the
+// CPU.
+type Kernels struct {
+	// DNNL selects oneDNN's primitives (convolution and matmul, run on
+	// each worker's own thread); false selects im2col and the installed
+	// BLAS (OpenBLAS), the reference path.
+	DNNL bool
+	// BF16 rounds the operands of convolutions and linear layers to
+	// bfloat16, accumulating in float32 (DNNL only). Parameters,
+	// gradients, activations between layers and every other layer stay
+	// float32.
+	BF16 bool
+}
+
+// String names k as the command line does: "blas", "dnnl" or "dnnl bf16".
+func (k Kernels) String() string {
+	switch {
+	case !k.DNNL:
+		return "blas"
+	case k.BF16:
+		return "dnnl bf16"
+	}
+	return "dnnl"
+}
+
+// typ is oneDNN's operand type for k.
+func (k Kernels) typ() dnnl.Type {
+	if k.BF16 {
+		return dnnl.BF16
+	}
+	return dnnl.F32
+}
+
+// DefaultKernels is what a Net uses until SetKernels: oneDNN in float32
+// where it is linked in, else the BLAS.
+func DefaultKernels() Kernels { return Kernels{DNNL: dnnl.Native} }
+
+// SetKernels chooses the kernels of the convolutions and linear layers. It
+// is an error to ask for oneDNN where it is not linked in, or for bfloat16
+// without oneDNN or on a CPU without bfloat16 dot products (AVX512-BF16
+// or AMX-BF16): the error says which. Call it before Forward, after
+// SetParallel. For a given choice the results do not depend on the number
+// of workers; different choices round differently.
+func (n *Net) SetKernels(k Kernels) error {
+	if k.DNNL && !dnnl.Native {
+		return fmt.Errorf("model: oneDNN kernels asked for, but this binary was built without oneDNN (cgo)")
+	}
+	if k.BF16 && !k.DNNL {
+		return fmt.Errorf("model: bf16 needs the oneDNN kernels")
+	}
+	if k.BF16 {
+		if ok, missing := dnnl.HasBF16(); !ok {
+			return fmt.Errorf("model: bf16 needs AVX512-BF16 or AMX-BF16: %s", missing)
+		}
+	}
+	n.x.closeKernels()
+	n.x.kern = k
+	return nil
+}
+
+// Kernels reports the kernels the network computes with.
+func (n *Net) Kernels() Kernels { return n.x.kern }
+
+// Close frees what the oneDNN kernels hold outside Go's heap. The network
+// still works afterwards: the next step builds them again.
+func (n *Net) Close() { n.x.closeKernels() }
+
+// perWorkerKernels makes sure every worker has its cache of oneDNN
+// matmuls and convolutions. It runs on the calling goroutine before the
+// workers start, so that each worker then touches only its own.
+func (x *exec) perWorkerKernels() {
+	if !x.kern.DNNL {
+		return
+	}
+	for len(x.gemms) < x.par.Workers() {
+		x.gemms = append(x.gemms, dnnl.NewGemms(x.kern.typ()))
+		x.convs = append(x.convs, make(map[convKey]*dnnl.Conv))
+	}
+}
+
+// closeKernels frees every oneDNN object the layers made.
+func (x *exec) closeKernels() {
+	for _, g := range x.gemms {
+		g.Close()
+	}
+	x.gemms = nil
+	for _, m := range x.convs {
+		for _, c := range m {
+			c.Close()
+		}
+	}
+	x.convs = nil
+}
+
+// blockGemm computes one worker's block of C = alpha*op(A)*op(B) +
+// beta*C with the chosen kernels. oneDNN's matmul takes alpha 1 and beta
+// 0 or 1, which is all the layers use.
+func (x *exec) blockGemm(w int, tA, tB blas.Transpose, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	if !x.kern.DNNL {
+		gemm(tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		return
+	}
+	if alpha != 1 || (beta != 0 && beta != 1) {
+		panic("model: oneDNN gemm with alpha != 1 or beta not 0 or 1")
+	}
+	err := x.gemms[w].Run(tA != blas.NoTrans, tB != blas.NoTrans, m, n, k, a, lda, b, ldb, beta == 1, c, ldc)
+	if err != nil {
+		panic(fmt.Sprintf("model: %v", err)) // a shape oneDNN refuses: a bug, not bad input
+	}
+}
+
+// convKey identifies one of a worker's oneDNN convolutions: a layer's
+// shape for a number of samples.
+type convKey struct {
+	layer *Conv2D
+	n     int
+}
+
+// dnnlConv returns worker w's oneDNN convolution of l for n samples,
+// making it on first use.
+func (x *exec) dnnlConv(l *Conv2D, w, n int) *dnnl.Conv {
+	key := convKey{l, n}
+	if c, ok := x.convs[w][key]; ok {
+		return c
+	}
+	g := l.win
+	c, err := dnnl.NewConv(dnnl.ConvShape{N: n, H: g.H, W: g.W, C: g.C, O: l.out.C, K: g.K, S: g.S, P: g.P}, x.kern.typ())
+	if err != nil {
+		panic(fmt.Sprintf("model: %s: %v", l.name, err))
+	}
+	x.convs[w][key] = c
+	return c
+}

@@ -1,0 +1,99 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"hpctrain/internal/dnnl"
+)
+
+// CPU bf16 end to end: the real binary under the real mpirun on real
+// Fashion-MNIST.
+
+// TestCPUBF16Refused: a CPU without bf16 dot products (oneDNN held to AVX2
+// with DNNL_MAX_CPU_ISA, which hpctrain's check follows) refuses
+// -precision bf16 with one line on every rank naming the instructions;
+// settings the CPU cannot run are refused before MPI starts.
+func TestCPUBF16Refused(t *testing.T) {
+	args := []string{"train", "-model", "mlp", "-limit", "640", "-test-limit", "100", "-precision", "bf16", "-device", "cpu"}
+	r := hpctrainEnv(t, 2, 2*time.Minute, []string{"DNNL_MAX_CPU_ISA=AVX2"}, args...)
+	lines := errorLines(t, r)
+	if len(lines) != 2 {
+		t.Fatalf("want one error line per rank, got %q\n%s", lines, r.out)
+	}
+	for _, l := range lines {
+		if !strings.Contains(l, "bf16 needs AVX512-BF16 or AMX-BF16") {
+			t.Errorf("error line %q does not name the instructions", l)
+		}
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-precision", "fp16"}, `precision = "fp16" needs device = "cuda"`},
+		{[]string{"-precision", "tf32"}, `precision = "tf32" needs device = "cuda"`},
+		{[]string{"-precision", "bf16", "-cpu-kernels", "blas"}, `needs cpu_kernels = "dnnl"`},
+		{[]string{"-cpu-kernels", "mkl"}, "cpu_kernels"},
+	} {
+		r := hpctrain(t, 0, time.Minute, append([]string{"train", "-device", "cpu"}, c.args...)...)
+		lines := errorLines(t, r)
+		if r.code != 2 || len(lines) != 1 || !strings.Contains(lines[0], c.want) {
+			t.Errorf("%v: exit %d, lines %q, want exit 2 and one line with %q", c.args, r.code, lines, c.want)
+		}
+	}
+}
+
+// TestCPUBF16 trains the CNN with 2 ranks in fp32 and in bf16 on the same
+// data: bf16 follows fp32's losses within bf16's rounding for the first
+// steps (not exactly: it must round), its results do not depend on the
+// number of threads per rank, and the start-up line says what computes.
+func TestCPUBF16(t *testing.T) {
+	if ok, missing := dnnl.HasBF16(); !ok {
+		t.Skipf("this CPU cannot run bf16 (%s): only the refusal is tested (TestCPUBF16Refused)", missing)
+	}
+	dir := t.TempDir()
+	run := func(name string, np int, extra ...string) []float64 {
+		ll := filepath.Join(dir, name)
+		args := append([]string{"train", "-model", "cnn", "-device", "cpu", "-limit", "1280", "-test-limit", "200", "-batch", "32",
+			"-lr", "0.01", "-loss-log", ll, "-v"}, extra...)
+		r := hpctrain(t, np, 3*time.Minute, args...)
+		if r.code != 0 {
+			t.Fatalf("%s: exit %d\n%s", name, r.code, r.out)
+		}
+		if p := "dnnl bf16"; strings.Contains(name, "bf16") && !strings.Contains(r.out, p) {
+			t.Errorf("%s: the start-up lines do not say %q:\n%s", name, p, r.out)
+		}
+		return readLosses(t, ll)
+	}
+	fp32 := run("fp32", 2, "-threads", "1")
+	bf16 := run("bf16", 2, "-threads", "1", "-precision", "bf16")
+	if len(fp32) != 20 || len(bf16) != 20 {
+		t.Fatalf("losses: %d fp32, %d bf16, want 20 each", len(fp32), len(bf16))
+	}
+	var most, differ float64
+	for i := range fp32 {
+		d := math.Abs(bf16[i]-fp32[i]) / fp32[i]
+		most = max(most, d)
+		if bf16[i] != fp32[i] {
+			differ++
+		}
+	}
+	// bf16 keeps 8 significant bits (relative rounding 2^-8 = 0.4%); over
+	// 20 steps of SGD the losses stay within a few percent of fp32's.
+	if most > 0.05 {
+		t.Errorf("bf16 losses differ from fp32's by up to %.1f%%:\nfp32 %v\nbf16 %v", 100*most, fp32, bf16)
+	}
+	if differ == 0 {
+		t.Errorf("bf16 losses equal fp32's at every step: was anything rounded?")
+	}
+	// One rank of batch 64 on 1 and on 2 threads: the same losses.
+	one := run("bf16-1rank-1thread", 0, "-threads", "1", "-precision", "bf16", "-batch", "64")
+	two := run("bf16-1rank-2threads", 0, "-threads", "2", "-precision", "bf16", "-batch", "64")
+	if fmt.Sprint(one) != fmt.Sprint(two) {
+		t.Errorf("bf16 losses depend on the thread count:\n1 thread  %v\n2 threads %v", one, two)
+	}
+}
