@@ -13,6 +13,8 @@ import (
 	"hpctrain/chart"
 	"hpctrain/gpu"
 	"hpctrain/internal/cli"
+	"hpctrain/internal/dnnl"
+	"hpctrain/model"
 	"hpctrain/slurm"
 	"hpctrain/train"
 )
@@ -81,8 +83,25 @@ func topoCmd(args []string, stdout, stderr io.Writer) error {
 	if err := topo.Write(stdout); err != nil {
 		return err
 	}
+	writeCPUKernels(stdout)
 	fmt.Fprintln(stdout)
 	return affinity.WritePlans(stdout, topo, mask, *np, req)
+}
+
+// writeCPUKernels says what the convolutions and linear layers compute
+// with on this CPU: the default kernels, oneDNN's instruction set, and
+// whether -precision bf16 can run.
+func writeCPUKernels(w io.Writer) {
+	k := model.DefaultKernels()
+	if !k.DNNL {
+		fmt.Fprintf(w, "cpu kernels: %s (built without oneDNN); bf16: no\n", k)
+		return
+	}
+	bf := "yes"
+	if ok, missing := dnnl.HasBF16(); !ok {
+		bf = "no: " + missing
+	}
+	fmt.Fprintf(w, "cpu kernels: %s, oneDNN: %s; -precision bf16: %s\n", k, dnnl.ISA(), bf)
 }
 
 const benchUsage = `Usage: hpctrain bench <what> [flags]

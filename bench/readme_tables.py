@@ -88,8 +88,44 @@ def render_compare(docs):
     return out
 
 
+# --- cpu_precision: bench/cpu_precision.sh ----------------------------------
+
+def is_cpu_precision(d):
+    return isinstance(d, dict) and d.get("kind") == "cpu_precision"
+
+
+def render_cpu_precision(docs):
+    out = []
+    for d in docs:
+        by = {(s["model"], s["threads"], s["kernels"]): s for s in d["step_summary"]}
+        out += ["| model | threads | kernels | samples/s (median) | % of same-run SGEMM | vs blas | bf16 / fp32 | per round |",
+                "|---|---|---|---|---|---|---|---|"]
+        for (m, t, k), s in by.items():
+            blas = by.get((m, t, "blas"))
+            f32 = by.get((m, t, "dnnl"))
+            sps = s["samples_per_second_median"]
+            out.append("| %s | %d | %s | %s | %.0f%% | %s | %s | %s |" % (
+                m, t, k, num(sps), 100 * s["fraction_of_sgemm_median"],
+                "%.2f" % (sps / blas["samples_per_second_median"]) if blas else "-",
+                "%.2f" % (sps / f32["samples_per_second_median"]) if f32 and k == "dnnl bf16" else "-",
+                " / ".join(num(x) for x in s["per_round_sps"])))
+        if d.get("accuracy"):
+            out += ["", "| model | precision | epochs | test accuracy after epoch 1 | after the last | samples/s (2 x 1, end to end) |",
+                    "|---|---|---|---|---|---|"]
+            for a in d["accuracy"]:
+                out.append("| %s | %s | %d | %.2f%% | %.2f%% | %s |" % (
+                    a["model"], a["precision"], a["epochs"], 100 * a["accuracy"][0], 100 * a["accuracy"][-1],
+                    num(a["samples_per_second"][-1])))
+        dirty = " (work tree modified)" if d.get("dirty") else ""
+        out += ["", "Commands: %s. Commit %s%s; %s, %d CPUs, %s; statistic: %s." % (
+            "; ".join("`%s`" % c for c in d["commands"]), d.get("commit", "?"), dirty, d.get("cpu", "?"),
+            d.get("cpus", 0), d.get("dnnl_isa", "?"), d.get("statistic", "").rstrip("."))]
+    return out
+
+
 RENDERERS = [  # (name, test of one JSON document, render of a list of them -> lines)
     ("compare", is_compare, render_compare),
+    ("cpu_precision", is_cpu_precision, render_cpu_precision),
 ]
 
 

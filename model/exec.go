@@ -74,7 +74,7 @@ func (x *exec) gemm(tA, tB blas.Transpose, m, n, k int, alpha float32, a []float
 	x.perWorkerKernels()
 	g := &x.gt
 	*g = gemmTask{x: x, tA: tA, tB: tB, m: m, n: n, k: k, alpha: alpha, beta: beta, a: a, b: b, c: c, lda: lda, ldb: ldb, ldc: ldc, byRows: m >= n}
-	if x.kern.DNNL {
+	if x.gemmDNNL() {
 		// oneDNN's blocking, and so its order of summation, depends on
 		// the whole shape: the workers share out blocks of a fixed size,
 		// so that every block is computed alike however many workers

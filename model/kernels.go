@@ -11,9 +11,10 @@ import (
 // Kernels is how a Net's convolutions and linear layers compute on the
 // CPU.
 type Kernels struct {
-	// DNNL selects oneDNN's primitives (convolution and matmul, run on
-	// each worker's own thread); false selects im2col and the installed
-	// BLAS (OpenBLAS), the reference path.
+	// DNNL selects oneDNN's convolutions (and, in bf16, its matmuls for
+	// the linear layers), run on each worker's own thread; false selects
+	// im2col and the installed BLAS (OpenBLAS), the reference path.
+	// Linear layers in fp32 use the BLAS either way (gemmDNNL).
 	DNNL bool
 	// BF16 rounds the operands of convolutions and linear layers to
 	// bfloat16, accumulating in float32 (DNNL only). Parameters,
@@ -106,7 +107,7 @@ func (x *exec) closeKernels() {
 // beta*C with the chosen kernels. oneDNN's matmul takes alpha 1 and beta
 // 0 or 1, which is all the layers use.
 func (x *exec) blockGemm(w int, tA, tB blas.Transpose, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
-	if !x.kern.DNNL {
+	if !x.gemmDNNL() {
 		gemm(tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		return
 	}
@@ -118,6 +119,12 @@ func (x *exec) blockGemm(w int, tA, tB blas.Transpose, m, n, k int, alpha float3
 		panic(fmt.Sprintf("model: %v", err)) // a shape oneDNN refuses: a bug, not bad input
 	}
 }
+
+// gemmDNNL reports whether the linear layers' GEMMs run on oneDNN: in
+// bf16 only. In fp32, OpenBLAS on each worker's block was as fast or
+// faster on the zoo's linear layers (bench step -kernels blas,dnnl, per
+// layer), and oneDNN's per-call cost made the MLP 2.7x slower.
+func (x *exec) gemmDNNL() bool { return x.kern.DNNL && x.kern.BF16 }
 
 // convKey identifies one of a worker's oneDNN convolutions: a layer's
 // shape for a number of samples.

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# CPU kernels and precision, measured side by side in one run: the figures
+# of README's "CPU kernels and bf16" tables, written to
+# out/cpu_precision.json for bench/readme_tables.py.
+#
+#   bench/cpu_precision.sh [ROUNDS]        (default 3)
+#
+# 1. Step rate: for each MODEL (MODELS, default "cnn resnet8") and 1 and 2
+#    threads, ROUNDS rounds of `hpctrain bench step -kernels
+#    blas,dnnl,dnnl-bf16` (the three kernels alternate inside each run, and
+#    each run measures OpenBLAS's SGEMM 2048^3 with as many threads);
+#    samples/s = batch / median step, the median over rounds reported.
+# 2. Accuracy: `hpctrain train` with 2 ranks x 1 thread on all of
+#    Fashion-MNIST for EPOCHS (5) epochs, fp32 and bf16, same seed; the test
+#    accuracy after epoch 1 and after the last, and the end-to-end samples/s
+#    (samples / training-loop seconds). ACCURACY=0 skips it.
+# Needs ./hpctrain (make build) and mpirun.
+set -euo pipefail
+rounds=${1:-3}
+models=${MODELS:-cnn resnet8}
+epochs=${EPOCHS:-5}
+accuracy=${ACCURACY:-1}
+py=/usr/bin/python3
+cd "$(dirname "$0")/.."
+[ -x ./hpctrain ] || { echo "cpu_precision: build ./hpctrain first (make build)" >&2; exit 1; }
+mkdir -p out
+json=${JSON:-out/cpu_precision.json}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+: >"$tmp/steps.jsonl"
+: >"$tmp/acc.jsonl"
+cmds=()
+
+for m in $models; do
+	for t in 1 2; do
+		for r in $(seq "$rounds"); do
+			c="./hpctrain bench step -model $m -threads $t -steps 40 -kernels blas,dnnl,dnnl-bf16"
+			[ "$r" = 1 ] && cmds+=("$c")
+			echo "round $r: $c" >&2
+			$c -json "$tmp/s.json" >/dev/null
+			$py -c 'import json,sys; [print(json.dumps(dict(r, round=int(sys.argv[2])))) for r in json.load(open(sys.argv[1]))]' "$tmp/s.json" "$r" >>"$tmp/steps.jsonl"
+		done
+	done
+done
+
+if [ "$accuracy" = 1 ]; then
+	for m in $models; do
+		for p in fp32 bf16; do
+			c="scripts/mpirun.sh -np 2 ./hpctrain train -model $m -device cpu -threads 1 -precision $p -epochs $epochs -progress 0"
+			cmds+=("$c")
+			echo "$c" >&2
+			rm -f "$tmp/m.jsonl"
+			$c -metrics "$tmp/m.jsonl" >/dev/null
+			$py -c 'import json,sys
+ls=[json.loads(l) for l in open(sys.argv[1]) if not json.loads(l).get("final")]
+print(json.dumps({"model":sys.argv[2],"precision":sys.argv[3],"epochs":len(ls),
+  "accuracy":[l["test_accuracy"] for l in ls],"samples_per_second":[l["samples_per_second"] for l in ls]}))' "$tmp/m.jsonl" "$m" "$p" >>"$tmp/acc.jsonl"
+		done
+	done
+fi
+
+cmdfile=$tmp/cmds
+printf '%s\n' "${cmds[@]}" >"$cmdfile"
+$py - "$tmp/steps.jsonl" "$tmp/acc.jsonl" "$cmdfile" "$json" <<'PY'
+import json, statistics, subprocess, sys
+steps = [json.loads(l) for l in open(sys.argv[1])]
+acc = [json.loads(l) for l in open(sys.argv[2])]
+cmds = open(sys.argv[3]).read().splitlines()
+def sh(c):
+    return subprocess.run(c, shell=True, capture_output=True, text=True).stdout.strip()
+summary = []
+for key in dict.fromkeys((s["model"], s["threads"], s["kernels"]) for s in steps):
+    rs = [s for s in steps if (s["model"], s["threads"], s["kernels"]) == key]
+    summary.append({"model": key[0], "threads": key[1], "kernels": key[2],
+                    "samples_per_second_median": statistics.median(r["samples_per_second"] for r in rs),
+                    "fraction_of_sgemm_median": statistics.median(r["fraction_of_sgemm_rate"] for r in rs),
+                    "sgemm_gflops_median": statistics.median(r["sgemm_2048_gflops_same_run"] for r in rs),
+                    "per_round_sps": [round(r["samples_per_second"]) for r in rs]})
+flags = open("/proc/cpuinfo").read().split()
+doc = {"kind": "cpu_precision",
+       "cpu": sh("lscpu | sed -n 's/^Model name: *//p'"), "cpus": int(sh("nproc") or 0),
+       "flags": {f: f in flags for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16")},
+       "dnnl_isa": sh("./hpctrain topo 2>/dev/null | sed -n 's/^cpu kernels: //p' | head -1"),
+       "commit": sh("git rev-parse --short HEAD"), "dirty": sh("git status --porcelain -uno") != "",
+       "statistic": "step rows: batch / median step over 40 steps, median over rounds; accuracy rows: test accuracy after epochs 1 and last, samples/s = the run's samples / training-loop seconds (its last metrics line)",
+       "commands": cmds, "steps": steps, "step_summary": summary, "accuracy": acc}
+json.dump(doc, open(sys.argv[4], "w"), indent=2)
+print("wrote", sys.argv[4])
+PY
