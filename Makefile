@@ -8,7 +8,7 @@ GO ?= go
 NP ?= 2
 DEMO_ARGS ?= -model cnn -epochs 1 -batch 64 -lr 0.01 -momentum 0.9 -metrics out/demo.jsonl
 
-.PHONY: all setup setup-cuda build demo test vet bench clean
+.PHONY: all setup setup-cuda build demo test vet bench clean readme-tables
 all: build
 
 setup:
@@ -24,6 +24,11 @@ build: setup
 demo: build
 	@mkdir -p out
 	scripts/mpirun.sh -np $(NP) ./hpctrain train $(DEMO_ARGS)
+
+# README's generated tables, from the JSON in docs/figures/ (see README).
+readme-tables:
+	/usr/bin/python3 bench/readme_tables.py --table cpu_precision=docs/figures/cpu_precision.json \
+		--table compare_cnn=docs/figures/compare_cnn.json,docs/figures/compare_cnn_bf16.json
 
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }

@@ -65,10 +65,14 @@
 //   - Dropout's mask is a hash of the seed, the step and the value's global
 //     position (SetStep), so it repeats exactly and R replicas of batch B
 //     drop what one replica of batch R*B drops.
-//   - Matrix products go through gonum's blas32 interface: whatever
-//     implementation blas32.Use installed (pure Go, or OpenBLAS through
-//     hpctrain/internal/openblas) does the arithmetic. The memory-bound
-//     kernels are in hpctrain/internal/kernels, each with a Go twin.
+//   - Convolutions and linear layers compute with the Kernels chosen by
+//     SetKernels: oneDNN's primitives (hpctrain/internal/dnnl, the default
+//     where linked in) in fp32 or with bf16 operands, or im2col and gonum's
+//     blas32 interface, whatever implementation blas32.Use installed (pure
+//     Go, or OpenBLAS through hpctrain/internal/openblas). Either way each
+//     worker computes fixed chunks, so results do not depend on the number
+//     of workers. The memory-bound kernels are in hpctrain/internal/kernels,
+//     each with a Go twin.
 //
 // Non-goals: automatic differentiation, arbitrary graphs (a residual block
 // is the one branch), communication. The package knows nothing of MPI; the
