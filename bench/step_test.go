@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"hpctrain/model"
 )
 
 // bench step times the network built for -input and -classes, keeps its
@@ -22,7 +24,8 @@ func TestStepInputClasses(t *testing.T) {
 		t.Fatal(err)
 	}
 	first, _, _ := strings.Cut(out.String(), "\n")
-	if !strings.HasPrefix(first, "resnet8 batch 4, 1 thread(s), optimizer sgd: ") || !strings.Contains(first, " samples/s, ") || !strings.Contains(first, " ms/step, ") {
+	k := model.DefaultKernels().String()
+	if !strings.HasPrefix(first, "resnet8 batch 4, 1 thread(s), "+k+" kernels, optimizer sgd: ") || !strings.Contains(first, " samples/s, ") || !strings.Contains(first, " ms/step, ") {
 		t.Errorf("first line %q", first)
 	}
 	b, err := os.ReadFile(js)
@@ -33,7 +36,7 @@ func TestStepInputClasses(t *testing.T) {
 	if err := json.Unmarshal(b, &rep); err != nil {
 		t.Fatal(err)
 	}
-	if rep.Input != "12x12x3" || rep.Classes != 7 || rep.Batch != 4 || rep.StepMillis <= 0 {
+	if rep.Input != "12x12x3" || rep.Classes != 7 || rep.Batch != 4 || rep.StepMillis <= 0 || rep.Kernels != k {
 		t.Errorf("report %+v", rep)
 	}
 	if got, want := rep.SamplesPerSecond, 4/(rep.StepMillis/1e3); got < want*0.999 || got > want*1.001 {
