@@ -349,22 +349,37 @@ static dnnl_status_t set(dnnl_memory_t m, const void *p) {
 
 static void clear(dnnl_memory_t m) { dnnl_memory_set_data_handle(m, NULL); }
 
-static dnnl_status_t conv_fwd(hcdnnl_conv *cv, const float *x, const float *w, float *y) {
-	dnnl_memory_t src = cv->x_user;
+// operand makes *m the memory a primitive reads p (n floats) from: p
+// itself through user, or in bf16 its conversion into bf.
+static dnnl_status_t operand(const hcdnnl_conv *cv, dnnl_memory_t user, dnnl_memory_t bf, const float *p, long n, dnnl_memory_t *m) {
 	if (cv->bf16) {
-		hcdnnl_to_bf16(handle(cv->x_bf), x, cv->nx);
-		src = cv->x_bf;
-	} else {
-		RUN(set(cv->x_user, x));
+		hcdnnl_to_bf16(handle(bf), p, n);
+		*m = bf;
+		return dnnl_success;
 	}
+	*m = user;
+	return set(user, p);
+}
+
+// weights makes *m the memory a primitive reads the weights w from: w
+// itself, or reordered by r into packed (the primitive's format) when
+// packed is not NULL.
+static dnnl_status_t weights(hcdnnl_conv *cv, step *r, dnnl_memory_t packed, const float *w, dnnl_memory_t *m) {
 	RUN(set(cv->w_user, w));
-	RUN(set(cv->y, y));
-	dnnl_memory_t wm = cv->w_user;
-	if (cv->w_f) {
-		RUN(reorder_run(&cv->rw_f, cv->st, cv->w_user, cv->w_f));
-		wm = cv->w_f;
+	*m = cv->w_user;
+	if (packed) {
+		RUN(reorder_run(r, cv->st, cv->w_user, packed));
+		*m = packed;
 	}
-	dnnl_exec_arg_t a[4] = {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DST, cv->y}};
+	return dnnl_success;
+}
+
+static dnnl_status_t conv_fwd(hcdnnl_conv *cv, const float *x, const float *w, float *y) {
+	dnnl_memory_t src, wm;
+	RUN(operand(cv, cv->x_user, cv->x_bf, x, cv->nx, &src));
+	RUN(weights(cv, &cv->rw_f, cv->w_f, w, &wm));
+	RUN(set(cv->y, y));
+	dnnl_exec_arg_t a[3] = {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DST, cv->y}};
 	return step_run(&cv->fwd, cv->st, 3, a);
 }
 
@@ -378,22 +393,11 @@ int hcdnnl_conv_fwd(hcdnnl_conv *cv, const float *x, const float *w, float *y) {
 }
 
 static dnnl_status_t conv_bwd_data(hcdnnl_conv *cv, const float *dy, const float *w, float *dx) {
-	dnnl_memory_t ddst = cv->dy_user;
-	if (cv->bf16) {
-		hcdnnl_to_bf16(handle(cv->dy_bf), dy, cv->ny);
-		ddst = cv->dy_bf;
-	} else {
-		RUN(set(cv->dy_user, dy));
-	}
-	RUN(set(cv->w_user, w));
+	dnnl_memory_t ddst, wm;
+	RUN(operand(cv, cv->dy_user, cv->dy_bf, dy, cv->ny, &ddst));
+	RUN(weights(cv, &cv->rw_b, cv->w_b, w, &wm));
 	RUN(set(cv->dx, dx));
-	dnnl_memory_t wm = cv->w_user;
-	if (cv->w_b) {
-		RUN(reorder_run(&cv->rw_b, cv->st, cv->w_user, cv->w_b));
-		wm = cv->w_b;
-	}
-	dnnl_exec_arg_t a[4] = {{DNNL_ARG_DIFF_DST, ddst}, {DNNL_ARG_WEIGHTS, wm},
-		{DNNL_ARG_DIFF_SRC, cv->dx}};
+	dnnl_exec_arg_t a[3] = {{DNNL_ARG_DIFF_DST, ddst}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DIFF_SRC, cv->dx}};
 	return step_run(&cv->bwd_d, cv->st, 3, a);
 }
 
@@ -407,20 +411,12 @@ int hcdnnl_conv_bwd_data(hcdnnl_conv *cv, const float *dy, const float *w, float
 }
 
 static dnnl_status_t conv_bwd_weights(hcdnnl_conv *cv, const float *x, const float *dy, float *dw) {
-	dnnl_memory_t src = cv->x_user, ddst = cv->dy_user;
-	if (cv->bf16) {
-		hcdnnl_to_bf16(handle(cv->x_bf), x, cv->nx);
-		hcdnnl_to_bf16(handle(cv->dy_bf), dy, cv->ny);
-		src = cv->x_bf;
-		ddst = cv->dy_bf;
-	} else {
-		RUN(set(cv->x_user, x));
-		RUN(set(cv->dy_user, dy));
-	}
+	dnnl_memory_t src, ddst;
+	RUN(operand(cv, cv->x_user, cv->x_bf, x, cv->nx, &src));
+	RUN(operand(cv, cv->dy_user, cv->dy_bf, dy, cv->ny, &ddst));
 	RUN(set(cv->dw_user, dw));
 	dnnl_memory_t dwm = cv->dw_p ? cv->dw_p : cv->dw_user;
-	dnnl_exec_arg_t a[4] = {{DNNL_ARG_SRC, src}, {DNNL_ARG_DIFF_DST, ddst},
-		{DNNL_ARG_DIFF_WEIGHTS, dwm}};
+	dnnl_exec_arg_t a[3] = {{DNNL_ARG_SRC, src}, {DNNL_ARG_DIFF_DST, ddst}, {DNNL_ARG_DIFF_WEIGHTS, dwm}};
 	RUN(step_run(&cv->bwd_w, cv->st, 3, a));
 	if (cv->dw_p) RUN(reorder_run(&cv->rdw, cv->st, cv->dw_p, cv->dw_user));
 	return dnnl_success;
