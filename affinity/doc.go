@@ -10,12 +10,18 @@
 //	affinity.CheckDisjoint(comm, p.CPUs)      // collective: same verdict on all ranks
 //	affinity.Apply(p)                         // confine the process, GOMAXPROCS, OMP env
 //	w, _ := affinity.NewWorkers(p.WorkerCPUs) // one pinned thread per core
+//	w.Lead()                                  // the caller becomes worker 0
 //	layer.Forward(w, ...)                     // w satisfies model.Parallel
 //
 // # Pinned versus confined
 //
 // Only the Workers' threads are pinned, each to exactly one CPU: worker i
-// runs on p.WorkerCPUs[i] and nowhere else. Every other thread of the
+// runs on p.WorkerCPUs[i] and nowhere else. After Lead, worker 0 is the
+// thread of the goroutine that calls Run (the training loop's), pinned
+// until Close, so a rank with one compute thread hands nothing off: a
+// hand-off cost 2.5-58 µs on a 2-core VM (BenchmarkWorkersRun), a led
+// Run with trivial work 0.06 µs on one worker and 0.2 µs on two
+// (BenchmarkWorkersRunLed). Every other thread of the
 // process (the main goroutine's, Go's sysmon, GC workers and idle Ms,
 // threads of C libraries such as MPI progress threads or OpenMP teams) is
 // only confined: Apply gives each the whole rank mask p.CPUs, and threads
@@ -40,7 +46,7 @@
 //   - Workers.Run allocates nothing and returns only when every chunk is
 //     done. A worker's thread never returns to the Go runtime's pool: it
 //     exits with the worker, so no other goroutine inherits its one-CPU
-//     mask.
+//     mask; the leading thread gets its mask back at Close.
 //   - CheckDisjoint and Report are collective and give every rank the same
 //     result.
 //

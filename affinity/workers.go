@@ -26,6 +26,10 @@ type Task = interface {
 // woken by the Go scheduler handing a P from thread to thread, which cost
 // about 35µs per Run on two workers; a thread blocked in futex is woken by
 // the kernel directly and keeps its P, so a Run costs a few µs.
+//
+// After Lead, the goroutine that calls Run is worker 0 itself (OpenMP's
+// model, where the master thread takes a share): no hand-off at all for
+// one worker, one fewer for more.
 type Workers struct {
 	cpus  []int  // cpus[i] is worker i's CPU; nil when unpinned
 	slots []slot // one per worker
@@ -34,13 +38,19 @@ type Workers struct {
 	gen      atomic.Uint32 // bumped after each batch of posts; workers futex-wait on it
 	sleepers atomic.Int32  // workers in (or about to enter) futex wait on gen
 	left     atomic.Uint32 // chunks of the current Run not yet done; Run futex-waits on it
+	waiting  atomic.Bool   // the leader is (about to be) asleep on left
 	quit     atomic.Bool
 	closed   bool
+
+	led     bool          // Lead was called: the caller is worker 0
+	oldMask CPUSet        // the leader thread's mask before Lead, restored by Close
+	gone0   chan struct{} // closed when worker 0's goroutine has returned
 }
 
 // slot is one worker's mailbox, on a cache line of its own.
 type slot struct {
 	seq    atomic.Uint32 // bumped by Run for each chunk it posts here
+	stop   atomic.Bool   // the worker returns at its next look (Lead, for worker 0)
 	task   Task          // the chunk, valid once seq has moved
 	lo, hi int
 	_      [64]byte
@@ -80,6 +90,7 @@ func NewUnpinnedWorkers(n int) *Workers {
 
 func (w *Workers) start(n int) error {
 	w.slots = make([]slot, n)
+	w.gone0 = make(chan struct{})
 	errs := make(chan error, n)
 	w.exit.Add(n)
 	for i := range w.slots {
@@ -100,6 +111,9 @@ func (w *Workers) start(n int) error {
 func (w *Workers) loop(i int, errs chan<- error) {
 	runtime.LockOSThread()
 	defer w.exit.Done()
+	if i == 0 {
+		defer close(w.gone0)
+	}
 	if w.cpus != nil {
 		if err := setThread(0, NewCPUSet(w.cpus[i])); err != nil {
 			errs <- fmt.Errorf("pin worker %d to cpu %d: %w", i, w.cpus[i], err)
@@ -122,15 +136,52 @@ func (w *Workers) loop(i int, errs chan<- error) {
 			w.sleepers.Add(-1)
 		}
 		seen = s.seq.Load()
-		if w.quit.Load() {
+		if w.quit.Load() || s.stop.Load() {
 			return
 		}
 		s.task.Run(i, s.lo, s.hi)
 		s.task = nil
-		if w.left.Add(^uint32(0)) == 0 {
+		if w.left.Add(^uint32(0)) == 0 && (!w.led || w.waiting.Load()) {
 			futexWake(&w.left, 1)
 		}
 	}
+}
+
+// Lead makes the calling goroutine worker 0 until Close: it locks the
+// goroutine to its OS thread, pins that thread to worker 0's CPU (for
+// pinned Workers), and ends worker 0's own goroutine. From then on Run
+// must be called from this goroutine only, and so must Close, which
+// gives the thread back its former mask and unlocks it. Run then computes
+// chunk 0 itself and hands off only chunks 1 to W-1: a rank with one
+// compute thread makes no hand-off at all, where each Run otherwise cost
+// a futex wake-up and, on a rank's single core, a switch between the
+// caller's thread and the worker's.
+func (w *Workers) Lead() error {
+	if w.closed {
+		panic("affinity: Lead on closed Workers")
+	}
+	if w.led {
+		return nil
+	}
+	runtime.LockOSThread()
+	if w.cpus != nil {
+		old, err := Allowed() // the calling thread's mask
+		if err == nil {
+			err = setThread(0, NewCPUSet(w.cpus[0]))
+		}
+		if err != nil {
+			runtime.UnlockOSThread()
+			return fmt.Errorf("pin the leading thread to cpu %d: %w", w.cpus[0], err)
+		}
+		w.oldMask = old
+	}
+	s := &w.slots[0]
+	s.stop.Store(true)
+	s.seq.Add(1)
+	w.wakeAll()
+	<-w.gone0
+	w.led = true
+	return nil
 }
 
 // Workers returns the number of workers.
@@ -163,8 +214,15 @@ func (w *Workers) Run(n int, t Task) {
 	if chunks == 0 {
 		return
 	}
+	first := 0
+	if w.led {
+		first = 1
+		if n/nw > 0 { // chunk 0 is not empty: it is the leader's
+			chunks--
+		}
+	}
 	w.left.Store(uint32(chunks))
-	for i := range w.slots {
+	for i := first; i < nw; i++ {
 		lo, hi := n*i/nw, n*(i+1)/nw
 		if lo == hi {
 			continue
@@ -173,7 +231,16 @@ func (w *Workers) Run(n int, t Task) {
 		s.task, s.lo, s.hi = t, lo, hi
 		s.seq.Add(1)
 	}
-	w.wakeAll()
+	if chunks > 0 {
+		w.wakeAll()
+	}
+	if w.led {
+		if hi := n / nw; hi > 0 {
+			t.Run(0, 0, hi)
+		}
+		w.waitLed()
+		return
+	}
 	for {
 		v := w.left.Load()
 		if v == 0 {
@@ -183,19 +250,59 @@ func (w *Workers) Run(n int, t Task) {
 	}
 }
 
+// waitLed is the leader's wait for the other workers' chunks: it polls
+// for up to SpinTime, as the others finish about when it does, and only
+// then sleeps (a wake-up costs tens of µs on a VM). Pinned, it polls on
+// its own core, so it takes nothing from the workers.
+func (w *Workers) waitLed() {
+	if w.left.Load() == 0 {
+		return
+	}
+	if w.cpus == nil { // unpinned: a worker may need this very core
+		w.sleepLed()
+		return
+	}
+	deadline := time.Now().Add(SpinTime)
+	for k := 1; w.left.Load() != 0; k++ {
+		if k%256 == 0 && time.Now().After(deadline) {
+			break
+		}
+	}
+	w.sleepLed()
+}
+
+// sleepLed blocks the leader until left is 0.
+func (w *Workers) sleepLed() {
+	for {
+		w.waiting.Store(true)
+		v := w.left.Load()
+		if v == 0 {
+			w.waiting.Store(false)
+			return
+		}
+		futexWait(&w.left, v)
+		w.waiting.Store(false)
+	}
+}
+
 // SpinTime is how long an idle worker polls its slot before it blocks in
 // futex(2). Polling keeps the worker's CPU awake, so that the next Run is
 // picked up in well under a microsecond; a blocked worker is woken by the
 // kernel, which on a virtual machine whose idle vCPU has halted took about
 // 30µs (see BenchmarkWorkersRun). Polling holds a P, so workers poll only
-// while GOMAXPROCS exceeds the number of workers, leaving a P for the
-// goroutine that calls Run; otherwise that goroutine would wait for a
-// worker to stop polling before it could run again.
+// while GOMAXPROCS leaves a P for the goroutine that calls Run (more Ps
+// than workers; after Lead that goroutine is worker 0 and holds its own);
+// otherwise that goroutine would wait for a worker to stop polling before
+// it could run again.
 var SpinTime = 50 * time.Microsecond
 
 // spin polls s until its seq moves past seen or SpinTime passes.
 func (w *Workers) spin(s *slot, seen uint32) {
-	if SpinTime <= 0 || runtime.GOMAXPROCS(0) <= len(w.slots) {
+	need := len(w.slots) + 1
+	if w.led {
+		need--
+	}
+	if SpinTime <= 0 || runtime.GOMAXPROCS(0) < need {
 		return
 	}
 	deadline := time.Now().Add(SpinTime)
@@ -215,7 +322,7 @@ func (w *Workers) wakeAll() {
 }
 
 // Close stops the workers and waits for them to exit; their threads end
-// with them.
+// with them. After Lead, call it from the leading goroutine.
 func (w *Workers) Close() {
 	if w.closed {
 		return
@@ -227,4 +334,10 @@ func (w *Workers) Close() {
 	}
 	w.wakeAll()
 	w.exit.Wait()
+	if w.led {
+		if w.cpus != nil {
+			setThread(0, w.oldMask) // the mask it had: best effort, as the thread goes on
+		}
+		runtime.UnlockOSThread()
+	}
 }

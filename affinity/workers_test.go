@@ -136,8 +136,8 @@ func TestWorkersRunOnTheirCPUs(t *testing.T) {
 
 // BenchmarkWorkersRun times Run with trivial work: the hand-off latency.
 // Sub-benchmarks: workers pinned to the allowed CPUs or unpinned, and
-// idle workers polling (SpinTime, used only while GOMAXPROCS exceeds the
-// worker count) or blocking at once.
+// idle workers polling (SpinTime, used only while GOMAXPROCS leaves the
+// caller a P) or blocking at once; BenchmarkWorkersRunLed after Lead.
 func BenchmarkWorkersRun(b *testing.B) {
 	cpus := allowedCPUs(b)
 	for _, nw := range []int{1, len(cpus)} {
@@ -164,6 +164,29 @@ func BenchmarkWorkersRun(b *testing.B) {
 				})
 			}
 		}
+	}
+}
+
+// BenchmarkWorkersRunLed is BenchmarkWorkersRun's pinned, polling case
+// after Lead: the caller computes chunk 0.
+func BenchmarkWorkersRunLed(b *testing.B) {
+	cpus := allowedCPUs(b)
+	for _, nw := range []int{1, len(cpus)} {
+		b.Run(fmt.Sprintf("workers=%d", nw), func(b *testing.B) {
+			w, err := NewWorkers(cpus[:nw])
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := w.Lead(); err != nil {
+				b.Fatal(err)
+			}
+			defer w.Close()
+			task := &sumTask{work: make([]int64, nw)}
+			b.ReportAllocs()
+			for b.Loop() {
+				w.Run(64, task)
+			}
+		})
 	}
 }
 

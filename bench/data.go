@@ -147,6 +147,9 @@ func Data(args []string, out io.Writer) error {
 		return err
 	}
 	defer w.Close()
+	if err := w.Lead(); err != nil { // as train: the caller computes worker 0's share
+		return err
+	}
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
 	net.SetParallel(w)
 	opt.SetParallel(w)

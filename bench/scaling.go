@@ -362,6 +362,10 @@ func measureCompute(r ScalingReport, c mpi.Comm, steps int) (prof Profile, layer
 	if w == nil {
 		w = affinity.NewUnpinnedWorkers(r.Threads)
 	}
+	if err = w.Lead(); err != nil { // as train: the caller computes worker 0's share
+		w.Close()
+		return Profile{}, nil, nil, nil, err
+	}
 	procs := runtime.GOMAXPROCS(max(r.Threads, 2))
 	done = func() { w.Close(); runtime.GOMAXPROCS(procs) }
 	defer func() {

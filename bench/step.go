@@ -146,6 +146,9 @@ func StepRateKernels(k model.Kernels, name string, in model.Shape, classes, batc
 		return StepReport{}, err
 	}
 	defer w.Close()
+	if err := w.Lead(); err != nil { // as train: the caller computes worker 0's share
+		return StepReport{}, err
+	}
 	runtime.GOMAXPROCS(max(threads, 1))
 	net.SetParallel(w)
 	if opt != nil {
@@ -189,6 +192,7 @@ func StepRateKernels(k model.Kernels, name string, in model.Shape, classes, batc
 	for i := 0; i < prof; i++ {
 		net.TimeLayers(batch, labels, fwd, bwd)
 	}
+	w.Close() // OpenBLAS's threads get the cores, the caller its mask back
 	sgemm, err := SgemmRate(threads, 3)
 	if err != nil {
 		return StepReport{}, err

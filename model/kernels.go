@@ -11,10 +11,9 @@ import (
 // Kernels is how a Net's convolutions and linear layers compute on the
 // CPU.
 type Kernels struct {
-	// DNNL selects oneDNN's convolutions (and, in bf16, its matmuls for
-	// the linear layers), run on each worker's own thread; false selects
+	// DNNL selects oneDNN's convolutions and its matmuls for the linear
+	// layers, run on each worker's own thread; false selects
 	// im2col and the installed BLAS (OpenBLAS), the reference path.
-	// Linear layers in fp32 use the BLAS either way (gemmDNNL).
 	DNNL bool
 	// BF16 rounds the operands of convolutions and linear layers to
 	// bfloat16, accumulating in float32 (DNNL only). Parameters,
@@ -120,11 +119,9 @@ func (x *exec) blockGemm(w int, tA, tB blas.Transpose, m, n, k int, alpha float3
 	}
 }
 
-// gemmDNNL reports whether the linear layers' GEMMs run on oneDNN: in
-// bf16 only. In fp32, OpenBLAS on each worker's block was as fast or
-// faster on the zoo's linear layers (bench step -kernels blas,dnnl, per
-// layer), and oneDNN's per-call cost made the MLP 2.7x slower.
-func (x *exec) gemmDNNL() bool { return x.kern.DNNL && x.kern.BF16 }
+// gemmDNNL reports whether the linear layers' GEMMs run on oneDNN's
+// matmul (with the oneDNN kernels; else on the installed BLAS).
+func (x *exec) gemmDNNL() bool { return x.kern.DNNL }
 
 // convKey identifies one of a worker's oneDNN convolutions: a layer's
 // shape for a number of samples.

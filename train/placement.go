@@ -83,6 +83,13 @@ func place(cfg Config, c mpi.Comm, log func(string, ...any)) (*placement, error)
 	} else {
 		w = affinity.NewUnpinnedWorkers(plan.Threads)
 	}
+	if err == nil {
+		// The training goroutine computes worker 0's share itself: no
+		// hand-off per parallel loop with one thread, one fewer with more.
+		if err = w.Lead(); err != nil {
+			w.Close()
+		}
+	}
 	if err = agree(c, "starting compute workers", err); err != nil {
 		return nil, err
 	}
