@@ -71,8 +71,8 @@ func applyChild() error {
 	if got, err := Allowed(); err != nil || !got.Equal(p.CPUs) {
 		return fmt.Errorf("Allowed() after Apply = %s, %v; want %s", got, err, p.CPUs)
 	}
-	if runtime.GOMAXPROCS(0) != p.Threads {
-		return fmt.Errorf("GOMAXPROCS %d, want %d", runtime.GOMAXPROCS(0), p.Threads)
+	if runtime.GOMAXPROCS(0) != p.Threads+1 {
+		return fmt.Errorf("GOMAXPROCS %d, want %d", runtime.GOMAXPROCS(0), p.Threads+1)
 	}
 	cpu := fmt.Sprint(p.WorkerCPUs[0])
 	for k, want := range map[string]string{

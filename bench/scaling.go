@@ -366,7 +366,7 @@ func measureCompute(r ScalingReport, c mpi.Comm, steps int) (prof Profile, layer
 		w.Close()
 		return Profile{}, nil, nil, nil, err
 	}
-	procs := runtime.GOMAXPROCS(max(r.Threads, 2))
+	procs := runtime.GOMAXPROCS(affinity.Procs(r.Threads)) // as train sets it
 	done = func() { w.Close(); runtime.GOMAXPROCS(procs) }
 	defer func() {
 		if err != nil {

@@ -149,7 +149,7 @@ func StepRateKernels(k model.Kernels, name string, in model.Shape, classes, batc
 	if err := w.Lead(); err != nil { // as train: the caller computes worker 0's share
 		return StepReport{}, err
 	}
-	runtime.GOMAXPROCS(max(threads, 1))
+	runtime.GOMAXPROCS(affinity.Procs(threads)) // as train sets it
 	net.SetParallel(w)
 	if opt != nil {
 		opt.SetParallel(w)

@@ -55,12 +55,13 @@
 //     a locked thread runs nothing but its goroutine: no loader goroutine
 //     ever runs on it, and nothing changes its one-CPU mask.
 //   - A P each. Go runs at most GOMAXPROCS goroutines at once, and
-//     affinity.Apply sets GOMAXPROCS to the compute threads. A loader
+//     affinity.Apply sets GOMAXPROCS to the compute threads plus a spare
+//     one (affinity.Procs). A loader
 //     goroutine could then take the P of a compute worker that had gone
 //     into a BLAS call or a futex wait, and on return the worker would
 //     wait for a P, up to the scheduler's 10 ms time slice, while its
 //     chunk of the step stalled. With workers the trainer therefore
-//     raises GOMAXPROCS to threads + workers (Procs): a P is left for
+//     raises GOMAXPROCS to threads + 1 + workers (Procs): a P is left for
 //     every compute worker while all loaders run, and loaders and compute
 //     threads share the rank's cores through the kernel's scheduler, which
 //     switches threads far more finely than Go's 10 ms slice.

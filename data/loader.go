@@ -391,7 +391,9 @@ func (l *Loader) normalise(dst []float32, src []byte) {
 // Procs is the GOMAXPROCS for a rank with threads compute workers and
 // workers loader workers: one P (the Go scheduler's right to run Go code)
 // for each, so that a loader goroutine never holds a P that a compute
-// worker, back from BLAS or a futex wait, needs. The cores stay the
-// rank's: see "Loader workers and the trainer's compute threads" in the
-// package documentation.
-func Procs(threads, workers int) int { return threads + workers }
+// worker, back from BLAS or a futex wait, needs, and the spare one that
+// hpctrain/affinity.Procs adds to the compute threads' (it keeps Go's
+// sysmon from taking Ps from long C calls). The cores stay the rank's: see
+// "Loader workers and the trainer's compute threads" in the package
+// documentation.
+func Procs(threads, workers int) int { return threads + 1 + workers }

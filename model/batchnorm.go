@@ -92,7 +92,7 @@ func (l *BatchNorm) bind(s slot) {
 	l.x = s.x
 	// Chunks of about 1024 values per channel: enough work per task, and
 	// few partial sums.
-	l.chunk = max(1, 1024/(l.shape.H*l.shape.W))
+	l.chunk = chunkSize(s.n, 1024/(l.shape.H*l.shape.W))
 	l.part = make([]float64, l.chunks(s.n)*2*c)
 	l.red = make([]float64, 2*c+1)
 	l.mean, l.istd, l.zero = make([]float32, c), make([]float64, c), make([]float32, c)

@@ -149,9 +149,9 @@ func (l *Conv2D) colBlocks() {
 		// with one input channel is slow).
 		l.dnnl = k.DNNL && (k.BF16 || !l.direct)
 		if l.dnnl {
-			l.chunk = max(1, min(l.batch, chunkBudget/(4*(l.in.Size()+l.hwo*l.out.C))))
+			l.chunk = chunkSize(l.batch, chunkBudget/(4*(l.in.Size()+l.hwo*l.out.C)))
 		} else {
-			l.chunk = max(1, min(l.batch, chunkBudget/(4*l.hwo*(l.kkc+l.out.C))))
+			l.chunk = chunkSize(l.batch, chunkBudget/(4*l.hwo*(l.kkc+l.out.C)))
 		}
 		l.part = make([]float32, l.chunks(l.batch)*len(l.grad))
 		l.cols, l.pads, l.dwT, l.outs = nil, nil, nil, nil
