@@ -15,6 +15,7 @@ import (
 	"hpctrain/internal/cli"
 	"hpctrain/internal/dnnl"
 	"hpctrain/model"
+	"hpctrain/mpi"
 	"hpctrain/slurm"
 	"hpctrain/train"
 )
@@ -140,18 +141,26 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 		}
 		return bench.Affinity(rest, self, stdout)
 	case "scaling":
-		return bench.Scaling(rest, connect, stdout)
+		var comm mpi.Comm
+		err := bench.Scaling(rest, func() (mpi.Comm, error) {
+			c, err := connect()
+			if err == nil {
+				comm = c
+				who = fmt.Sprintf("rank %d (%s): ", c.Rank(), c.Host())
+			}
+			return c, err
+		}, stdout)
+		if comm == nil {
+			return err
+		}
+		return closeComm(comm, err, stderr)
 	case "allreduce":
 		comm, err := connect()
 		if err != nil {
 			return err
 		}
 		who = fmt.Sprintf("rank %d (%s): ", comm.Rank(), comm.Host())
-		err = bench.Allreduce(rest, comm, stdout)
-		if cerr := comm.Close(); err == nil {
-			err = cerr
-		}
-		return err
+		return closeComm(comm, bench.Allreduce(rest, comm, stdout), stderr)
 	}
 	return cli.Usage(fmt.Errorf("unknown benchmark %q (gemm, step, allreduce, affinity, optim, data)", what))
 }

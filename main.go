@@ -154,9 +154,17 @@ func trainCmd(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	_, err = train.RunWith(cfg, comm, stdout, stderr)
-	if err != nil && !errors.Is(err, train.ErrPreempted) {
-		// Say it before MPI_Finalize: once one rank has exited non-zero,
-		// mpirun kills the others, and a line not yet written is lost.
+	return closeComm(comm, err, stderr)
+}
+
+// closeComm ends a rank's part in the job after its run returned err. A
+// failed rank says so before MPI_Finalize: once one rank has exited
+// non-zero, mpirun kills the others, and a line not yet written is lost;
+// Open MPI's MPI_Finalize is a fence, so the ranks that failed together
+// (their errors agreed, as every stage of a run is) have all written
+// their lines before any of them exits.
+func closeComm(comm mpi.Comm, err error, stderr io.Writer) error {
+	if err != nil && !errors.Is(err, train.ErrPreempted) && !errors.Is(err, flag.ErrHelp) {
 		fmt.Fprintf(stderr, "hpctrain: %s%v\n", where(), err)
 		err = reported{err}
 	}

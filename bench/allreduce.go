@@ -17,6 +17,7 @@ import (
 	"hpctrain/gpu/cuda"
 	"hpctrain/internal/cli"
 	"hpctrain/mpi"
+	"hpctrain/train"
 )
 
 // AllreduceRow is one size and path of `hpctrain bench allreduce`, in
@@ -304,6 +305,21 @@ func (s sweep) itersFor(size int) int {
 	return min(50, max(2, int(1e6/float64(size+20000))))
 }
 
+// openLocalDevice opens GPU local mod the devices CUDA sees.
+func openLocalDevice(local int) (*cuda.Context, error) {
+	if err := cuda.LoadDriver(); err != nil {
+		return nil, err
+	}
+	devices, err := cuda.DeviceCount()
+	if err != nil {
+		return nil, err
+	}
+	if devices == 0 {
+		return nil, fmt.Errorf("cuda: no CUDA device")
+	}
+	return cuda.OpenDevice(local % devices)
+}
+
 // allreduceNCCL is `hpctrain bench allreduce -collective nccl`: the
 // all-reduce of device buffers on the local rank's GPU (ordinal: local
 // rank mod the devices CUDA sees) with ncclAllReduce on a stream, in place
@@ -314,18 +330,13 @@ func (s sweep) itersFor(size int) int {
 func allreduceNCCL(sw sweep, c mpi.Comm, out io.Writer, js string) (err error) {
 	runtime.LockOSThread() // the context is current on this thread
 	defer runtime.UnlockOSThread()
-	if err := cuda.LoadDriver(); err != nil {
-		return err
-	}
-	devices, err := cuda.DeviceCount()
-	if err != nil {
-		return err
-	}
-	if devices == 0 {
-		return fmt.Errorf("cuda: no CUDA device")
-	}
-	ctx, err := cuda.OpenDevice(c.LocalRank() % devices)
-	if err != nil {
+	// Every rank learns whether any rank failed to open its device, so that
+	// none waits for a failed one in NewNCCL.
+	ctx, err := openLocalDevice(c.LocalRank())
+	if err = train.Agree(c, "opening the GPU", err); err != nil {
+		if ctx != nil {
+			ctx.Close()
+		}
 		return err
 	}
 	defer func() {

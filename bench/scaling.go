@@ -91,7 +91,7 @@ type ScalingRow struct {
 // more ranks, the all-reduce's latency and bandwidth; then predicts the
 // samples/s and efficiency of nodes x ranks-per-node ranks for each link
 // (scaling_model.go). connect opens the job's communicator (a job of one
-// without a launcher).
+// without a launcher); the caller closes it.
 func Scaling(args []string, connect func() (mpi.Comm, error), out io.Writer) (err error) {
 	fs := flag.NewFlagSet("hpctrain bench scaling", flag.ContinueOnError)
 	name := fs.String("model", "cnn", "model: "+fmt.Sprint(model.Names()))
@@ -143,11 +143,6 @@ func Scaling(args []string, connect func() (mpi.Comm, error), out io.Writer) (er
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if cerr := c.Close(); err == nil {
-			err = cerr
-		}
-	}()
 	rank0 := c.Rank() == 0
 	if !rank0 {
 		out = io.Discard
