@@ -26,7 +26,10 @@ import (
 //	dbeta = sum dy, dgamma = sum dy*xhat, xhat = (x - mean)/std
 //	dx = gamma/std * (dy - dbeta/M - xhat*dgamma/M)
 //
-// and recomputes xhat from x rather than keeping it. With SetSyncBN, the
+// and recomputes xhat from x rather than keeping it. A ReLU after it is
+// fused in (see fuse): forward writes max(y, 0), and backward takes dy as
+// zero wherever y was not positive, recomputing y from x, so that the ReLU
+// costs no pass over memory of its own. With SetSyncBN, the
 // sums of forward (x, x^2, M) and of backward (dy, dy*(x-mean)) are
 // reduced over the replicas first, so every replica normalises with the
 // global batch's statistics; dgamma and dbeta stay the replica's own, to be
@@ -39,6 +42,7 @@ type BatchNorm struct {
 	gamma, beta   []float32 // (C), (C)
 	dgamma, dbeta []float32
 	rmean, rvar   []float32 // running statistics (C), (C), in Net.Buffers
+	relu          bool      // the ReLU after it is fused in
 
 	x     *exec
 	chunk int       // samples per chunk of the statistics
@@ -55,6 +59,7 @@ type BatchNorm struct {
 
 	cx, cy, cdy []float32 // the current call's buffers, for the tasks
 	cmu         []float32
+	cmask       bool // mask cdy where the fused ReLU's output was zero
 	sumTask     perWorker
 	normTask    samples
 	bwdTask     samples
@@ -111,9 +116,10 @@ func (l *BatchNorm) initParams(rng *rand.Rand) {
 func (l *BatchNorm) chunks(n int) int { return (n + l.chunk - 1) / l.chunk }
 
 // moments sets red[:C] and red[C:2C] to the per-channel sums of a and of
-// a*(b-mu) over the first n samples (chunk sums added in chunk order).
-func (l *BatchNorm) moments(a, b, mu []float32, n int) {
-	l.cx, l.cdy, l.cmu = b, a, mu
+// a*(b-mu) over the first n samples (chunk sums added in chunk order);
+// with mask, a counts only where the fused ReLU passed its input.
+func (l *BatchNorm) moments(a, b, mu []float32, n int, mask bool) {
+	l.cx, l.cdy, l.cmu, l.cmask = b, a, mu, mask
 	nc := l.chunks(n)
 	l.x.par.Run(nc, l.sumTask)
 	c := l.c
@@ -136,7 +142,11 @@ func (l *BatchNorm) sums(w, lo, hi int) {
 		p := l.part[k*2*c:][:2*c]
 		clear(p)
 		r0, m := s0*hw, ns*hw
-		kernels.ChanMoments(l.cdy[r0*c:][:m*c], l.cx[r0*c:][:m*c], m, c, l.cmu, p[:c], p[c:])
+		if l.cmask {
+			kernels.ChanMomentsReLU(l.cdy[r0*c:][:m*c], l.cx[r0*c:][:m*c], m, c, l.cmu, l.s, l.t, p[:c], p[c:])
+		} else {
+			kernels.ChanMoments(l.cdy[r0*c:][:m*c], l.cx[r0*c:][:m*c], m, c, l.cmu, p[:c], p[c:])
+		}
 	}
 }
 
@@ -146,7 +156,7 @@ func (l *BatchNorm) forward(x, y []float32, n int) {
 	x = x[:n*l.shape.Size()]
 	l.batch = l.x.train
 	if l.batch {
-		l.moments(x, x, l.zero, n)
+		l.moments(x, x, l.zero, n, false)
 		l.red[2*c] = float64(n * l.shape.H * l.shape.W)
 		l.x.reduce(l.red)
 		m := l.red[2*c]
@@ -180,6 +190,10 @@ func (l *BatchNorm) forward(x, y []float32, n int) {
 
 func (l *BatchNorm) norm(lo, hi int) {
 	sz, hw := l.shape.Size(), l.shape.H*l.shape.W
+	if l.relu {
+		kernels.ChanNormReLU(l.cy[lo*sz:hi*sz], l.cx[lo*sz:hi*sz], (hi-lo)*hw, l.c, l.mean, l.s, l.t)
+		return
+	}
 	kernels.ChanNorm(l.cy[lo*sz:hi*sz], l.cx[lo*sz:hi*sz], (hi-lo)*hw, l.c, l.mean, l.s, l.t)
 }
 
@@ -187,7 +201,7 @@ func (l *BatchNorm) norm(lo, hi int) {
 func (l *BatchNorm) backward(x, y, dy, dx []float32, n int) {
 	c := l.c
 	x, dy = x[:n*l.shape.Size()], dy[:n*l.shape.Size()]
-	l.moments(dy, x, l.mean, n) // sum dy, sum dy*(x-mean)
+	l.moments(dy, x, l.mean, n, l.relu) // sum dy, sum dy*(x-mean)
 	for j := 0; j < c; j++ {
 		l.dbeta[j] = float32(l.red[j])
 		l.dgamma[j] = float32(l.red[c+j] * l.istd[j])
@@ -216,5 +230,9 @@ func (l *BatchNorm) backward(x, y, dy, dx []float32, n int) {
 
 func (l *BatchNorm) bwd(lo, hi int) {
 	sz, hw := l.shape.Size(), l.shape.H*l.shape.W
+	if l.relu {
+		kernels.ChanNormBackwardReLU(l.cy[lo*sz:hi*sz], l.cdy[lo*sz:hi*sz], l.cx[lo*sz:hi*sz], (hi-lo)*hw, l.c, l.mean, l.a, l.b, l.k, l.s, l.t)
+		return
+	}
 	kernels.ChanNormBackward(l.cy[lo*sz:hi*sz], l.cdy[lo*sz:hi*sz], l.cx[lo*sz:hi*sz], (hi-lo)*hw, l.c, l.mean, l.a, l.b, l.k)
 }

@@ -6,8 +6,9 @@ import (
 	"hpctrain/internal/kernels"
 )
 
-// ReLU is max(x, 0), element-wise. A ReLU in front of a MaxPool2D is fused
-// into the pool: it then moves no data and its output is its input.
+// ReLU is max(x, 0), element-wise. A ReLU in front of a MaxPool2D, or
+// after a BatchNorm or a Residual block, is fused into that layer (see
+// fuse): it then moves no data and its output is its input.
 type ReLU struct {
 	noParams
 	name             string

@@ -139,7 +139,7 @@ type chain struct {
 // (setInput, setOutGrad); its last layer is never in place.
 func (c *chain) bind(layers []Layer, in Shape, s slot, nested bool) {
 	c.layers = layers
-	fuse(layers)
+	fuse(layers, nested)
 	nl := len(layers)
 	c.acts = make([][]float32, nl+1)
 	c.dacts = make([][]float32, nl+1) // dacts[0] stays nil: the first layer needs no input gradient
@@ -241,7 +241,12 @@ func walk(ls []Layer, f func(Layer)) {
 
 // fuse folds a ReLU into the max-pool after it, and a max-pool (with its
 // ReLU) into the convolution before it (see MaxPool2D): conv, [relu,] pool.
-func fuse(ls []Layer) {
+// A ReLU after a batch norm or a residual block that no pool took is
+// folded into that layer, which then applies it (see BatchNorm, Residual);
+// except a nested chain's last one, whose output gradient its chain shares
+// with the other branch of the block, so that a block cannot mask it in
+// place. A fused ReLU's output is its input, and it does nothing.
+func fuse(ls []Layer, nested bool) {
 	for i, l := range ls {
 		p, ok := l.(*MaxPool2D)
 		if !ok {
@@ -256,7 +261,26 @@ func fuse(ls []Layer) {
 			c.pool, p.inConv = p, true
 		}
 	}
+	if !fuseReLU {
+		return
+	}
+	for i, l := range ls {
+		r, ok := l.(*ReLU)
+		if !ok || r.fused || (nested && i == len(ls)-1) {
+			continue
+		}
+		switch prev := at(ls, i-1).(type) {
+		case *BatchNorm:
+			r.fused, prev.relu = true, true
+		case *Residual:
+			r.fused, prev.relu = true, true
+		}
+	}
 }
+
+// fuseReLU switches the folding of ReLUs into batch norm and residual
+// blocks (tests compare the two).
+var fuseReLU = true
 
 func at(ls []Layer, i int) Layer {
 	if i < 0 {
@@ -266,7 +290,7 @@ func at(ls []Layer, i int) Layer {
 }
 
 // inPlace reports whether a layer's output is its input: a flatten (outside
-// residual blocks), or a ReLU fused into the pool after it.
+// residual blocks), or a fused ReLU.
 func inPlace(l Layer) bool {
 	switch l := l.(type) {
 	case *Flat:

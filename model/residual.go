@@ -12,7 +12,10 @@ import (
 // or a projection, a 1x1 convolution with the stride that gives the body's
 // output shape, followed by batch normalisation ("projection", the paper's
 // option B) or with a bias and no normalisation ("conv"). The ReLU that
-// usually follows the sum is a layer of its own after the block.
+// usually follows the sum is a layer of its own after the block, fused
+// into the block's add (see fuse): forward writes max(sum, 0), and
+// backward zeroes dy where that was not positive, in place, before the
+// branches read it.
 //
 // Its parameters are the body's, layer by layer, then the shortcut's; so
 // are its buffers. Backward runs the shortcut first (its gradients come
@@ -28,10 +31,13 @@ type Residual struct {
 	body, prj chain
 	dxs       []float32 // (N, H, W, C): the projection's input gradient
 	x         *exec
+	relu      bool // the ReLU after the block is fused in
 
 	ca, cb, cc []float32 // the current add's operands and result
 	csz        int       // and its values per sample
+	crelu      bool      // apply max(., 0) to the sum
 	addTask    samples
+	maskTask   samples
 }
 
 // Shortcuts of residual blocks.
@@ -119,7 +125,7 @@ func (r *Residual) bind(s slot) {
 		r.dxs = make([]float32, s.n*r.in.Size())
 	}
 	r.x = s.x
-	r.addTask = r.add
+	r.addTask, r.maskTask = r.add, r.mask
 }
 
 func (r *Residual) initParams(rng *rand.Rand) {
@@ -128,10 +134,21 @@ func (r *Residual) initParams(rng *rand.Rand) {
 	}
 }
 
-// add sets cc = ca + cb for samples [lo, hi).
+// add sets cc = ca + cb (with crelu, max(ca + cb, 0)) for samples [lo, hi).
 func (r *Residual) add(lo, hi int) {
 	sz := r.csz
+	if r.crelu {
+		kernels.AddReLU(r.cc[lo*sz:hi*sz], r.ca[lo*sz:hi*sz], r.cb[lo*sz:hi*sz])
+		return
+	}
 	kernels.Add(r.cc[lo*sz:hi*sz], r.ca[lo*sz:hi*sz], r.cb[lo*sz:hi*sz])
+}
+
+// mask zeroes cb where ca (the fused ReLU's output) is not positive, for
+// samples [lo, hi): the ReLU's backward, in place.
+func (r *Residual) mask(lo, hi int) {
+	sz := r.csz
+	kernels.ReLUBackward(r.ca[lo*sz:hi*sz], r.cb[lo*sz:hi*sz], r.cb[lo*sz:hi*sz])
 }
 
 func (r *Residual) forward(x, y []float32, n int) {
@@ -143,13 +160,19 @@ func (r *Residual) forward(x, y []float32, n int) {
 		r.prj.forward(n)
 		short = r.prj.output()
 	}
-	r.ca, r.cb, r.cc, r.csz = r.body.output(), short, y, r.out.Size()
+	r.ca, r.cb, r.cc, r.csz, r.crelu = r.body.output(), short, y, r.out.Size(), r.relu
 	r.x.par.Run(n, r.addTask)
 }
 
 // backward: dy reaches both branches unchanged; dx is the sum of their
 // input gradients.
 func (r *Residual) backward(x, y, dy, dx []float32, n int) {
+	if r.relu {
+		// dy is the fused ReLU's output gradient, the block's alone (fuse
+		// leaves a ReLU that ends a branch unfused).
+		r.ca, r.cb, r.csz = y, dy, r.out.Size()
+		r.x.par.Run(n, r.maskTask)
+	}
 	dshort := dy
 	if len(r.layers) > r.nbody {
 		dshort = nil
@@ -164,7 +187,7 @@ func (r *Residual) backward(x, y, dy, dx []float32, n int) {
 	r.body.setInput(x, dx)
 	r.body.backward(n, -1, r.x)
 	if dx != nil {
-		r.ca, r.cb, r.cc, r.csz = dx, dshort, dx, r.in.Size()
+		r.ca, r.cb, r.cc, r.csz, r.crelu = dx, dshort, dx, r.in.Size(), false
 		r.x.par.Run(n, r.addTask)
 	}
 }

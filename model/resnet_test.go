@@ -245,3 +245,50 @@ func TestSyncBN(t *testing.T) {
 		}
 	}
 }
+
+// TestFusedReLUSameBits: with the ReLUs after batch norm and residual
+// blocks folded into them, training and evaluation give the bits they
+// give with every ReLU a pass of its own; and the folding happens (all
+// but a nested chain's last ReLU).
+func TestFusedReLUSameBits(t *testing.T) {
+	run := func(fused bool, name string, in Shape) (losses [3]float64, params string, eval []float32, nfused int) {
+		fuseReLU = fused
+		defer func() { fuseReLU = true }()
+		var net *Net
+		var err error
+		if name == "" {
+			net, err = NewNet(in, 4, 5, smallResNet()...)
+		} else {
+			net, err = New(name, in, 10, 4, 5)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		walk(net.Layers, func(l Layer) {
+			if r, ok := l.(*ReLU); ok && r.fused {
+				nfused++
+			}
+		})
+		losses, params = goldenSteps(net)
+		net.SetTraining(false)
+		eval = append([]float32(nil), net.Forward(net.Batch())...)
+		return
+	}
+	for _, c := range []struct {
+		name  string
+		in    Shape
+		fused int // ReLUs folded, of pools and of batch norms and blocks
+	}{{"", Shape{6, 6, 2}, 1 + 6}, {"resnet8", Shape{28, 28, 1}, 0 + 7}, {"resnet20", Shape{32, 32, 3}, 0 + 19}} {
+		l0, p0, e0, n0 := run(false, c.name, c.in)
+		l1, p1, e1, n1 := run(true, c.name, c.in)
+		if n1 != c.fused || n0 >= n1 {
+			t.Errorf("%s: %d ReLUs fused, want %d (%d without folding into batch norm and blocks)", c.name, n1, c.fused, n0)
+		}
+		if l0 != l1 || p0 != p1 {
+			t.Errorf("%s: fused losses %v, params %s; unfused %v, %s", c.name, l1, p1, l0, p0)
+		}
+		if !equal32(e0, e1) {
+			t.Errorf("%s: evaluation logits differ fused and unfused", c.name)
+		}
+	}
+}

@@ -341,3 +341,68 @@ func GoAdd(dst, a, b []float32) {
 		dst[i] = a[i] + b[i]
 	}
 }
+
+// Batch normalisation and the residual add with the ReLU that follows
+// them fused in. Forward applies max(., 0) to the result. Backward passes
+// dy only where batch norm's output was positive, recomputing it from x
+// as GoChanNorm does (same operations, same bits), so that ReLU's
+// backward needs no pass of its own and the ReLU's output gradient is
+// neither read nor written.
+
+// GoChanNormReLU sets y = max((x - mu)*s + t, 0) (see GoChanNorm).
+func GoChanNormReLU(y, x []float32, m, c int, mu, s, t []float32) {
+	for i := 0; i < m; i++ {
+		xr, yr := x[i*c:][:c], y[i*c:][:c]
+		for j, v := range xr {
+			if z := float32((v-mu[j])*s[j]) + t[j]; z < 0 {
+				yr[j] = 0
+			} else {
+				yr[j] = z
+			}
+		}
+	}
+}
+
+// GoChanMomentsReLU is GoChanMoments with a taken as 0 wherever
+// (b - mu)*s + t is not positive: the sums of ReLU's input gradient,
+// given its output gradient a.
+func GoChanMomentsReLU(a, b []float32, m, c int, mu, s, t []float32, sa, sab []float64) {
+	for i := 0; i < m; i++ {
+		ar, br := a[i*c:][:c], b[i*c:][:c]
+		for j := range ar {
+			av := 0.0
+			if float32(float32((br[j]-mu[j])*s[j])+t[j]) > 0 {
+				av = float64(ar[j])
+			}
+			sa[j] += av
+			sab[j] += float64(av * (float64(br[j]) - float64(mu[j])))
+		}
+	}
+}
+
+// GoChanNormBackwardReLU is GoChanNormBackward with dy taken as 0 wherever
+// (x - mu)*s + t is not positive.
+func GoChanNormBackwardReLU(dx, dy, x []float32, m, c int, mu, a, b, k, s, t []float32) {
+	for i := 0; i < m; i++ {
+		xr, dyr, dxr := x[i*c:][:c], dy[i*c:][:c], dx[i*c:][:c]
+		for j, v := range xr {
+			var d float32
+			if float32(float32((v-mu[j])*s[j])+t[j]) > 0 {
+				d = dyr[j]
+			}
+			dxr[j] = float32(a[j]*d) + float32(b[j]*(v-mu[j])) + k[j]
+		}
+	}
+}
+
+// GoAddReLU sets dst = max(a + b, 0) element-wise (dst may be a or b).
+func GoAddReLU(dst, a, b []float32) {
+	a, b = a[:len(dst)], b[:len(dst)]
+	for i := range dst {
+		if v := a[i] + b[i]; v < 0 {
+			dst[i] = 0
+		} else {
+			dst[i] = v
+		}
+	}
+}

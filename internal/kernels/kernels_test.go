@@ -228,6 +228,41 @@ func TestChannelKernels(t *testing.T) {
 		ChanNormBackward(dx, dy, x, m, c, mu, s, tt, k)
 		GoChanNormBackward(dxr, dy, x, m, c, mu, s, tt, k)
 		equal(t, "chan norm backward", dx, dxr)
+		// The fused ReLU: the bits of ReLU after the kernel forward, and of
+		// ReLU's backward before it, in C and in Go.
+		for _, impl := range []struct {
+			name    string
+			norm    func(y, x []float32, m, c int, mu, s, t []float32)
+			moments func(a, b []float32, m, c int, mu, s, t []float32, sa, sab []float64)
+			bwd     func(dx, dy, x []float32, m, c int, mu, a, b, k, s, t []float32)
+			add     func(dst, a, b []float32)
+		}{{"C", ChanNormReLU, ChanMomentsReLU, ChanNormBackwardReLU, AddReLU}, {"Go", GoChanNormReLU, GoChanMomentsReLU, GoChanNormBackwardReLU, GoAddReLU}} {
+			pre, want := make([]float32, m*c), make([]float32, m*c)
+			GoChanNorm(pre, x, m, c, mu, s, tt)
+			GoReLU(pre, want)
+			got := make([]float32, m*c)
+			impl.norm(got, x, m, c, mu, s, tt)
+			equal(t, impl.name+" chan norm relu", got, want)
+			masked := make([]float32, m*c)
+			GoReLUBackward(want, dy, masked)
+			sa, sab := make([]float64, c), make([]float64, c)
+			ra, rab := make([]float64, c), make([]float64, c)
+			impl.moments(dy, x, m, c, mu, s, tt, sa, sab)
+			GoChanMoments(masked, x, m, c, mu, ra, rab)
+			for j := range sa {
+				if sa[j] != ra[j] || sab[j] != rab[j] {
+					t.Fatalf("%s c %d: moments relu[%d] = %v, %v, reference %v, %v", impl.name, c, j, sa[j], sab[j], ra[j], rab[j])
+				}
+			}
+			gotdx, wantdx := make([]float32, m*c), make([]float32, m*c)
+			impl.bwd(gotdx, dy, x, m, c, mu, s, tt, k, s, tt)
+			GoChanNormBackward(wantdx, masked, x, m, c, mu, s, tt, k)
+			equal(t, impl.name+" chan norm backward relu", gotdx, wantdx)
+			GoAdd(want, x, dy)
+			GoReLU(want, want)
+			impl.add(got, x, dy)
+			equal(t, impl.name+" add relu", got, want)
+		}
 		sum, sumr := make([]float32, m*c), make([]float32, m*c)
 		Add(sum, x, dy)
 		GoAdd(sumr, x, dy)

@@ -317,6 +317,66 @@ static void chan_norm_bwd(float *dx, const float *dy, const float *x, long m, lo
 CLONES static void add(float *dst, const float *a, const float *b, long n) {
 	for (long i = 0; i < n; i++) dst[i] = a[i] + b[i];
 }
+
+// The same with the ReLU after them fused in: forward applies it to the
+// result; backward passes dy only where batch norm's output,
+// (x - mu)*s + t recomputed in the forward's order of operations, was
+// positive, so that it gives the bits of ReLU's backward and then batch
+// norm's without the pass over memory between them.
+CLONES __attribute__((optimize("fp-contract=off")))
+static void chan_norm_relu(float *y, const float *x, long m, long c, const float *restrict mu,
+		const float *restrict s, const float *restrict t) {
+	for (long i = 0; i < m; i++) {
+		const float *xr = x + i * c;
+		float *yr = y + i * c;
+		for (long j = 0; j < c; j++) {
+			float v = (xr[j] - mu[j]) * s[j] + t[j];
+			yr[j] = v < 0 ? 0 : v;
+		}
+	}
+}
+
+CLONES __attribute__((optimize("fp-contract=off")))
+static void chan_moments_relu(const float *a, const float *b, long m, long c, const float *restrict mu,
+		const float *restrict s, const float *restrict t, double *restrict sa, double *restrict sab) {
+	for (long i = 0; i < m; i++) {
+		const float *ar = a + i * c, *br = b + i * c;
+		for (long j = 0; j < c; j++) {
+			// ar[j], or +0 where the output was not positive: integer
+			// masking, which vectorises where a select here did not.
+			float v = (br[j] - mu[j]) * s[j] + t[j], d;
+			uint32_t u;
+			memcpy(&u, &ar[j], 4);
+			u &= -(uint32_t)(v > 0);
+			memcpy(&d, &u, 4);
+			double av = d;
+			sa[j] += av;
+			sab[j] += av * ((double)br[j] - (double)mu[j]);
+		}
+	}
+}
+
+CLONES __attribute__((optimize("fp-contract=off")))
+static void chan_norm_bwd_relu(float *dx, const float *dy, const float *x, long m, long c, const float *restrict mu,
+		const float *restrict a, const float *restrict b, const float *restrict k,
+		const float *restrict s, const float *restrict t) {
+	for (long i = 0; i < m; i++) {
+		const float *xr = x + i * c, *dyr = dy + i * c;
+		float *dxr = dx + i * c;
+		for (long j = 0; j < c; j++) {
+			float v = (xr[j] - mu[j]) * s[j] + t[j], d0 = dyr[j];
+			float d = v > 0 ? d0 : 0.0f;
+			dxr[j] = a[j] * d + b[j] * (xr[j] - mu[j]) + k[j];
+		}
+	}
+}
+
+CLONES static void add_relu(float *dst, const float *a, const float *b, long n) {
+	for (long i = 0; i < n; i++) {
+		float v = a[i] + b[i];
+		dst[i] = v < 0 ? 0 : v;
+	}
+}
 */
 import "C"
 
@@ -474,4 +534,42 @@ func Add(dst, a, b []float32) {
 		return
 	}
 	C.add(fp(dst), fp(a), fp(b), C.long(len(dst)))
+}
+
+// ChanNormReLU is GoChanNormReLU in C.
+func ChanNormReLU(y, x []float32, m, c int, mu, s, t []float32) {
+	checkChan(m, c, len(y), len(x), -1, len(mu), len(s), len(t))
+	if m == 0 {
+		return
+	}
+	C.chan_norm_relu(fp(y), fp(x), C.long(m), C.long(c), fp(mu), fp(s), fp(t))
+}
+
+// ChanMomentsReLU is GoChanMomentsReLU in C.
+func ChanMomentsReLU(a, b []float32, m, c int, mu, s, t []float32, sa, sab []float64) {
+	checkChan(m, c, len(a), len(b), -1, len(mu), len(s), len(t), len(sa), len(sab))
+	if m == 0 {
+		return
+	}
+	C.chan_moments_relu(fp(a), fp(b), C.long(m), C.long(c), fp(mu), fp(s), fp(t), (*C.double)(unsafe.Pointer(&sa[0])), (*C.double)(unsafe.Pointer(&sab[0])))
+}
+
+// ChanNormBackwardReLU is GoChanNormBackwardReLU in C.
+func ChanNormBackwardReLU(dx, dy, x []float32, m, c int, mu, a, b, k, s, t []float32) {
+	checkChan(m, c, len(dx), len(dy), len(x), len(mu), len(a), len(b), len(k), len(s), len(t))
+	if m == 0 {
+		return
+	}
+	C.chan_norm_bwd_relu(fp(dx), fp(dy), fp(x), C.long(m), C.long(c), fp(mu), fp(a), fp(b), fp(k), fp(s), fp(t))
+}
+
+// AddReLU is GoAddReLU in C.
+func AddReLU(dst, a, b []float32) {
+	if len(a) < len(dst) || len(b) < len(dst) {
+		panic("kernels: AddReLU operands shorter than dst")
+	}
+	if len(dst) == 0 {
+		return
+	}
+	C.add_relu(fp(dst), fp(a), fp(b), C.long(len(dst)))
 }

@@ -81,3 +81,29 @@ func Add(dst, a, b []float32) {
 	}
 	GoAdd(dst, a, b)
 }
+
+// ChanNormReLU is GoChanNormReLU.
+func ChanNormReLU(y, x []float32, m, c int, mu, s, t []float32) {
+	checkChan(m, c, len(y), len(x), -1, len(mu), len(s), len(t))
+	GoChanNormReLU(y, x, m, c, mu, s, t)
+}
+
+// ChanMomentsReLU is GoChanMomentsReLU.
+func ChanMomentsReLU(a, b []float32, m, c int, mu, s, t []float32, sa, sab []float64) {
+	checkChan(m, c, len(a), len(b), -1, len(mu), len(s), len(t), len(sa), len(sab))
+	GoChanMomentsReLU(a, b, m, c, mu, s, t, sa, sab)
+}
+
+// ChanNormBackwardReLU is GoChanNormBackwardReLU.
+func ChanNormBackwardReLU(dx, dy, x []float32, m, c int, mu, a, b, k, s, t []float32) {
+	checkChan(m, c, len(dx), len(dy), len(x), len(mu), len(a), len(b), len(k), len(s), len(t))
+	GoChanNormBackwardReLU(dx, dy, x, m, c, mu, a, b, k, s, t)
+}
+
+// AddReLU is GoAddReLU.
+func AddReLU(dst, a, b []float32) {
+	if len(a) < len(dst) || len(b) < len(dst) {
+		panic("kernels: AddReLU operands shorter than dst")
+	}
+	GoAddReLU(dst, a, b)
+}
