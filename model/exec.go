@@ -1,6 +1,8 @@
 package model
 
 import (
+	"fmt"
+
 	"gonum.org/v1/gonum/blas"
 
 	"hpctrain/internal/dnnl"
@@ -29,6 +31,10 @@ type exec struct {
 	kern  Kernels
 	gemms []*dnnl.Gemms
 	convs []map[convKey]*dnnl.Conv
+	// toBF16's current buffers and its task.
+	cv16   []uint16
+	cvf    []float32
+	cvTask samples
 }
 
 // ready tells the running Backward's hook that Grads[off:] is final.
@@ -60,6 +66,7 @@ type gemmTask struct {
 	m, n, k     int
 	alpha, beta float32
 	a, b, c     []float32
+	a16, b16    []uint16 // gemm16's operands, in place of a and b
 	lda, ldb    int
 	ldc         int
 	byRows      bool
@@ -72,8 +79,9 @@ type gemmTask struct {
 // (64x512x3136, 512x3136x64, 64x3136x512): wide products in blocks of
 // 512 columns (oneDNN's matmul 95-105 GFLOP/s in fp32, OpenBLAS 70-85),
 // the others in fp32 in blocks of 32 rows (75, as OpenBLAS; 128 columns
-// gave 52), in bf16 in blocks of 128 along the longer side (rows would
-// convert all of B to bf16 once per block).
+// gave 52), in bf16 in blocks of 128 along the longer side (gemm, whose
+// blocks convert their own operands: rows would convert all of B once per
+// block; the linear layers convert once and use gemm16).
 const (
 	gemmColBlock = 512
 	gemmRowBlock = 32
@@ -137,23 +145,68 @@ func (g *gemmTask) Run(w, lo, hi int) {
 
 // run computes rows (or columns) [lo, hi) of C.
 func (g *gemmTask) run(w, lo, hi int) {
+	m, n, ao, bo, co := g.m, hi-lo, 0, 0, lo
 	if g.byRows {
-		var a []float32
+		m, n, co = hi-lo, g.n, lo*g.ldc
 		if g.tA == blas.NoTrans {
-			a = g.a[lo*g.lda:] // A is (M, K): its rows lo.. start at lo*lda
+			ao = lo * g.lda // A is (M, K): its rows lo.. start at lo*lda
 		} else {
-			a = g.a[lo:] // A is stored (K, M): columns lo..
+			ao = lo // A is stored (K, M): columns lo..
 		}
-		g.x.blockGemm(w, g.tA, g.tB, hi-lo, g.n, g.k, g.alpha, a, g.lda, g.b, g.ldb, g.beta, g.c[lo*g.ldc:], g.ldc)
+	} else if g.tB == blas.NoTrans {
+		bo = lo // B is (K, N): columns lo..
+	} else {
+		bo = lo * g.ldb // B is stored (N, K): rows lo..
+	}
+	if g.a16 != nil {
+		err := g.x.gemms[w].RunBF16(g.tA != blas.NoTrans, g.tB != blas.NoTrans, m, n, g.k, g.a16[ao:], g.lda, g.b16[bo:], g.ldb, g.beta == 1, g.c[co:], g.ldc)
+		if err != nil {
+			panic(fmt.Sprintf("model: %v", err)) // a shape oneDNN refuses: a bug, not bad input
+		}
 		return
 	}
-	var b []float32
-	if g.tB == blas.NoTrans {
-		b = g.b[lo:] // B is (K, N): columns lo..
-	} else {
-		b = g.b[lo*g.ldb:] // B is stored (N, K): rows lo..
+	g.x.blockGemm(w, g.tA, g.tB, m, n, g.k, g.alpha, g.a[ao:], g.lda, g.b[bo:], g.ldb, g.beta, g.c[co:], g.ldc)
+}
+
+// gemm16 is gemm (alpha 1, beta 0 or 1) on oneDNN's bf16 kernels with
+// operands already converted (see toBF16), in gemm's blocks: for a layer
+// that converts an operand once and uses it in several products.
+func (x *exec) gemm16(tA, tB blas.Transpose, m, n, k int, a []uint16, lda int, b []uint16, ldb int, beta float32, c []float32, ldc int) {
+	if !x.gemmBF16() || (beta != 0 && beta != 1) {
+		panic("model: gemm16 without oneDNN bf16 kernels, or beta not 0 or 1")
 	}
-	g.x.blockGemm(w, g.tA, g.tB, g.m, hi-lo, g.k, g.alpha, g.a, g.lda, b, g.ldb, g.beta, g.c[lo:], g.ldc)
+	x.perWorkerKernels()
+	g := &x.gt
+	*g = gemmTask{x: x, tA: tA, tB: tB, m: m, n: n, k: k, alpha: 1, beta: beta, a16: a, b16: b, c: c, lda: lda, ldb: ldb, ldc: ldc}
+	g.byRows, g.block = dnnlBlocks(m, n, true)
+	size := n
+	if g.byRows {
+		size = m
+	}
+	x.par.Run((size+g.block-1)/g.block, g)
+	*g = gemmTask{}
+}
+
+// gemmBF16 reports whether the linear layers' GEMMs run on oneDNN's bf16
+// matmul (gemm16 may be used).
+func (x *exec) gemmBF16() bool { return x.kern.DNNL && x.kern.BF16 }
+
+// toBF16 converts src to bfloat16 in dst on the workers.
+func (x *exec) toBF16(dst []uint16, src []float32) {
+	if x.cvTask == nil {
+		x.cvTask = x.convert // once
+	}
+	x.cv16, x.cvf = dst, src
+	x.par.Run((len(src)+cvBlock-1)/cvBlock, x.cvTask)
+	x.cv16, x.cvf = nil, nil
+}
+
+// cvBlock is toBF16's values per task item.
+const cvBlock = 1 << 14
+
+func (x *exec) convert(lo, hi int) {
+	n := len(x.cvf)
+	dnnl.ToBF16(x.cv16[lo*cvBlock:min(hi*cvBlock, n)], x.cvf[lo*cvBlock:min(hi*cvBlock, n)])
 }
 
 // samples is a Task over the samples of a batch, calling fn(lo, hi); layers

@@ -8,7 +8,10 @@ import (
 )
 
 // Linear is a fully connected layer: y = x W^T + b (or x W^T without
-// bias).
+// bias). On oneDNN's bf16 kernels, forward converts x and W to bfloat16
+// once, and backward uses those conversions (and dy's, made once) in both
+// of its products, instead of each block of each product converting its
+// operands.
 type Linear struct {
 	name   string
 	in, o  int
@@ -16,6 +19,9 @@ type Linear struct {
 	w, b   []float32 // (O, I), (O) or empty
 	dw, db []float32
 	x      *exec
+	batch  int
+	xh, wh []uint16 // bf16 x (N, I) and W (O, I) of the last forward
+	dyh    []uint16 // bf16 dy (N, O)
 }
 
 // FullyConnected returns the Spec of a linear layer with o outputs and a
@@ -60,6 +66,7 @@ func (l *Linear) bind(s slot) {
 	nw := l.o * l.in
 	l.w, l.b = s.p[:nw], s.p[nw:nw+l.nb()]
 	l.dw, l.db = s.g[:nw], s.g[nw:nw+l.nb()]
+	l.batch = s.n
 }
 
 func (l *Linear) initParams(rng *rand.Rand) {
@@ -76,15 +83,33 @@ func (l *Linear) forward(x, y []float32, n int) {
 		}
 		beta = 1
 	}
+	if l.x.gemmBF16() {
+		if l.wh == nil { // once: the kernels are chosen after bind
+			l.xh, l.wh, l.dyh = make([]uint16, l.batch*l.in), make([]uint16, len(l.w)), make([]uint16, l.batch*l.o)
+		}
+		l.x.toBF16(l.xh[:n*l.in], x[:n*l.in])
+		l.x.toBF16(l.wh, l.w)
+		l.x.gemm16(noT, tr, n, l.o, l.in, l.xh, l.in, l.wh, l.in, beta, y, l.o)
+		return
+	}
 	l.x.gemm(noT, tr, n, l.o, l.in, 1, x, l.in, l.w, l.in, beta, y, l.o)
 }
 
 // backward: dW = dy^T x, db = column sums of dy, dx = dy W.
 func (l *Linear) backward(x, y, dy, dx []float32, n int) {
-	l.x.gemm(tr, noT, l.o, l.in, n, 1, dy, l.o, x, l.in, 0, l.dw, l.in)
 	if l.bias {
 		kernels.ColSums(l.db, dy, n, l.o, l.o)
 	}
+	if l.x.gemmBF16() {
+		// x and W as the forward converted them.
+		l.x.toBF16(l.dyh[:n*l.o], dy[:n*l.o])
+		l.x.gemm16(tr, noT, l.o, l.in, n, l.dyh, l.o, l.xh, l.in, 0, l.dw, l.in)
+		if dx != nil {
+			l.x.gemm16(noT, noT, n, l.in, l.o, l.dyh, l.o, l.wh, l.in, 0, dx, l.in)
+		}
+		return
+	}
+	l.x.gemm(tr, noT, l.o, l.in, n, 1, dy, l.o, x, l.in, 0, l.dw, l.in)
 	if dx != nil {
 		l.x.gemm(noT, noT, n, l.in, l.o, 1, dy, l.o, l.w, l.in, 0, dx, l.in)
 	}

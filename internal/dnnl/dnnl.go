@@ -208,7 +208,7 @@ type Gemm struct {
 
 // NewGemm builds the matmul primitive of one shape.
 func NewGemm(tA, tB bool, m, n, k, lda, ldb, ldc int, accumulate bool, t Type) (*Gemm, error) {
-	key := gemmKey{tA, tB, m, n, k, lda, ldb, ldc, accumulate}
+	key := gemmKey{tA, tB, m, n, k, lda, ldb, ldc, accumulate, false}
 	what := fmt.Sprintf("matmul tA %v tB %v m %d n %d k %d lda %d ldb %d ldc %d accumulate %v %v",
 		tA, tB, m, n, k, lda, ldb, ldc, accumulate, t)
 	ac, bc := k, n
@@ -224,13 +224,24 @@ func NewGemm(tA, tB bool, m, n, k, lda, ldb, ldc int, accumulate bool, t Type) (
 	if t != F32 && t != BF16 {
 		return nil, fmt.Errorf("dnnl: %s: unknown type", what)
 	}
+	return newGemm(key, t, what)
+}
+
+func newGemm(key gemmKey, t Type, what string) (*Gemm, error) {
 	g := &Gemm{key: key, t: t}
-	if m == 0 || n == 0 || k == 0 {
+	if key.m == 0 || key.n == 0 || key.k == 0 {
 		return g, nil // nothing for oneDNN to do: Run clears or keeps C
 	}
+	mode := 0 // f32
+	switch {
+	case key.in16:
+		mode = 2 // bf16 operands given
+	case t == BF16:
+		mode = 1 // f32 operands converted
+	}
 	var stage *C.char
-	st := C.hcdnnl_gemm_new(&g.p, cbool(tA), cbool(tB), C.long(m), C.long(n), C.long(k),
-		C.long(lda), C.long(ldb), C.long(ldc), cbool(accumulate), cbool(t == BF16), &stage)
+	st := C.hcdnnl_gemm_new(&g.p, cbool(key.tA), cbool(key.tB), C.long(key.m), C.long(key.n), C.long(key.k),
+		C.long(key.lda), C.long(key.ldb), C.long(key.ldc), cbool(key.acc), C.int(mode), &stage)
 	if st != 0 {
 		return nil, statusError(what, stage, st)
 	}
@@ -251,6 +262,25 @@ func (g *Gemm) Run(a, b, c []float32) {
 		return
 	}
 	if st := C.hcdnnl_gemm_run(g.p, f32p(a), f32p(b), f32p(c)); st != 0 && g.err == nil {
+		g.err = statusError("matmul", nil, st)
+	}
+}
+
+// runBF16 is Run with bfloat16 operands (a Gemm of RunBF16's key).
+func (g *Gemm) runBF16(a, b []uint16, c []float32) {
+	k := g.key
+	checkGemm16(k.tA, k.tB, k.m, k.n, k.k, a, k.lda, b, k.ldb, c, k.ldc)
+	if g.p == nil {
+		if k.m > 0 && k.n > 0 && k.k == 0 && !k.acc {
+			for i := 0; i < k.m; i++ {
+				clear(c[i*k.ldc : i*k.ldc+k.n])
+			}
+		}
+		return
+	}
+	st := C.hcdnnl_gemm_run_bf16(g.p, (*C.uint16_t)(unsafe.Pointer(unsafe.SliceData(a))),
+		(*C.uint16_t)(unsafe.Pointer(unsafe.SliceData(b))), f32p(c))
+	if st != 0 && g.err == nil {
 		g.err = statusError("matmul", nil, st)
 	}
 }
@@ -292,7 +322,7 @@ func NewGemms(t Type) *Gemms {
 // Gemm of this shape. The error is the shape's construction failure (kept,
 // not retried) or a failed execution.
 func (c *Gemms) Run(tA, tB bool, m, n, k int, a []float32, lda int, b []float32, ldb int, accumulate bool, cc []float32, ldc int) error {
-	key := gemmKey{tA, tB, m, n, k, lda, ldb, ldc, accumulate}
+	key := gemmKey{tA, tB, m, n, k, lda, ldb, ldc, accumulate, false}
 	g := c.m[key]
 	if g == nil {
 		if err := c.failed[key]; err != nil {
@@ -313,6 +343,41 @@ func (c *Gemms) Run(tA, tB bool, m, n, k int, a []float32, lda int, b []float32,
 	}
 	return nil
 }
+
+// RunBF16 is Run with operands already in bfloat16 (see ToBF16), for a
+// caller that converts an operand once and uses it in many products: the
+// cache's Type must be BF16. Each product accumulates in float32 as Run's
+// do, and the results are those of Run on the float32 operands.
+func (c *Gemms) RunBF16(tA, tB bool, m, n, k int, a []uint16, lda int, b []uint16, ldb int, accumulate bool, cc []float32, ldc int) error {
+	if c.t != BF16 {
+		return fmt.Errorf("dnnl: RunBF16 on a cache of %v", c.t)
+	}
+	key := gemmKey{tA, tB, m, n, k, lda, ldb, ldc, accumulate, true}
+	g := c.m[key]
+	if g == nil {
+		if err := c.failed[key]; err != nil {
+			return err
+		}
+		var err error
+		what := fmt.Sprintf("matmul tA %v tB %v m %d n %d k %d lda %d ldb %d ldc %d accumulate %v bf16 operands", tA, tB, m, n, k, lda, ldb, ldc, accumulate)
+		if g, err = newGemm(key, BF16, what); err != nil {
+			c.failed[key] = err
+			return err
+		}
+		c.m[key] = g
+	}
+	g.runBF16(a, b, cc)
+	if g.err != nil {
+		err := g.err
+		g.err = nil
+		return err
+	}
+	return nil
+}
+
+// ToBF16 converts src to bfloat16 bits in dst (round to nearest even), as
+// the BF16 primitives convert their float32 operands.
+func ToBF16(dst []uint16, src []float32) { toBF16(dst, src, vectorBF16()) }
 
 // Close frees every cached Gemm; it is idempotent.
 func (c *Gemms) Close() {

@@ -773,3 +773,30 @@ func BenchmarkToBF16(b *testing.B) {
 		})
 	}
 }
+
+// TestGemmsRunBF16: products of operands converted once (ToBF16) with
+// their float32 leading dimensions are those of Run converting them, to
+// the bf16 tolerance against the float64 product of the rounded operands.
+func TestGemmsRunBF16(t *testing.T) {
+	bf16OK(t)
+	rng := rand.New(rand.NewPCG(11, 12))
+	gs := NewGemms(BF16)
+	defer gs.Close()
+	for _, g := range gemmCases() {
+		name := fmt.Sprintf("RunBF16 %+v", g)
+		lda, ldb, ldc, la, lb, lc := g.dims()
+		a, b, c := rnd(rng, la), rnd(rng, lb), rnd(rng, lc)
+		before := append([]float32(nil), c...)
+		a16, b16 := make([]uint16, la), make([]uint16, lb)
+		ToBF16(a16, a)
+		ToBF16(b16, b)
+		if err := gs.RunBF16(g.tA, g.tB, g.m, g.n, g.k, a16, lda, b16, ldb, g.acc, c, ldc); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		want := refGemm(g.tA, g.tB, g.m, g.n, g.k, rounded(a), lda, rounded(b), ldb, before, ldc, g.acc)
+		gemmResult(t, name, c, before, ldc, g.m, g.n, want, 1e-4)
+	}
+	if err := NewGemms(F32).RunBF16(false, false, 1, 1, 1, []uint16{0}, 1, []uint16{0}, 1, false, []float32{0}, 1); err == nil {
+		t.Error("RunBF16 on an F32 cache accepted")
+	}
+}

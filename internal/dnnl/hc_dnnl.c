@@ -452,10 +452,10 @@ const char *hcdnnl_conv_impl(hcdnnl_conv *cv, int which) {
 struct hcdnnl_gemm {
 	dnnl_engine_t eng;
 	dnnl_stream_t st;
-	int bf16, ta, tb;
+	int bf16, ta, tb; // bf16: 1 converts f32 operands, 2 takes bf16 ones
 	long m, n, k, lda, ldb, ldc;
 	step mm;
-	dnnl_memory_t a, b, c; // f32: the caller's; bf16: a and b own dense buffers
+	dnnl_memory_t a, b, c; // the caller's; bf16 1: a and b own dense buffers
 	void *spbuf;
 };
 
@@ -489,10 +489,13 @@ static int gemm_new(hcdnnl_gemm *g, int acc, const char **stage) {
 	TRY("engine", dnnl_engine_create(&g->eng, dnnl_cpu, 0));
 	TRY("stream", dnnl_stream_create(&g->st, g->eng, dnnl_stream_default_flags));
 	dnnl_memory_desc_t a, b, c;
-	if (g->bf16) {
+	if (g->bf16 == 1) {
 		// Dense bf16 copies: leading dimension = stored width.
 		TRY("memory desc", operand_md(&a, g->m, g->k, g->ta, g->ta ? g->m : g->k, dnnl_bf16));
 		TRY("memory desc", operand_md(&b, g->k, g->n, g->tb, g->tb ? g->k : g->n, dnnl_bf16));
+	} else if (g->bf16 == 2) {
+		TRY("memory desc", operand_md(&a, g->m, g->k, g->ta, g->lda, dnnl_bf16));
+		TRY("memory desc", operand_md(&b, g->k, g->n, g->tb, g->ldb, dnnl_bf16));
 	} else {
 		TRY("memory desc", operand_md(&a, g->m, g->k, g->ta, g->lda, dnnl_f32));
 		TRY("memory desc", operand_md(&b, g->k, g->n, g->tb, g->ldb, dnnl_f32));
@@ -514,7 +517,7 @@ static int gemm_new(hcdnnl_gemm *g, int acc, const char **stage) {
 	dnnl_primitive_attr_destroy(attr);
 	TRY("matmul", st);
 	TRY("matmul", step_make(&g->mm, g->eng));
-	void *init = g->bf16 ? DNNL_MEMORY_ALLOCATE : DNNL_MEMORY_NONE;
+	void *init = g->bf16 == 1 ? DNNL_MEMORY_ALLOCATE : DNNL_MEMORY_NONE;
 	TRY("memory", dnnl_memory_create(&g->a, &a, g->eng, init));
 	TRY("memory", dnnl_memory_create(&g->b, &b, g->eng, init));
 	TRY("memory", dnnl_memory_create(&g->c, &c, g->eng, DNNL_MEMORY_NONE));
@@ -585,6 +588,23 @@ int hcdnnl_gemm_run(hcdnnl_gemm *g, const float *a, const float *b, float *c) {
 		clear(g->a);
 		clear(g->b);
 	}
+	clear(g->c);
+	return st;
+}
+
+static dnnl_status_t gemm_run_bf16(hcdnnl_gemm *g, const uint16_t *a, const uint16_t *b, float *c) {
+	RUN(set(g->a, a));
+	RUN(set(g->b, b));
+	RUN(set(g->c, c));
+	dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, g->a}, {DNNL_ARG_WEIGHTS, g->b}, {DNNL_ARG_DST, g->c}};
+	return step_run(&g->mm, g->st, 3, args);
+}
+
+int hcdnnl_gemm_run_bf16(hcdnnl_gemm *g, const uint16_t *a, const uint16_t *b, float *c) {
+	one_thread();
+	dnnl_status_t st = gemm_run_bf16(g, a, b, c);
+	clear(g->a);
+	clear(g->b);
 	clear(g->c);
 	return st;
 }

@@ -24,6 +24,7 @@ void hcdnnl_conv_free(hcdnnl_conv *cv);
 int hcdnnl_gemm_new(hcdnnl_gemm **out, int ta, int tb, long m, long n, long k, long lda,
 		long ldb, long ldc, int acc, int bf16, const char **stage);
 int hcdnnl_gemm_run(hcdnnl_gemm *g, const float *a, const float *b, float *c);
+int hcdnnl_gemm_run_bf16(hcdnnl_gemm *g, const uint16_t *a, const uint16_t *b, float *c);
 const char *hcdnnl_gemm_impl(hcdnnl_gemm *g);
 void hcdnnl_gemm_free(hcdnnl_gemm *g);
 

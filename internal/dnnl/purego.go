@@ -54,6 +54,14 @@ func (c *Gemms) Run(tA, tB bool, m, n, k int, a []float32, lda int, b []float32,
 }
 func (c *Gemms) Close() {}
 
+// RunBF16 returns an error without cgo.
+func (c *Gemms) RunBF16(tA, tB bool, m, n, k int, a []uint16, lda int, b []uint16, ldb int, accumulate bool, cc []float32, ldc int) error {
+	return errNoCgo
+}
+
+// ToBF16 panics without cgo (nothing converts for a kernel that is absent).
+func ToBF16(dst []uint16, src []float32) { panic(errNoCgo) }
+
 // Sgemm returns an error without cgo.
 func Sgemm(tA, tB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) error {
 	return errNoCgo
