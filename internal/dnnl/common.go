@@ -108,28 +108,10 @@ type gemmKey struct {
 	in16          bool // the operands come as bfloat16 (Gemms.RunBF16)
 }
 
-// checkGemm16 is checkGemm for bfloat16 operands.
-func checkGemm16(tA, tB bool, m, n, k int, a []uint16, lda int, b []uint16, ldb int, c []float32, ldc int) {
-	ar, ac := m, k
-	if tA {
-		ar, ac = k, m
-	}
-	br, bc := k, n
-	if tB {
-		br, bc = n, k
-	}
-	if m < 0 || n < 0 || k < 0 || lda < max(1, ac) || ldb < max(1, bc) || ldc < max(1, n) ||
-		(m > 0 && n > 0 && k > 0 && (len(a) < lda*(ar-1)+ac || len(b) < ldb*(br-1)+bc)) ||
-		(m > 0 && n > 0 && len(c) < ldc*(m-1)+n) {
-		panic(fmt.Sprintf("dnnl: bad bf16 gemm arguments (tA %v tB %v m %d n %d k %d lda %d ldb %d ldc %d, len a %d b %d c %d)",
-			tA, tB, m, n, k, lda, ldb, ldc, len(a), len(b), len(c)))
-	}
-}
-
 // checkGemm panics if the slices are too short for the dimensions (misuse
 // on the Go side: a C library must never read or write outside Go's
 // slices).
-func checkGemm(tA, tB bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
+func checkGemm[T float32 | uint16](tA, tB bool, m, n, k int, a []T, lda int, b []T, ldb int, c []float32, ldc int) {
 	ar, ac := m, k
 	if tA {
 		ar, ac = k, m

@@ -208,26 +208,31 @@ type Gemm struct {
 
 // NewGemm builds the matmul primitive of one shape.
 func NewGemm(tA, tB bool, m, n, k, lda, ldb, ldc int, accumulate bool, t Type) (*Gemm, error) {
-	key := gemmKey{tA, tB, m, n, k, lda, ldb, ldc, accumulate, false}
-	what := fmt.Sprintf("matmul tA %v tB %v m %d n %d k %d lda %d ldb %d ldc %d accumulate %v %v",
-		tA, tB, m, n, k, lda, ldb, ldc, accumulate, t)
-	ac, bc := k, n
-	if tA {
-		ac = m
-	}
-	if tB {
-		bc = k
-	}
-	if m < 0 || n < 0 || k < 0 || lda < max(1, ac) || ldb < max(1, bc) || ldc < max(1, n) {
-		return nil, fmt.Errorf("dnnl: %s: bad dimensions", what)
-	}
-	if t != F32 && t != BF16 {
-		return nil, fmt.Errorf("dnnl: %s: unknown type", what)
-	}
-	return newGemm(key, t, what)
+	return newGemm(gemmKey{tA, tB, m, n, k, lda, ldb, ldc, accumulate, false}, t)
 }
 
-func newGemm(key gemmKey, t Type, what string) (*Gemm, error) {
+// newGemm builds the Gemm of key: operands in float32, or in bfloat16
+// when key.in16 (then t is BF16).
+func newGemm(key gemmKey, t Type) (*Gemm, error) {
+	m, n, k := key.m, key.n, key.k
+	what := fmt.Sprintf("matmul tA %v tB %v m %d n %d k %d lda %d ldb %d ldc %d accumulate %v %v",
+		key.tA, key.tB, m, n, k, key.lda, key.ldb, key.ldc, key.acc, t)
+	if key.in16 {
+		what += " (bf16 operands)"
+	}
+	ac, bc := k, n
+	if key.tA {
+		ac = m
+	}
+	if key.tB {
+		bc = k
+	}
+	if m < 0 || n < 0 || k < 0 || key.lda < max(1, ac) || key.ldb < max(1, bc) || key.ldc < max(1, n) {
+		return nil, fmt.Errorf("dnnl: %s: bad dimensions", what)
+	}
+	if t != F32 && t != BF16 || key.in16 && t != BF16 {
+		return nil, fmt.Errorf("dnnl: %s: unknown type", what)
+	}
 	g := &Gemm{key: key, t: t}
 	if key.m == 0 || key.n == 0 || key.k == 0 {
 		return g, nil // nothing for oneDNN to do: Run clears or keeps C
@@ -269,7 +274,7 @@ func (g *Gemm) Run(a, b, c []float32) {
 // runBF16 is Run with bfloat16 operands (a Gemm of RunBF16's key).
 func (g *Gemm) runBF16(a, b []uint16, c []float32) {
 	k := g.key
-	checkGemm16(k.tA, k.tB, k.m, k.n, k.k, a, k.lda, b, k.ldb, c, k.ldc)
+	checkGemm(k.tA, k.tB, k.m, k.n, k.k, a, k.lda, b, k.ldb, c, k.ldc)
 	if g.p == nil {
 		if k.m > 0 && k.n > 0 && k.k == 0 && !k.acc {
 			for i := 0; i < k.m; i++ {
@@ -322,26 +327,37 @@ func NewGemms(t Type) *Gemms {
 // Gemm of this shape. The error is the shape's construction failure (kept,
 // not retried) or a failed execution.
 func (c *Gemms) Run(tA, tB bool, m, n, k int, a []float32, lda int, b []float32, ldb int, accumulate bool, cc []float32, ldc int) error {
-	key := gemmKey{tA, tB, m, n, k, lda, ldb, ldc, accumulate, false}
-	g := c.m[key]
-	if g == nil {
-		if err := c.failed[key]; err != nil {
-			return err
-		}
-		var err error
-		if g, err = NewGemm(tA, tB, m, n, k, lda, ldb, ldc, accumulate, c.t); err != nil {
-			c.failed[key] = err
-			return err
-		}
-		c.m[key] = g
-	}
-	g.Run(a, b, cc)
-	if g.err != nil {
-		err := g.err
-		g.err = nil
+	g, err := c.lookup(gemmKey{tA, tB, m, n, k, lda, ldb, ldc, accumulate, false})
+	if err != nil {
 		return err
 	}
-	return nil
+	g.Run(a, b, cc)
+	return g.takeErr()
+}
+
+// lookup returns the cached Gemm of key, building it on first use (a
+// failure is kept, not retried).
+func (c *Gemms) lookup(key gemmKey) (*Gemm, error) {
+	if g := c.m[key]; g != nil {
+		return g, nil
+	}
+	if err := c.failed[key]; err != nil {
+		return nil, err
+	}
+	g, err := newGemm(key, c.t)
+	if err != nil {
+		c.failed[key] = err
+		return nil, err
+	}
+	c.m[key] = g
+	return g, nil
+}
+
+// takeErr returns and clears the error of the Gemm's last Run.
+func (g *Gemm) takeErr() error {
+	err := g.err
+	g.err = nil
+	return err
 }
 
 // RunBF16 is Run with operands already in bfloat16 (see ToBF16), for a
@@ -352,27 +368,12 @@ func (c *Gemms) RunBF16(tA, tB bool, m, n, k int, a []uint16, lda int, b []uint1
 	if c.t != BF16 {
 		return fmt.Errorf("dnnl: RunBF16 on a cache of %v", c.t)
 	}
-	key := gemmKey{tA, tB, m, n, k, lda, ldb, ldc, accumulate, true}
-	g := c.m[key]
-	if g == nil {
-		if err := c.failed[key]; err != nil {
-			return err
-		}
-		var err error
-		what := fmt.Sprintf("matmul tA %v tB %v m %d n %d k %d lda %d ldb %d ldc %d accumulate %v bf16 operands", tA, tB, m, n, k, lda, ldb, ldc, accumulate)
-		if g, err = newGemm(key, BF16, what); err != nil {
-			c.failed[key] = err
-			return err
-		}
-		c.m[key] = g
-	}
-	g.runBF16(a, b, cc)
-	if g.err != nil {
-		err := g.err
-		g.err = nil
+	g, err := c.lookup(gemmKey{tA, tB, m, n, k, lda, ldb, ldc, accumulate, true})
+	if err != nil {
 		return err
 	}
-	return nil
+	g.runBF16(a, b, cc)
+	return g.takeErr()
 }
 
 // ToBF16 converts src to bfloat16 bits in dst (round to nearest even), as
