@@ -307,17 +307,11 @@ func (s sweep) itersFor(size int) int {
 
 // openLocalDevice opens GPU local mod the devices CUDA sees.
 func openLocalDevice(local int) (*cuda.Context, error) {
-	if err := cuda.LoadDriver(); err != nil {
-		return nil, err
-	}
-	devices, err := cuda.DeviceCount()
+	gpu, err := cuda.LocalDevice(local)
 	if err != nil {
 		return nil, err
 	}
-	if devices == 0 {
-		return nil, fmt.Errorf("cuda: no CUDA device")
-	}
-	return cuda.OpenDevice(local % devices)
+	return cuda.OpenDevice(gpu)
 }
 
 // allreduceNCCL is `hpctrain bench allreduce -collective nccl`: the

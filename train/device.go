@@ -137,17 +137,10 @@ func openCUDA(gpu, localRank int, cfg Config) (*device, error) {
 		mode = collective.MPI
 	}
 	if gpu < 0 {
-		if err := cuda.LoadDriver(); err != nil {
+		var err error
+		if gpu, err = cuda.LocalDevice(localRank); err != nil {
 			return nil, err
 		}
-		n, err := cuda.DeviceCount()
-		if err != nil {
-			return nil, err
-		}
-		if n == 0 {
-			return nil, fmt.Errorf("cuda: the CUDA driver sees no device")
-		}
-		gpu = localRank % n
 	}
 	if mode == collective.NCCL {
 		if err := cuda.LoadNCCL(); err != nil {

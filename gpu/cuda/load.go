@@ -8,6 +8,7 @@ package cuda
 import "C"
 
 import (
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -141,6 +142,19 @@ func DeviceCount() (int, error) {
 		return 0, driverError("cuDeviceGetCount", int(r))
 	}
 	return int(n), nil
+}
+
+// LocalDevice is the ordinal a process of local rank local takes when
+// nothing chose its device: local mod the devices the driver sees.
+func LocalDevice(local int) (int, error) {
+	n, err := DeviceCount()
+	if err != nil {
+		return 0, err
+	}
+	if n == 0 {
+		return 0, fmt.Errorf("cuda: the CUDA driver sees no device")
+	}
+	return local % n, nil
 }
 
 // DriverVersion loads the driver and returns cuDriverGetVersion, 1000*major

@@ -258,12 +258,7 @@ func newGemm(key gemmKey, t Type) (*Gemm, error) {
 func (g *Gemm) Run(a, b, c []float32) {
 	k := g.key
 	checkGemm(k.tA, k.tB, k.m, k.n, k.k, a, k.lda, b, k.ldb, c, k.ldc)
-	if g.p == nil {
-		if k.m > 0 && k.n > 0 && k.k == 0 && !k.acc {
-			for i := 0; i < k.m; i++ {
-				clear(c[i*k.ldc : i*k.ldc+k.n])
-			}
-		}
+	if g.degenerate(c) {
 		return
 	}
 	if st := C.hcdnnl_gemm_run(g.p, f32p(a), f32p(b), f32p(c)); st != 0 && g.err == nil {
@@ -271,16 +266,26 @@ func (g *Gemm) Run(a, b, c []float32) {
 	}
 }
 
+// degenerate handles a Gemm with a zero dimension, which has no
+// primitive: with k = 0, C is cleared (kept when accumulating). It
+// reports whether g is one.
+func (g *Gemm) degenerate(c []float32) bool {
+	if g.p != nil {
+		return false
+	}
+	if k := g.key; k.m > 0 && k.n > 0 && k.k == 0 && !k.acc {
+		for i := 0; i < k.m; i++ {
+			clear(c[i*k.ldc : i*k.ldc+k.n])
+		}
+	}
+	return true
+}
+
 // runBF16 is Run with bfloat16 operands (a Gemm of RunBF16's key).
 func (g *Gemm) runBF16(a, b []uint16, c []float32) {
 	k := g.key
 	checkGemm(k.tA, k.tB, k.m, k.n, k.k, a, k.lda, b, k.ldb, c, k.ldc)
-	if g.p == nil {
-		if k.m > 0 && k.n > 0 && k.k == 0 && !k.acc {
-			for i := 0; i < k.m; i++ {
-				clear(c[i*k.ldc : i*k.ldc+k.n])
-			}
-		}
+	if g.degenerate(c) {
 		return
 	}
 	st := C.hcdnnl_gemm_run_bf16(g.p, (*C.uint16_t)(unsafe.Pointer(unsafe.SliceData(a))),
