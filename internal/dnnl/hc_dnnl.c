@@ -568,8 +568,11 @@ static void dense_bf16(uint16_t *dst, const float *src, long rows, long cols, lo
 	for (long i = 0; i < rows; i++) hcdnnl_to_bf16(dst + i * cols, src + i * ld, cols);
 }
 
-static dnnl_status_t gemm_run(hcdnnl_gemm *g, const float *a, const float *b, float *c) {
-	if (g->bf16) {
+// gemm_run computes c from a and b: float operands converted into the
+// Gemm's dense bf16 buffers (bf16 1), else the caller's operands as they
+// are (f32, or bf16 2: already bfloat16).
+static dnnl_status_t gemm_run(hcdnnl_gemm *g, const void *a, const void *b, float *c) {
+	if (g->bf16 == 1) {
 		dense_bf16(handle(g->a), a, g->ta ? g->k : g->m, g->ta ? g->m : g->k, g->lda);
 		dense_bf16(handle(g->b), b, g->tb ? g->n : g->k, g->tb ? g->k : g->n, g->ldb);
 	} else {
@@ -581,10 +584,11 @@ static dnnl_status_t gemm_run(hcdnnl_gemm *g, const float *a, const float *b, fl
 	return step_run(&g->mm, g->st, 3, args);
 }
 
-int hcdnnl_gemm_run(hcdnnl_gemm *g, const float *a, const float *b, float *c) {
+// gemm_call is gemm_run on one thread, the caller's buffers let go after.
+static int gemm_call(hcdnnl_gemm *g, const void *a, const void *b, float *c) {
 	one_thread();
 	dnnl_status_t st = gemm_run(g, a, b, c);
-	if (!g->bf16) {
+	if (g->bf16 != 1) {
 		clear(g->a);
 		clear(g->b);
 	}
@@ -592,21 +596,12 @@ int hcdnnl_gemm_run(hcdnnl_gemm *g, const float *a, const float *b, float *c) {
 	return st;
 }
 
-static dnnl_status_t gemm_run_bf16(hcdnnl_gemm *g, const uint16_t *a, const uint16_t *b, float *c) {
-	RUN(set(g->a, a));
-	RUN(set(g->b, b));
-	RUN(set(g->c, c));
-	dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, g->a}, {DNNL_ARG_WEIGHTS, g->b}, {DNNL_ARG_DST, g->c}};
-	return step_run(&g->mm, g->st, 3, args);
+int hcdnnl_gemm_run(hcdnnl_gemm *g, const float *a, const float *b, float *c) {
+	return gemm_call(g, a, b, c);
 }
 
 int hcdnnl_gemm_run_bf16(hcdnnl_gemm *g, const uint16_t *a, const uint16_t *b, float *c) {
-	one_thread();
-	dnnl_status_t st = gemm_run_bf16(g, a, b, c);
-	clear(g->a);
-	clear(g->b);
-	clear(g->c);
-	return st;
+	return gemm_call(g, a, b, c);
 }
 
 const char *hcdnnl_gemm_impl(hcdnnl_gemm *g) { return impl_of(&g->mm); }
