@@ -26,6 +26,38 @@ func BenchmarkConv1(b *testing.B) {
 		}
 		b.ReportMetric(flop*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 	})
+	// With the 2x2 max-pool after it (the CNN's conv1 and pool1, ReLU
+	// fused): unfused as the kernels in turn, and fused.
+	pw := Window{H: 28, W: 28, C: n, K: 2, S: 2, Ho: 14, Wo: 14}
+	y, arg, bias := make([]float32, 4*pw.Out()), make([]uint8, 4*pw.Out()), randf(rng, n)
+	dp, db, big := randf(rng, 4*pw.Out()), make([]float32, n), make([]float32, g.ConvPoolScratch(n))
+	b.Run("pool-forward-unfused", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			ConvSmallForward(g, 4, x, w, n, c, scratch)
+			PoolForward(pw, 4, c, bias, true, y, arg)
+		}
+		b.ReportMetric(flop*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+	})
+	b.Run("pool-forward-fused", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			ConvPoolForward(g, 4, x, w, n, bias, true, y, arg, big)
+		}
+		b.ReportMetric(flop*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+	})
+	b.Run("pool-weights-unfused", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			PoolBackward(pw, 4, dp, y, arg, true, d)
+			ConvSmallWeights(g, 4, x, d, n, w, scratch)
+			ColSums(db, d, m, n, n)
+		}
+		b.ReportMetric(flop*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+	})
+	b.Run("pool-weights-fused", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			ConvPoolWeights(g, 4, x, dp, y, arg, true, n, w, db, big)
+		}
+		b.ReportMetric(flop*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+	})
 	b.Run("im2col", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			Im2col(g, 4, x, a)

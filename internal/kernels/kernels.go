@@ -260,6 +260,108 @@ func GoConvSmallWeights(g Window, n int, x, dy []float32, o int, dwT, scratch []
 	}
 }
 
+// PooledOut is the number of values of one sample of a direct
+// convolution followed by a 2x2, stride-2 max-pool, with o channels.
+func (g Window) PooledOut(o int) int { return (g.Ho / 2) * (g.Wo / 2) * o }
+
+// ConvPoolScratch is the size of the scratch buffer ConvPoolForward and
+// ConvPoolWeights need for o output channels: a padded sample, then one
+// pooling window's four output pixels or two values per pooled output.
+func (g Window) ConvPoolScratch(o int) int { return g.Padded() + max(4*o, 2*g.PooledOut(o)) }
+
+func (g Window) checkConvPool(n, o, lx, lw, lbias, ly, larg, ls int) {
+	g.check(n)
+	kkc := g.K * g.K * g.C
+	out := n * g.PooledOut(o)
+	if kkc > SmallMax || o < 8 || o%8 != 0 || g.Ho%2 != 0 || g.Wo%2 != 0 || lx < n*g.In() || lw < kkc*o ||
+		(lbias != 0 && lbias < o) || ly < out || larg < out || ls < g.ConvPoolScratch(o) {
+		panic(fmt.Sprintf("kernels: bad convolution and pool arguments (window %+v, %d samples, %d outputs)", g, n, o))
+	}
+}
+
+// GoConvPoolForward is GoConvSmallForward followed by GoPoolForward with a
+// 2x2, stride-2 window (bias, when not nil, and ReLU after the pool),
+// pooling window by window: y and arg are the pooled output (n, Ho/2,
+// Wo/2, o). Ho and Wo are even. scratch holds ConvPoolScratch(o) values.
+// The same bits as the two in turn.
+func GoConvPoolForward(g Window, n int, x, wT []float32, o int, bias []float32, relu bool, y []float32, arg []uint8, scratch []float32) {
+	tile := scratch[g.Padded():][:4*o]
+	hq, wq := g.Ho/2, g.Wo/2
+	for i := 0; i < n; i++ {
+		xs := x[i*g.In():]
+		for ph := 0; ph < hq; ph++ {
+			for pw := 0; pw < wq; pw++ {
+				for q := 0; q < 4; q++ {
+					tr := tile[q*o : (q+1)*o]
+					clear(tr)
+					g.taps(xs, 2*ph+q/2, 2*pw+q%2, func(t int, v float32) {
+						for j, w := range wT[t*o : (t+1)*o] {
+							tr[j] += v * w
+						}
+					})
+				}
+				off := ((i*hq+ph)*wq + pw) * o
+				yr, ar := y[off:off+o], arg[off:off+o]
+				copy(yr, tile[:o])
+				clear(ar)
+				for q := 1; q < 4; q++ {
+					for j, v := range tile[q*o : (q+1)*o] {
+						if v > yr[j] {
+							yr[j], ar[j] = v, uint8(q)
+						}
+					}
+				}
+				for j := range yr {
+					if bias != nil {
+						yr[j] += bias[j]
+					}
+					if relu {
+						yr[j] = max(yr[j], 0)
+					}
+				}
+			}
+		}
+	}
+}
+
+// GoConvPoolWeights sets dwT (K, K, C, o) and db (o, when not nil) to the
+// weight and bias gradients of GoConvPoolForward for the pooled output y
+// and its gradient dy: GoPoolBackward's routing, then GoConvSmallWeights
+// and GoColSums, without the routed gradient in memory. The same bits as
+// the three in turn. An empty db: no bias.
+func GoConvPoolWeights(g Window, n int, x, dy, y []float32, arg []uint8, relu bool, o int, dwT, db, scratch []float32) {
+	d := scratch[g.Padded():][:o]
+	clear(dwT[:g.K*g.K*g.C*o])
+	if len(db) > 0 {
+		clear(db[:o])
+	}
+	wq := g.Wo / 2
+	for i := 0; i < n; i++ {
+		for oh := 0; oh < g.Ho; oh++ {
+			for ow := 0; ow < g.Wo; ow++ {
+				off := i*g.PooledOut(o) + (oh/2*wq+ow/2)*o
+				q := uint8(oh%2*2 + ow%2)
+				for j := range d {
+					d[j] = 0
+					if arg[off+j] == q && !(relu && y[off+j] == 0) {
+						d[j] = dy[off+j]
+					}
+				}
+				g.taps(x[i*g.In():], oh, ow, func(t int, v float32) {
+					for j, dv := range d {
+						dwT[t*o+j] += v * dv
+					}
+				})
+				if len(db) > 0 {
+					for j, dv := range d {
+						db[j] += dv
+					}
+				}
+			}
+		}
+	}
+}
+
 // taps calls f(t, x) for every tap t = (kh*K + kw)*C + c of output pixel
 // (oh, ow) that falls inside the sample (padding contributes nothing).
 func (g Window) taps(xs []float32, oh, ow int, f func(t int, v float32)) {

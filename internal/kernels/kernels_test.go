@@ -1,6 +1,8 @@
 package kernels
 
 import (
+	"bytes"
+	"fmt"
 	"math/rand/v2"
 	"testing"
 )
@@ -174,6 +176,66 @@ func TestConvSmall(t *testing.T) {
 		}
 		close("forward", y, yr)
 		close("weights", dw, dwr)
+	}
+}
+
+// The fused convolution and pool give the bits of the kernels they fuse,
+// in turn: ConvPoolForward those of ConvSmallForward then PoolForward,
+// ConvPoolWeights those of PoolBackward, ConvSmallWeights and ColSums; and
+// so do their Go twins with the Go kernels. Channel counts cover both
+// block widths of the C kernels, and K*K*C above 9 (several tap groups).
+func TestConvPool(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	for _, c := range []struct {
+		g Window
+		o int
+	}{{conv(28, 28, 1, 3, 1, 1), 32}, {conv(8, 11, 3, 3, 2, 1), 24}, {conv(7, 9, 2, 2, 1, 0), 8}, {conv(10, 10, 1, 5, 1, 2), 16}} {
+		for _, v := range []struct{ bias, relu bool }{{true, true}, {false, false}, {true, false}} {
+			g, o := c.g, c.o
+			const n = 3
+			kkc := g.K * g.K * g.C
+			pw := Window{H: g.Ho, W: g.Wo, C: o, K: 2, S: 2, Ho: g.Ho / 2, Wo: g.Wo / 2}
+			x, wT := randf(rng, n*g.In()), randf(rng, kkc*o)
+			var bias []float32
+			if v.bias {
+				bias = randf(rng, o)
+			}
+			dy := randf(rng, n*pw.Out())
+			scratch := randf(rng, g.ConvPoolScratch(o)) // stale values must not matter
+			for _, native := range []bool{true, false} {
+				fwd, pool, small := ConvPoolForward, PoolForward, ConvSmallForward
+				dw, route, smallW, sums := ConvPoolWeights, PoolBackward, ConvSmallWeights, ColSums
+				if !native {
+					fwd, pool, small = GoConvPoolForward, GoPoolForward, GoConvSmallForward
+					dw, route, smallW, sums = GoConvPoolWeights, GoPoolBackward, GoConvSmallWeights, GoColSums
+				}
+				what := fmt.Sprintf("%+v, %d outputs, bias %v, relu %v, native %v", g, o, v.bias, v.relu, native)
+				y, arg := make([]float32, n*pw.Out()), make([]uint8, n*pw.Out())
+				fwd(g, n, x, wT, o, bias, v.relu, y, arg, scratch)
+				full := make([]float32, n*g.Ho*g.Wo*o)
+				yr, ar := make([]float32, n*pw.Out()), make([]uint8, n*pw.Out())
+				small(g, n, x, wT, o, full, scratch)
+				pool(pw, n, full, bias, v.relu, yr, ar)
+				equal(t, what+": pooled output", y, yr)
+				if !bytes.Equal(arg, ar) {
+					t.Fatalf("%s: argmax differs", what)
+				}
+
+				dwT, db := randf(rng, kkc*o), randf(rng, o)
+				if !v.bias {
+					db = nil
+				}
+				dw(g, n, x, dy, y, arg, v.relu, o, dwT, db, scratch)
+				dfull, dwr, dbr := make([]float32, len(full)), make([]float32, kkc*o), make([]float32, o)
+				route(pw, n, dy, y, arg, v.relu, dfull)
+				smallW(g, n, x, dfull, o, dwr, scratch)
+				equal(t, what+": weight gradient", dwT, dwr)
+				if v.bias {
+					sums(dbr, dfull, n*g.Ho*g.Wo, o, o)
+					equal(t, what+": bias gradient", db, dbr)
+				}
+			}
+		}
 	}
 }
 

@@ -175,6 +175,7 @@ CLONES static void colsums(float *dst, const float *a, long m, long n, long lda)
 // accumulators below in registers (AVX2 ymm, or two SSE xmm in the
 // generic clone).
 typedef float v8 __attribute__((vector_size(32), aligned(4)));
+typedef int32_t v8i __attribute__((vector_size(32), aligned(4)));
 
 // pad copies one sample x (H, W, C) into xp (H+2P, W+2P, C) with a zero
 // border, so that the direct convolution below needs no bounds checks.
@@ -252,6 +253,126 @@ CLONES static void conv_small_dw(window g, long n, const float *x, const float *
 				*(v8 *)(dwT + t * O + j) += a;
 				if (t1 != t) *(v8 *)(dwT + t1 * O + j) += b;
 				if (t2 != t) *(v8 *)(dwT + t2 * O + j) += c;
+			}
+		}
+	}
+}
+
+// conv_pool_fwd is conv_small_fwd followed by pool_fwd's 2x2, stride-2
+// max-pool (bias and ReLU after the pool), one pooling window at a time:
+// the window's four output pixels are computed into tile (4*O values, in
+// L1) with each weight vector loaded once for all four, then pooled as
+// pool_fwd pools. y and arg are the pooled output, (n, Ho/2, Wo/2, O);
+// Ho and Wo are even. The same bits as the two kernels in turn.
+CLONES static void conv_pool_fwd(window g, long n, const float *x, const float *restrict wT, long O,
+		const float *bias, int relu, float *y, uint8_t *arg, float *restrict xp, float *restrict tile) {
+	long C = g.C, K = g.K, Wp = g.W + 2 * g.P, kkc = K * K * C, Hq = g.Ho / 2, Wq = g.Wo / 2;
+	long off[32];
+	for (long kh = 0, t = 0; kh < K; kh++)
+		for (long kw = 0; kw < K; kw++)
+			for (long c = 0; c < C; c++) off[t++] = (kh * Wp + kw) * C + c;
+	float *t0 = tile, *t1 = tile + O, *t2 = tile + 2 * O, *t3 = tile + 3 * O;
+	for (long i = 0; i < n; i++) {
+		pad(g, x + i * g.H * g.W * C, xp);
+		for (long ph = 0; ph < Hq; ph++)
+		for (long pw = 0; pw < Wq; pw++) {
+			long oh = 2 * ph, ow = 2 * pw;
+			const float *b0 = xp + (oh * g.S * Wp + ow * g.S) * C, *b1 = b0 + g.S * C;
+			const float *b2 = b0 + g.S * Wp * C, *b3 = b2 + g.S * C;
+			long j = 0;
+			for (; j + 16 <= O; j += 16) {
+				v8 a0 = {0}, a1 = {0}, c0 = {0}, c1 = {0}, d0 = {0}, d1 = {0}, e0 = {0}, e1 = {0};
+				for (long t = 0; t < kkc; t++) {
+					const v8 *w = (const v8 *)(wT + t * O + j);
+					v8 w0 = w[0], w1 = w[1];
+					float v = b0[off[t]];
+					a0 += v * w0; a1 += v * w1;
+					v = b1[off[t]];
+					c0 += v * w0; c1 += v * w1;
+					v = b2[off[t]];
+					d0 += v * w0; d1 += v * w1;
+					v = b3[off[t]];
+					e0 += v * w0; e1 += v * w1;
+				}
+				*(v8 *)(t0 + j) = a0; *(v8 *)(t0 + j + 8) = a1;
+				*(v8 *)(t1 + j) = c0; *(v8 *)(t1 + j + 8) = c1;
+				*(v8 *)(t2 + j) = d0; *(v8 *)(t2 + j + 8) = d1;
+				*(v8 *)(t3 + j) = e0; *(v8 *)(t3 + j + 8) = e1;
+			}
+			for (; j < O; j += 8) {
+				v8 a0 = {0}, c0 = {0}, d0 = {0}, e0 = {0};
+				for (long t = 0; t < kkc; t++) {
+					v8 w0 = *(const v8 *)(wT + t * O + j);
+					a0 += b0[off[t]] * w0; c0 += b1[off[t]] * w0;
+					d0 += b2[off[t]] * w0; e0 += b3[off[t]] * w0;
+				}
+				*(v8 *)(t0 + j) = a0; *(v8 *)(t1 + j) = c0;
+				*(v8 *)(t2 + j) = d0; *(v8 *)(t3 + j) = e0;
+			}
+			long o = ((i * Hq + ph) * Wq + pw) * O;
+			float *yr = y + o;
+			max4(t0, t1, t2, t3, yr, arg + o, O);
+			if (bias) for (long c = 0; c < O; c++) yr[c] += bias[c];
+			if (relu) for (long c = 0; c < O; c++) yr[c] = yr[c] < 0 ? 0 : yr[c];
+		}
+	}
+}
+
+// conv_pool_dw is pool_bwd's 2x2, stride-2 routing of the pooled gradient
+// dy, then conv_small_dw and the bias's column sums over the routed
+// gradient, without writing it: each output pixel's gradient is made in
+// registers from dy, y and arg as it is used. dwT (K*K*C, O) and db (O,
+// or NULL) are set. Per tap and channel the pixels are summed in the
+// order conv_small_dw and colsums sum them, so the bits are theirs. gm and
+// af hold PooledOut values each.
+CLONES static void conv_pool_dw(window g, long n, const float *x, const float *restrict dy, const float *restrict y,
+		const uint8_t *restrict arg, int relu, long O, float *restrict dwT, float *restrict db, float *restrict xp,
+		float *restrict gm, float *restrict af) {
+	long C = g.C, K = g.K, Wp = g.W + 2 * g.P, kkc = K * K * C, Wq = g.Wo / 2, out = (g.Ho / 2) * Wq * O;
+	long off[32];
+	for (long kh = 0, t = 0; kh < K; kh++)
+		for (long kw = 0; kw < K; kw++)
+			for (long c = 0; c < C; c++) off[t++] = (kh * Wp + kw) * C + c;
+	zero(dwT, kkc * O);
+	if (db) zero(db, O);
+	for (long i = 0; i < n; i++) {
+		pad(g, x + i * g.H * g.W * C, xp);
+		// Per pooled output, the gradient it passes (zero where a fused
+		// ReLU cut it) and its argmax as a float, so that the loop
+		// below compares and masks in one lane width.
+		const float *dys = dy + i * out, *ys = y + i * out;
+		const uint8_t *as = arg + i * out;
+		for (long k = 0; k < out; k++) {
+			gm[k] = relu && ys[k] == 0 ? 0 : dys[k];
+			af[k] = (float)as[k];
+		}
+		for (long t = 0; t < kkc; t += 9) {
+			long tt[9];
+			for (int k = 0; k < 9; k++) tt[k] = off[t + k < kkc ? t + k : t];
+			int bias = db && t == 0;
+			for (long j = 0; j < O; j += 8) {
+				v8 s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0}, s4 = {0}, s5 = {0}, s6 = {0}, s7 = {0}, s8 = {0};
+				v8 sb = {0};
+				if (bias) sb = *(const v8 *)(db + j);
+				for (long oh = 0; oh < g.Ho; oh++) {
+					const float *row = xp + oh * g.S * Wp * C;
+					float q0 = (float)((oh & 1) * 2);
+					for (long ow = 0; ow < g.Wo; ow++) {
+						long p = (oh / 2 * Wq + ow / 2) * O + j;
+						// The pixel's gradient: gm where the maximum
+						// came from it, else +0 (a mask on the bits).
+						v8i keep = *(const v8 *)(af + p) == q0 + (float)(ow & 1);
+						v8 dv = (v8)(*(const v8i *)(gm + p) & keep);
+						if (bias) sb += dv;
+						const float *xs = row + ow * g.S * C;
+						s0 += xs[tt[0]] * dv; s1 += xs[tt[1]] * dv; s2 += xs[tt[2]] * dv;
+						s3 += xs[tt[3]] * dv; s4 += xs[tt[4]] * dv; s5 += xs[tt[5]] * dv;
+						s6 += xs[tt[6]] * dv; s7 += xs[tt[7]] * dv; s8 += xs[tt[8]] * dv;
+					}
+				}
+				v8 s[9] = {s0, s1, s2, s3, s4, s5, s6, s7, s8};
+				for (int k = 0; k < 9 && t + k < kkc; k++) *(v8 *)(dwT + (t + k) * O + j) += s[k];
+				if (bias) *(v8 *)(db + j) = sb;
 			}
 		}
 	}
@@ -489,6 +610,33 @@ func ConvSmallForward(g Window, n int, x, wT []float32, o int, y, scratch []floa
 func ConvSmallWeights(g Window, n int, x, dy []float32, o int, dwT, scratch []float32) {
 	g.checkSmall(n, o, len(x), len(dwT), len(dy), len(scratch))
 	C.conv_small_dw(g.c(), C.long(n), fp(x), fp(dy), C.long(o), fp(dwT), fp(scratch))
+}
+
+// ConvPoolForward is GoConvPoolForward in C.
+func ConvPoolForward(g Window, n int, x, wT []float32, o int, bias []float32, relu bool, y []float32, arg []uint8, scratch []float32) {
+	g.checkConvPool(n, o, len(x), len(wT), len(bias), len(y), len(arg), len(scratch))
+	if n == 0 {
+		return
+	}
+	pad := g.Padded()
+	C.conv_pool_fwd(g.c(), C.long(n), fp(x), fp(wT), C.long(o), fp(bias), cbool(relu), fp(y),
+		(*C.uint8_t)(unsafe.Pointer(&arg[0])), fp(scratch), fp(scratch[pad:]))
+}
+
+// ConvPoolWeights is GoConvPoolWeights in C.
+func ConvPoolWeights(g Window, n int, x, dy, y []float32, arg []uint8, relu bool, o int, dwT, db, scratch []float32) {
+	g.checkConvPool(n, o, len(x), len(dwT), len(db), len(dy), len(arg), len(scratch))
+	g.check(n, len(y), n*(g.Ho/2)*(g.Wo/2)*o)
+	if n == 0 {
+		clear(dwT[:g.K*g.K*g.C*o])
+		if len(db) > 0 {
+			clear(db[:o])
+		}
+		return
+	}
+	pad, out := g.Padded(), g.PooledOut(o)
+	C.conv_pool_dw(g.c(), C.long(n), fp(x), fp(dy), fp(y), (*C.uint8_t)(unsafe.Pointer(&arg[0])), cbool(relu),
+		C.long(o), fp(dwT), fp(db), fp(scratch), fp(scratch[pad:]), fp(scratch[pad+out:]))
 }
 
 func cbool(b bool) C.int {

@@ -56,6 +56,19 @@ func ConvSmallWeights(g Window, n int, x, dy []float32, o int, dwT, scratch []fl
 	GoConvSmallWeights(g, n, x, dy, o, dwT, scratch)
 }
 
+// ConvPoolForward is GoConvPoolForward.
+func ConvPoolForward(g Window, n int, x, wT []float32, o int, bias []float32, relu bool, y []float32, arg []uint8, scratch []float32) {
+	g.checkConvPool(n, o, len(x), len(wT), len(bias), len(y), len(arg), len(scratch))
+	GoConvPoolForward(g, n, x, wT, o, bias, relu, y, arg, scratch)
+}
+
+// ConvPoolWeights is GoConvPoolWeights.
+func ConvPoolWeights(g Window, n int, x, dy, y []float32, arg []uint8, relu bool, o int, dwT, db, scratch []float32) {
+	g.checkConvPool(n, o, len(x), len(dwT), len(db), len(dy), len(arg), len(scratch))
+	g.check(n, len(y), n*(g.Ho/2)*(g.Wo/2)*o)
+	GoConvPoolWeights(g, n, x, dy, y, arg, relu, o, dwT, db, scratch)
+}
+
 // ChanMoments is GoChanMoments.
 func ChanMoments(a, b []float32, m, c int, mu []float32, sa, sab []float64) {
 	checkChan(m, c, len(a), len(b), -1, len(mu), len(sa), len(sab))
