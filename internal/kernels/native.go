@@ -186,6 +186,15 @@ static void pad(window g, const float *restrict x, float *restrict xp) {
 		__builtin_memcpy(xp + ((h + g.P) * Wp + g.P) * C, x + h * g.W * C, g.W * C * sizeof(float));
 }
 
+// tap_offsets sets off[t] to tap t's offset, t = (kh*K + kw)*C + c, from
+// an output pixel's first input in a padded sample (see pad).
+static void tap_offsets(window g, long *off) {
+	long Wp = g.W + 2 * g.P;
+	for (long kh = 0, t = 0; kh < g.K; kh++)
+		for (long kw = 0; kw < g.K; kw++)
+			for (long c = 0; c < g.C; c++) off[t++] = (kh * Wp + kw) * g.C + c;
+}
+
 // conv_small_fwd is a direct convolution for few input channels
 // (K*K*C <= 32) and O a multiple of 8: y (n, Ho, Wo, O) = conv(x, W),
 // no bias, with wT the weights transposed to (K*K*C, O). For each output
@@ -193,9 +202,7 @@ static void pad(window g, const float *restrict x, float *restrict xp) {
 CLONES static void conv_small_fwd(window g, long n, const float *x, const float *restrict wT, long O, float *restrict y, float *restrict xp) {
 	long C = g.C, K = g.K, Wp = g.W + 2 * g.P, kkc = K * K * C;
 	long off[32];
-	for (long kh = 0, t = 0; kh < K; kh++)
-		for (long kw = 0; kw < K; kw++)
-			for (long c = 0; c < C; c++) off[t++] = (kh * Wp + kw) * C + c;
+	tap_offsets(g, off);
 	for (long i = 0; i < n; i++) {
 		pad(g, x + i * g.H * g.W * C, xp);
 		float *ys = y + i * g.Ho * g.Wo * O;
@@ -228,9 +235,7 @@ CLONES static void conv_small_fwd(window g, long n, const float *x, const float 
 CLONES static void conv_small_dw(window g, long n, const float *x, const float *restrict dy, long O, float *restrict dwT, float *restrict xp) {
 	long C = g.C, K = g.K, Wp = g.W + 2 * g.P, kkc = K * K * C, P = g.Ho * g.Wo;
 	long off[32];
-	for (long kh = 0, t = 0; kh < K; kh++)
-		for (long kw = 0; kw < K; kw++)
-			for (long c = 0; c < C; c++) off[t++] = (kh * Wp + kw) * C + c;
+	tap_offsets(g, off);
 	zero(dwT, kkc * O);
 	for (long i = 0; i < n; i++) {
 		pad(g, x + i * g.H * g.W * C, xp);
@@ -268,9 +273,7 @@ CLONES static void conv_pool_fwd(window g, long n, const float *x, const float *
 		const float *bias, int relu, float *y, uint8_t *arg, float *restrict xp, float *restrict tile) {
 	long C = g.C, K = g.K, Wp = g.W + 2 * g.P, kkc = K * K * C, Hq = g.Ho / 2, Wq = g.Wo / 2;
 	long off[32];
-	for (long kh = 0, t = 0; kh < K; kh++)
-		for (long kw = 0; kw < K; kw++)
-			for (long c = 0; c < C; c++) off[t++] = (kh * Wp + kw) * C + c;
+	tap_offsets(g, off);
 	float *t0 = tile, *t1 = tile + O, *t2 = tile + 2 * O, *t3 = tile + 3 * O;
 	for (long i = 0; i < n; i++) {
 		pad(g, x + i * g.H * g.W * C, xp);
@@ -330,9 +333,7 @@ CLONES static void conv_pool_dw(window g, long n, const float *x, const float *r
 		float *restrict gm, float *restrict af) {
 	long C = g.C, K = g.K, Wp = g.W + 2 * g.P, kkc = K * K * C, Wq = g.Wo / 2, out = (g.Ho / 2) * Wq * O;
 	long off[32];
-	for (long kh = 0, t = 0; kh < K; kh++)
-		for (long kw = 0; kw < K; kw++)
-			for (long c = 0; c < C; c++) off[t++] = (kh * Wp + kw) * C + c;
+	tap_offsets(g, off);
 	zero(dwT, kkc * O);
 	if (db) zero(db, O);
 	for (long i = 0; i < n; i++) {
