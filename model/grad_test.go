@@ -186,7 +186,9 @@ func testKernels(t *testing.T) []Kernels {
 		t.Log("oneDNN not linked in (purego): checking the BLAS kernels only")
 		return ks
 	}
-	ks = append(ks, Kernels{DNNL: true})
+	// dnnl runs Winograd where a layer allows it and oneDNN has it; dnnl
+	// direct keeps the direct convolutions checked too.
+	ks = append(ks, Kernels{DNNL: true}, Kernels{DNNL: true, Direct: true})
 	if ok, missing := dnnl.HasBF16(); ok {
 		ks = append(ks, Kernels{DNNL: true, BF16: true})
 	} else {

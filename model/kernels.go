@@ -1,6 +1,7 @@
 package model
 
 import (
+	"errors"
 	"fmt"
 
 	"gonum.org/v1/gonum/blas"
@@ -20,17 +21,33 @@ type Kernels struct {
 	// gradients, activations between layers and every other layer stay
 	// float32.
 	BF16 bool
+	// Direct keeps oneDNN's float32 convolutions direct. Without it, a
+	// 3x3, stride-1 convolution whose channel counts are multiples of 16
+	// runs Winograd's F(4x4, 3x3) where oneDNN has it (AVX-512 CPUs):
+	// fewer multiplications, rounded differently (see
+	// dnnl.NewConvWinograd). bf16 is always direct.
+	Direct bool
 }
 
-// String names k as the command line does: "blas", "dnnl" or "dnnl bf16".
+// String names k as the command line does: "blas", "dnnl", "dnnl direct"
+// or "dnnl bf16".
 func (k Kernels) String() string {
 	switch {
 	case !k.DNNL:
 		return "blas"
 	case k.BF16:
 		return "dnnl bf16"
+	case k.Direct:
+		return "dnnl direct"
 	}
 	return "dnnl"
+}
+
+// winograd reports whether the layer's convolution runs Winograd with
+// kernels k, where oneDNN has it.
+func (k Kernels) winograd(l *Conv2D) bool {
+	g := l.win
+	return k.DNNL && !k.BF16 && !k.Direct && g.K == 3 && g.S == 1 && g.C%16 == 0 && l.out.C%16 == 0
 }
 
 // typ is oneDNN's operand type for k.
@@ -138,7 +155,15 @@ func (x *exec) dnnlConv(l *Conv2D, w, n int) *dnnl.Conv {
 		return c
 	}
 	g := l.win
-	c, err := dnnl.NewConv(dnnl.ConvShape{N: n, H: g.H, W: g.W, C: g.C, O: l.out.C, K: g.K, S: g.S, P: g.P}, x.kern.typ())
+	s := dnnl.ConvShape{N: n, H: g.H, W: g.W, C: g.C, O: l.out.C, K: g.K, S: g.S, P: g.P}
+	var c *dnnl.Conv
+	err := errors.New("direct")
+	if x.kern.winograd(l) {
+		c, err = dnnl.NewConvWinograd(s) // nil error only where oneDNN has it
+	}
+	if err != nil {
+		c, err = dnnl.NewConv(s, x.kern.typ())
+	}
 	if err != nil {
 		panic(fmt.Sprintf("model: %s: %v", l.name, err))
 	}

@@ -190,7 +190,8 @@ func buildReplica(d *device, cfg Config, in model.Shape, classes int) (model.Rep
 // CPUKernelsOf is the model's CPU kernels for the cpu_kernels and
 // precision settings.
 func CPUKernelsOf(kernels, precision string) (model.Kernels, error) {
-	k := model.Kernels{DNNL: kernels == "dnnl" || (kernels == "auto" && model.DefaultKernels().DNNL), BF16: precision == "bf16"}
+	dnnlK := kernels == "dnnl" || kernels == "dnnl-direct" || (kernels == "auto" && model.DefaultKernels().DNNL)
+	k := model.Kernels{DNNL: dnnlK, BF16: precision == "bf16", Direct: kernels == "dnnl-direct"}
 	switch {
 	case !slices.Contains(CPUKernels, kernels):
 		return k, fmt.Errorf("cpu kernels %q: want %s", kernels, strings.Join(CPUKernels, ", "))

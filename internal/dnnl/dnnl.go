@@ -99,9 +99,18 @@ type Conv struct {
 }
 
 // NewConv builds the three primitives of shape s in arithmetic t.
-func NewConv(s ConvShape, t Type) (*Conv, error) { return newConv(s, t, plainWeights) }
+func NewConv(s ConvShape, t Type) (*Conv, error) { return newConv(s, t, plainWeights, false) }
 
-func newConv(s ConvShape, t Type, plain bool) (*Conv, error) {
+// NewConvWinograd builds Winograd primitives (F(4x4, 3x3): float32, 3x3
+// kernels, stride 1, channel counts multiples of 16) for shape s, or
+// returns an error where oneDNN has none for s on this CPU: the caller
+// falls back to NewConv. They read and write the same NHWC buffers as
+// NewConv's (reordered inside the call to oneDNN's nChw16c, except with 16
+// channels, where the two layouts are the same), and round differently:
+// the transforms add error of order 1e-6 relative to the outputs' scale.
+func NewConvWinograd(s ConvShape) (*Conv, error) { return newConv(s, F32, false, true) }
+
+func newConv(s ConvShape, t Type, plain, wino bool) (*Conv, error) {
 	if err := s.check(); err != nil {
 		return nil, err
 	}
@@ -111,7 +120,7 @@ func newConv(s ConvShape, t Type, plain bool) (*Conv, error) {
 	c := &Conv{s: s, t: t}
 	var stage *C.char
 	st := C.hcdnnl_conv_new(&c.p, C.long(s.N), C.long(s.H), C.long(s.W), C.long(s.C), C.long(s.O),
-		C.long(s.K), C.long(s.S), C.long(s.P), cbool(t == BF16), cbool(plain), &stage)
+		C.long(s.K), C.long(s.S), C.long(s.P), cbool(t == BF16), cbool(plain), cbool(wino), &stage)
 	if st != 0 {
 		return nil, statusError(fmt.Sprintf("convolution %v %v", s, t), stage, st)
 	}

@@ -139,11 +139,16 @@ func TestConvPlainWeights(t *testing.T) {
 func checkConv(t *testing.T, s ConvShape, typ Type, plain bool) {
 	rng := rand.New(rand.NewPCG(uint64(s.N*s.H*s.C), uint64(s.O*s.K+s.S)))
 	x, w, dy := rnd(rng, s.XLen()), rnd(rng, s.WLen()), rnd(rng, s.YLen())
-	c, err := newConv(s, typ, plain)
+	c, err := newConv(s, typ, plain, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
+	checkConvCalls(t, s, typ, c, x, w, dy)
+}
+
+func checkConvCalls(t *testing.T, s ConvShape, typ Type, c *Conv, x, w, dy []float32) {
+	rng := rand.New(rand.NewPCG(uint64(s.N), uint64(s.O)))
 	// Outputs start as garbage: every call must overwrite them.
 	y, dx, dw := rnd(rng, s.YLen()), rnd(rng, s.XLen()), rnd(rng, s.WLen())
 	c.Forward(x, w, y)
@@ -186,6 +191,56 @@ func checkConv(t *testing.T, s ConvShape, typ Type, plain bool) {
 		if e.err > bound || e.err < 1e-4 {
 			t.Errorf("%s: relative error to the exact reference %.3g, want in [1e-4, %.3g]", e.name, e.err, bound)
 		}
+	}
+}
+
+// winogradShapes: the resnets' 3x3 stride-1 shapes (16 channels, where
+// nChw16c is NHWC and no reorder runs; 32 and 64, where it is reordered
+// each way), the CNN's conv2 (32 -> 64), a ragged 13x13 image, and a
+// sample count that is not a tile multiple.
+var winogradShapes = []ConvShape{
+	{N: 4, H: 28, W: 28, C: 16, O: 16, K: 3, S: 1, P: 1},
+	{N: 3, H: 14, W: 14, C: 32, O: 32, K: 3, S: 1, P: 1},
+	{N: 5, H: 7, W: 7, C: 64, O: 64, K: 3, S: 1, P: 1},
+	{N: 2, H: 14, W: 14, C: 32, O: 64, K: 3, S: 1, P: 1},
+	{N: 2, H: 13, W: 13, C: 16, O: 48, K: 3, S: 1, P: 1},
+}
+
+// TestConvWinograd: Winograd primitives against the float64 reference,
+// where oneDNN has them (AVX-512 CPUs); elsewhere NewConvWinograd must
+// fail rather than compute something else. Shapes it cannot do must
+// fail too.
+func TestConvWinograd(t *testing.T) {
+	for _, s := range winogradShapes {
+		t.Run(s.String(), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(uint64(s.N*s.H*s.C), uint64(s.O)))
+			x, w, dy := rnd(rng, s.XLen()), rnd(rng, s.WLen()), rnd(rng, s.YLen())
+			c, err := NewConvWinograd(s)
+			if err != nil {
+				if strings.Contains(ISA(), "avx512") {
+					t.Fatalf("%s CPU: %v", ISA(), err)
+				}
+				t.Skipf("no Winograd convolution in oneDNN on this CPU (%s): %v", ISA(), err)
+			}
+			defer c.Close()
+			if impl := c.Impl(); !strings.Contains(impl, "wino") {
+				t.Fatalf("impl %q, want a Winograd one", impl)
+			}
+			checkConvCalls(t, s, F32, c, x, w, dy)
+		})
+	}
+	// Shapes outside its conditions: refused, or (oneDNN takes 3
+	// channels) right all the same.
+	for _, s := range []ConvShape{convShapes[1], {N: 2, H: 9, W: 9, C: 16, O: 16, K: 3, S: 2, P: 1}, convShapes[3]} {
+		c, err := NewConvWinograd(s)
+		if err != nil {
+			t.Logf("%v: %v", s, err)
+			continue
+		}
+		t.Logf("%v: accepted (impl %s)", s, c.Impl())
+		rng := rand.New(rand.NewPCG(uint64(s.N*s.H*s.C), uint64(s.O)))
+		checkConvCalls(t, s, F32, c, rnd(rng, s.XLen()), rnd(rng, s.WLen()), rnd(rng, s.YLen()))
+		c.Close()
 	}
 }
 
@@ -686,7 +741,7 @@ func BenchmarkConv(b *testing.B) {
 					}
 					runtime.LockOSThread()
 					defer runtime.UnlockOSThread()
-					c, err := newConv(s, typ, plain)
+					c, err := newConv(s, typ, plain, false)
 					if err != nil {
 						b.Fatal(err)
 					}

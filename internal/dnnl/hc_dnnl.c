@@ -185,16 +185,25 @@ struct hcdnnl_conv {
 	dnnl_memory_t x_user, dy_user, y, dx, w_user, dw_user;
 	dnnl_memory_t x_bf, dy_bf;  // bf16 copies of x and dy (bf16 only)
 	dnnl_memory_t w_f, w_b, dw_p; // primitives' weight formats, or NULL
+	// Winograd only: the primitives read and write nChw16c. With 16
+	// channels that is NHWC's layout, and the blocked memory is pointed at
+	// the caller's buffer (the reorder's p stays NULL); else it is the
+	// Conv's own buffer and a reorder runs each way.
+	int wino;
+	step r_x, r_y, r_dy, r_dx;
+	dnnl_memory_t x_blk, y_blk, dy_blk, dx_blk;
 	void *spbuf;
 };
 
 void hcdnnl_conv_free(hcdnnl_conv *cv) {
 	if (!cv) return;
-	step *steps[] = {&cv->fwd, &cv->bwd_d, &cv->bwd_w, &cv->rw_f, &cv->rw_b, &cv->rdw};
-	for (int i = 0; i < 6; i++) step_free(steps[i]);
+	step *steps[] = {&cv->fwd, &cv->bwd_d, &cv->bwd_w, &cv->rw_f, &cv->rw_b, &cv->rdw,
+		&cv->r_x, &cv->r_y, &cv->r_dy, &cv->r_dx};
+	for (int i = 0; i < 10; i++) step_free(steps[i]);
 	dnnl_memory_t mems[] = {cv->x_user, cv->dy_user, cv->y, cv->dx, cv->w_user,
-		cv->dw_user, cv->x_bf, cv->dy_bf, cv->w_f, cv->w_b, cv->dw_p};
-	for (int i = 0; i < 11; i++)
+		cv->dw_user, cv->x_bf, cv->dy_bf, cv->w_f, cv->w_b, cv->dw_p,
+		cv->x_blk, cv->y_blk, cv->dy_blk, cv->dx_blk};
+	for (int i = 0; i < 15; i++)
 		if (mems[i]) dnnl_memory_destroy(mems[i]);
 	if (cv->st) dnnl_stream_destroy(cv->st);
 	if (cv->eng) dnnl_engine_destroy(cv->eng);
@@ -217,8 +226,24 @@ static dnnl_status_t weights_mem(hcdnnl_conv *cv, const dnnl_memory_desc_t *want
 	return step_make(r, cv->eng);
 }
 
+// blocked makes *m, the nChw16c memory (desc blk) of a Winograd
+// primitive's operand with ch channels: with 16 channels it has no buffer
+// of its own (the caller's is set per call); else it owns one, and r
+// reorders between it and the NHWC desc user (to_user: from it).
+static dnnl_status_t blocked(hcdnnl_conv *cv, long ch, const dnnl_memory_desc_t *blk,
+		const dnnl_memory_desc_t *user, int to_user, step *r, dnnl_memory_t *m,
+		const_dnnl_primitive_attr_t attr) {
+	if (ch == 16) return dnnl_memory_create(m, blk, cv->eng, DNNL_MEMORY_NONE);
+	RUN(dnnl_memory_create(m, blk, cv->eng, DNNL_MEMORY_ALLOCATE));
+	if (to_user)
+		RUN(reorder_pd(r, blk, user, cv->eng, attr));
+	else
+		RUN(reorder_pd(r, user, blk, cv->eng, attr));
+	return step_make(r, cv->eng);
+}
+
 static int conv_new(hcdnnl_conv *cv, long n, long h, long w, long c, long o, long k,
-		long s, long p, int bf16, int plainw, const char **stage) {
+		long s, long p, int bf16, int plainw, int wino, const char **stage) {
 	one_thread();
 	long ho = (h + 2 * p - k) / s + 1, wo = (w + 2 * p - k) / s + 1;
 	cv->bf16 = bf16;
@@ -234,8 +259,14 @@ static int conv_new(hcdnnl_conv *cv, long n, long h, long w, long c, long o, lon
 	TRY("memory desc", dnnl_memory_desc_init_by_tag(&xf, 4, dx, dnnl_f32, dnnl_nhwc));
 	TRY("memory desc", dnnl_memory_desc_init_by_tag(&yf, 4, dy, dnnl_f32, dnnl_nhwc));
 	TRY("memory desc", dnnl_memory_desc_init_by_tag(&wf, 4, dw, dnnl_f32, dnnl_ohwi));
-	TRY("memory desc", dnnl_memory_desc_init_by_tag(&xl, 4, dx, lo, dnnl_nhwc));
-	TRY("memory desc", dnnl_memory_desc_init_by_tag(&yl, 4, dy, lo, dnnl_nhwc));
+	// Winograd (f32 only): oneDNN's implementation reads and writes
+	// nChw16c and picks its own weight format.
+	cv->wino = wino && !bf16;
+	dnnl_format_tag_t act = cv->wino ? dnnl_nChw16c : dnnl_nhwc;
+	if (cv->wino) plainw = 0;
+	dnnl_alg_kind_t alg = cv->wino ? dnnl_convolution_winograd : dnnl_convolution_direct;
+	TRY("memory desc", dnnl_memory_desc_init_by_tag(&xl, 4, dx, lo, act));
+	TRY("memory desc", dnnl_memory_desc_init_by_tag(&yl, 4, dy, lo, act));
 	TRY("memory desc", dnnl_memory_desc_init_by_tag(&wl, 4, dw, lo,
 		plainw ? dnnl_ohwi : dnnl_format_tag_any));
 	dnnl_memory_desc_t dwd; // diff weights: f32, primitive's choice
@@ -263,18 +294,18 @@ static int conv_new(hcdnnl_conv *cv, long n, long h, long w, long c, long o, lon
 	// Forward: src x (f32 or bf16), weights (any), dst y f32.
 	dnnl_convolution_desc_t d;
 	ATRY("convolution forward", dnnl_convolution_forward_desc_init(&d, dnnl_forward_training,
-		dnnl_convolution_direct, &xl, &wl, NULL, &yf, strides, pad, pad));
+		alg, &xl, &wl, NULL, cv->wino ? &yl : &yf, strides, pad, pad));
 	ATRY("convolution forward", dnnl_primitive_desc_create(&cv->fwd.pd, &d, attr, cv->eng, NULL));
 	ATRY("convolution forward", step_make(&cv->fwd, cv->eng));
 	// Backward data: diff_dst dy (f32 or bf16), weights, diff_src dx f32.
 	ATRY("convolution backward data", dnnl_convolution_backward_data_desc_init(&d,
-		dnnl_convolution_direct, &xf, &wl, &yl, strides, pad, pad));
+		alg, cv->wino ? &xl : &xf, &wl, &yl, strides, pad, pad));
 	ATRY("convolution backward data",
 		dnnl_primitive_desc_create(&cv->bwd_d.pd, &d, attr, cv->eng, cv->fwd.pd));
 	ATRY("convolution backward data", step_make(&cv->bwd_d, cv->eng));
 	// Backward weights: src x, diff_dst dy, diff_weights f32.
 	ATRY("convolution backward weights", dnnl_convolution_backward_weights_desc_init(&d,
-		dnnl_convolution_direct, &xl, &dwd, NULL, &yl, strides, pad, pad));
+		alg, &xl, &dwd, NULL, &yl, strides, pad, pad));
 	ATRY("convolution backward weights",
 		dnnl_primitive_desc_create(&cv->bwd_w.pd, &d, attr, cv->eng, cv->fwd.pd));
 	ATRY("convolution backward weights", step_make(&cv->bwd_w, cv->eng));
@@ -290,6 +321,12 @@ static int conv_new(hcdnnl_conv *cv, long n, long h, long w, long c, long o, lon
 		ATRY("memory", dnnl_memory_create(&cv->x_bf, &xl, cv->eng, DNNL_MEMORY_ALLOCATE));
 		ATRY("memory", dnnl_memory_create(&cv->dy_bf, &yl, cv->eng, DNNL_MEMORY_ALLOCATE));
 	}
+	if (cv->wino) {
+		ATRY("winograd reorder", blocked(cv, c, &xl, &xf, 0, &cv->r_x, &cv->x_blk, attr));
+		ATRY("winograd reorder", blocked(cv, c, &xl, &xf, 1, &cv->r_dx, &cv->dx_blk, attr));
+		ATRY("winograd reorder", blocked(cv, o, &yl, &yf, 1, &cv->r_y, &cv->y_blk, attr));
+		ATRY("winograd reorder", blocked(cv, o, &yl, &yf, 0, &cv->r_dy, &cv->dy_blk, attr));
+	}
 	ATRY("weights reorder", weights_mem(cv,
 		dnnl_primitive_desc_query_md(cv->fwd.pd, dnnl_query_weights_md, 0), &wf, 0,
 		&cv->rw_f, &cv->w_f, attr));
@@ -302,9 +339,10 @@ static int conv_new(hcdnnl_conv *cv, long n, long h, long w, long c, long o, lon
 	dnnl_primitive_attr_destroy(attr);
 #undef ATRY
 
-	step *steps[] = {&cv->fwd, &cv->bwd_d, &cv->bwd_w, &cv->rw_f, &cv->rw_b, &cv->rdw};
+	step *steps[] = {&cv->fwd, &cv->bwd_d, &cv->bwd_w, &cv->rw_f, &cv->rw_b, &cv->rdw,
+		&cv->r_x, &cv->r_y, &cv->r_dy, &cv->r_dx};
 	size_t sp = 0;
-	for (int i = 0; i < 6; i++)
+	for (int i = 0; i < 10; i++)
 		if (steps[i]->spsize > sp) sp = steps[i]->spsize;
 	if (sp > 0) {
 		cv->spbuf = scratch_alloc(sp);
@@ -312,21 +350,21 @@ static int conv_new(hcdnnl_conv *cv, long n, long h, long w, long c, long o, lon
 			*stage = "scratchpad";
 			return dnnl_out_of_memory;
 		}
-		for (int i = 0; i < 6; i++)
+		for (int i = 0; i < 10; i++)
 			if (steps[i]->sp) TRY("scratchpad", dnnl_memory_set_data_handle(steps[i]->sp, cv->spbuf));
 	}
 	return dnnl_success;
 }
 
 int hcdnnl_conv_new(hcdnnl_conv **out, long n, long h, long w, long c, long o, long k,
-		long s, long p, int bf16, int plainw, const char **stage) {
+		long s, long p, int bf16, int plainw, int wino, const char **stage) {
 	*out = NULL;
 	hcdnnl_conv *cv = calloc(1, sizeof *cv);
 	if (!cv) {
 		*stage = "allocation";
 		return dnnl_out_of_memory;
 	}
-	int st = conv_new(cv, n, h, w, c, o, k, s, p, bf16, plainw, stage);
+	int st = conv_new(cv, n, h, w, c, o, k, s, p, bf16, plainw, wino, stage);
 	if (st != dnnl_success) {
 		hcdnnl_conv_free(cv);
 		return st;
@@ -374,13 +412,49 @@ static dnnl_status_t weights(hcdnnl_conv *cv, step *r, dnnl_memory_t packed, con
 	return dnnl_success;
 }
 
+// in makes blk hold the NHWC buffer p for a Winograd primitive: p itself
+// (16 channels), or its reorder through user.
+static dnnl_status_t in(hcdnnl_conv *cv, step *r, dnnl_memory_t user, dnnl_memory_t blk, const float *p) {
+	if (!r->p) return set(blk, p);
+	RUN(set(user, p));
+	return reorder_run(r, cv->st, user, blk);
+}
+
+// out points blk at the NHWC buffer p (16 channels) before a Winograd
+// primitive writes it; done reorders blk into p after, where they differ.
+static dnnl_status_t out(step *r, dnnl_memory_t blk, float *p) {
+	return r->p ? dnnl_success : set(blk, p);
+}
+
+static dnnl_status_t done(hcdnnl_conv *cv, step *r, dnnl_memory_t blk, dnnl_memory_t user, float *p) {
+	if (!r->p) return dnnl_success;
+	RUN(set(user, p));
+	return reorder_run(r, cv->st, blk, user);
+}
+
 static dnnl_status_t conv_fwd(hcdnnl_conv *cv, const float *x, const float *w, float *y) {
 	dnnl_memory_t src, wm;
+	if (cv->wino) {
+		RUN(in(cv, &cv->r_x, cv->x_user, cv->x_blk, x));
+		RUN(weights(cv, &cv->rw_f, cv->w_f, w, &wm));
+		RUN(out(&cv->r_y, cv->y_blk, y));
+		dnnl_exec_arg_t a[3] = {{DNNL_ARG_SRC, cv->x_blk}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DST, cv->y_blk}};
+		RUN(step_run(&cv->fwd, cv->st, 3, a));
+		return done(cv, &cv->r_y, cv->y_blk, cv->y, y);
+	}
 	RUN(operand(cv, cv->x_user, cv->x_bf, x, cv->nx, &src));
 	RUN(weights(cv, &cv->rw_f, cv->w_f, w, &wm));
 	RUN(set(cv->y, y));
 	dnnl_exec_arg_t a[3] = {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DST, cv->y}};
 	return step_run(&cv->fwd, cv->st, 3, a);
+}
+
+// clear_blk forgets the caller's buffers in the blocked memories.
+static void clear_blk(hcdnnl_conv *cv) {
+	dnnl_memory_t m[] = {cv->x_blk, cv->y_blk, cv->dy_blk, cv->dx_blk};
+	step *r[] = {&cv->r_x, &cv->r_y, &cv->r_dy, &cv->r_dx};
+	for (int i = 0; i < 4; i++)
+		if (m[i] && !r[i]->p) clear(m[i]);
 }
 
 int hcdnnl_conv_fwd(hcdnnl_conv *cv, const float *x, const float *w, float *y) {
@@ -389,11 +463,20 @@ int hcdnnl_conv_fwd(hcdnnl_conv *cv, const float *x, const float *w, float *y) {
 	clear(cv->x_user);
 	clear(cv->w_user);
 	clear(cv->y);
+	clear_blk(cv);
 	return st;
 }
 
 static dnnl_status_t conv_bwd_data(hcdnnl_conv *cv, const float *dy, const float *w, float *dx) {
 	dnnl_memory_t ddst, wm;
+	if (cv->wino) {
+		RUN(in(cv, &cv->r_dy, cv->dy_user, cv->dy_blk, dy));
+		RUN(weights(cv, &cv->rw_b, cv->w_b, w, &wm));
+		RUN(out(&cv->r_dx, cv->dx_blk, dx));
+		dnnl_exec_arg_t a[3] = {{DNNL_ARG_DIFF_DST, cv->dy_blk}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DIFF_SRC, cv->dx_blk}};
+		RUN(step_run(&cv->bwd_d, cv->st, 3, a));
+		return done(cv, &cv->r_dx, cv->dx_blk, cv->dx, dx);
+	}
 	RUN(operand(cv, cv->dy_user, cv->dy_bf, dy, cv->ny, &ddst));
 	RUN(weights(cv, &cv->rw_b, cv->w_b, w, &wm));
 	RUN(set(cv->dx, dx));
@@ -407,13 +490,21 @@ int hcdnnl_conv_bwd_data(hcdnnl_conv *cv, const float *dy, const float *w, float
 	clear(cv->dy_user);
 	clear(cv->w_user);
 	clear(cv->dx);
+	clear_blk(cv);
 	return st;
 }
 
 static dnnl_status_t conv_bwd_weights(hcdnnl_conv *cv, const float *x, const float *dy, float *dw) {
 	dnnl_memory_t src, ddst;
-	RUN(operand(cv, cv->x_user, cv->x_bf, x, cv->nx, &src));
-	RUN(operand(cv, cv->dy_user, cv->dy_bf, dy, cv->ny, &ddst));
+	if (cv->wino) {
+		RUN(in(cv, &cv->r_x, cv->x_user, cv->x_blk, x));
+		RUN(in(cv, &cv->r_dy, cv->dy_user, cv->dy_blk, dy));
+		src = cv->x_blk;
+		ddst = cv->dy_blk;
+	} else {
+		RUN(operand(cv, cv->x_user, cv->x_bf, x, cv->nx, &src));
+		RUN(operand(cv, cv->dy_user, cv->dy_bf, dy, cv->ny, &ddst));
+	}
 	RUN(set(cv->dw_user, dw));
 	dnnl_memory_t dwm = cv->dw_p ? cv->dw_p : cv->dw_user;
 	dnnl_exec_arg_t a[3] = {{DNNL_ARG_SRC, src}, {DNNL_ARG_DIFF_DST, ddst}, {DNNL_ARG_DIFF_WEIGHTS, dwm}};
@@ -428,6 +519,7 @@ int hcdnnl_conv_bwd_weights(hcdnnl_conv *cv, const float *x, const float *dy, fl
 	clear(cv->x_user);
 	clear(cv->dy_user);
 	clear(cv->dw_user);
+	clear_blk(cv);
 	return st;
 }
 

@@ -11,9 +11,11 @@ typedef struct hcdnnl_conv hcdnnl_conv;
 typedef struct hcdnnl_gemm hcdnnl_gemm;
 
 // hcdnnl_conv_new builds the primitives; on failure it returns the dnnl status
-// and sets *stage to what failed (a static string).
+// and sets *stage to what failed (a static string). wino asks for
+// Winograd primitives (f32 only); where oneDNN has none for the shape, it
+// fails (dnnl_unimplemented).
 int hcdnnl_conv_new(hcdnnl_conv **out, long n, long h, long w, long c, long o, long k,
-		long s, long p, int bf16, int plainw, const char **stage);
+		long s, long p, int bf16, int plainw, int wino, const char **stage);
 int hcdnnl_conv_fwd(hcdnnl_conv *cv, const float *x, const float *w, float *y);
 int hcdnnl_conv_bwd_data(hcdnnl_conv *cv, const float *dy, const float *w, float *dx);
 int hcdnnl_conv_bwd_weights(hcdnnl_conv *cv, const float *x, const float *dy, float *dw);

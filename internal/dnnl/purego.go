@@ -21,6 +21,9 @@ type Conv struct{}
 // NewConv returns an error without cgo.
 func NewConv(s ConvShape, t Type) (*Conv, error) { return nil, errNoCgo }
 
+// NewConvWinograd returns an error without cgo.
+func NewConvWinograd(s ConvShape) (*Conv, error) { return nil, errNoCgo }
+
 func (c *Conv) Shape() ConvShape                    { return ConvShape{} }
 func (c *Conv) Type() Type                          { return F32 }
 func (c *Conv) Err() error                          { return errNoCgo }

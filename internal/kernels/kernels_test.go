@@ -244,7 +244,7 @@ func TestConvPool(t *testing.T) {
 // same buffer (the forward statistics).
 func TestChannelKernels(t *testing.T) {
 	rng := rand.New(rand.NewPCG(11, 12))
-	for _, c := range []int{1, 3, 16, 37, 64} {
+	for _, c := range []int{1, 3, 16, 32, 37, 48, 64} {
 		const m = 29
 		x, dy := randf(rng, m*c), randf(rng, m*c)
 		for i := range x {
