@@ -855,3 +855,46 @@ func TestGemmsRunBF16(t *testing.T) {
 		t.Error("RunBF16 on an F32 cache accepted")
 	}
 }
+
+// BenchmarkConvWinograd: direct against Winograd on the shapes the model
+// calls them with (the resnets' chunks of 4, 8 and 16 samples per stage,
+// and the CNN's conv2); GFLOP/s counts a direct convolution's
+// multiply-adds on both sides, so the ratio is the speed-up.
+func BenchmarkConvWinograd(b *testing.B) {
+	shapes := []ConvShape{
+		{N: 4, H: 28, W: 28, C: 16, O: 16, K: 3, S: 1, P: 1},
+		{N: 8, H: 14, W: 14, C: 32, O: 32, K: 3, S: 1, P: 1},
+		{N: 16, H: 7, W: 7, C: 64, O: 64, K: 3, S: 1, P: 1},
+		conv2,
+	}
+	for _, s := range shapes {
+		rng := rand.New(rand.NewPCG(1, 1))
+		x, w, dy := rnd(rng, s.XLen()), rnd(rng, s.WLen()), rnd(rng, s.YLen())
+		y, dx, dw := make([]float32, s.YLen()), make([]float32, s.XLen()), make([]float32, s.WLen())
+		for _, op := range []string{"fwd", "bwdData", "bwdWeights"} {
+			for _, wino := range []bool{false, true} {
+				alg := map[bool]string{false: "direct", true: "winograd"}[wino]
+				b.Run(fmt.Sprintf("%dx%dx%dx%d/%s/%s", s.N, s.H, s.W, s.C, op, alg), func(b *testing.B) {
+					runtime.LockOSThread()
+					defer runtime.UnlockOSThread()
+					c, err := newConv(s, F32, false, wino)
+					if err != nil {
+						b.Skip(err)
+					}
+					defer c.Close()
+					f := map[string]func(){
+						"fwd":        func() { c.Forward(x, w, y) },
+						"bwdData":    func() { c.BackwardData(dy, w, dx) },
+						"bwdWeights": func() { c.BackwardWeights(x, dy, dw) },
+					}[op]
+					f()
+					b.ResetTimer()
+					for range b.N {
+						f()
+					}
+					b.ReportMetric(s.Flops()*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+				})
+			}
+		}
+	}
+}
