@@ -227,7 +227,7 @@ func (l *Conv2D) fwd(w, lo, hi int) {
 		}
 		switch {
 		case l.dnnl:
-			l.x.dnnlConv(l, w, ns).Forward(x, l.w, y)
+			l.x.dnnlConv(l, w, ns).ForwardGen(x, l.w, y, l.x.wgen)
 		case l.pooled():
 			p, po := l.pool, l.pool.out.Size()
 			kernels.ConvPoolForward(l.win, ns, x, l.wT, o, l.b, p.relu, l.cy[s0*po:][:ns*po], p.arg[s0*po:][:ns*po], l.pads[w])
@@ -309,7 +309,7 @@ func (l *Conv2D) bwd(w, lo, hi int) {
 		}
 		dx := l.cdx[s0*size:][:ns*size]
 		if l.dnnl {
-			l.x.dnnlConv(l, w, ns).BackwardData(dy, l.w, dx)
+			l.x.dnnlConv(l, w, ns).BackwardDataGen(dy, l.w, dx, l.x.wgen)
 			continue
 		}
 		gemm(noT, noT, m, l.kkc, o, 1, dy, o, l.w, l.kkc, 0, col, l.kkc)

@@ -24,6 +24,10 @@ type exec struct {
 	seed  uint64 // the network's seed
 	step  uint64 // see Net.SetStep
 	pass  uint64 // training forwards since SetStep
+	// wgen counts forwards (from 1): the parameters do not change between
+	// a forward and the backward after it, so oneDNN convolutions reorder
+	// their weights once per forward and worker, not once per chunk.
+	wgen uint64
 	first int
 	drops uint64 // dropout layers bound so far: each draws its own stream
 	// kern is how convolutions and linear layers compute (SetKernels);

@@ -406,6 +406,7 @@ func (n *Net) Forward(nb int) []float32 {
 		panic("model: batch outside [1, Net.Batch()]")
 	}
 	n.n = nb
+	n.x.wgen++
 	n.body.forward(nb)
 	if n.x.train {
 		n.x.pass++

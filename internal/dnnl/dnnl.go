@@ -162,16 +162,26 @@ func (c *Conv) fail(op string, st C.int) {
 func (c *Conv) Err() error { return c.err }
 
 // Forward sets y = conv(x, w), overwriting y.
-func (c *Conv) Forward(x, w, y []float32) {
+func (c *Conv) Forward(x, w, y []float32) { c.ForwardGen(x, w, y, 0) }
+
+// ForwardGen is Forward where gen names the contents of w: after a call
+// with a nonzero gen, later calls (Forward's and BackwardData's apart)
+// with the same gen skip reordering w into the primitive's format (for
+// Winograd, transforming it) and use the copy made then. The caller
+// promises w has not changed between them; 0 always reorders.
+func (c *Conv) ForwardGen(x, w, y []float32, gen uint64) {
 	c.check("Forward", x, w, y, c.s.XLen(), c.s.WLen(), c.s.YLen())
-	c.fail("forward", C.hcdnnl_conv_fwd(c.p, f32p(x), f32p(w), f32p(y)))
+	c.fail("forward", C.hcdnnl_conv_fwd(c.p, f32p(x), f32p(w), C.ulong(gen), f32p(y)))
 }
 
 // BackwardData sets dx to the gradient of the input given dy, overwriting
 // dx.
-func (c *Conv) BackwardData(dy, w, dx []float32) {
+func (c *Conv) BackwardData(dy, w, dx []float32) { c.BackwardDataGen(dy, w, dx, 0) }
+
+// BackwardDataGen is BackwardData with ForwardGen's gen.
+func (c *Conv) BackwardDataGen(dy, w, dx []float32, gen uint64) {
 	c.check("BackwardData", dy, w, dx, c.s.YLen(), c.s.WLen(), c.s.XLen())
-	c.fail("backward data", C.hcdnnl_conv_bwd_data(c.p, f32p(dy), f32p(w), f32p(dx)))
+	c.fail("backward data", C.hcdnnl_conv_bwd_data(c.p, f32p(dy), f32p(w), C.ulong(gen), f32p(dx)))
 }
 
 // BackwardWeights sets dw (O,K,K,C) to the gradient of the weights given x

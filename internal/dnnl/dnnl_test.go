@@ -898,3 +898,50 @@ func BenchmarkConvWinograd(b *testing.B) {
 		}
 	}
 }
+
+// TestConvWeightsGen: a call with the generation of the last reorder
+// reuses the reordered weights (so it still computes with the old ones,
+// should the caller break its promise), a new generation or 0 reorders;
+// forward and backward data keep their own.
+func TestConvWeightsGen(t *testing.T) {
+	s := convShapes[4]
+	rng := rand.New(rand.NewPCG(5, 6))
+	x, w, dy := rnd(rng, s.XLen()), rnd(rng, s.WLen()), rnd(rng, s.YLen())
+	w2 := rnd(rng, s.WLen())
+	want := func(w []float32) ([]float64, []float64) {
+		ry, rdx, _ := refConv(s, x, w, dy)
+		return ry, rdx
+	}
+	y1, dx1 := want(w)
+	y2, dx2 := want(w2)
+	makers := map[string]func() (*Conv, error){"direct": func() (*Conv, error) { return NewConv(s, F32) }}
+	if c, err := NewConvWinograd(s); err == nil {
+		c.Close()
+		makers["winograd"] = func() (*Conv, error) { return NewConvWinograd(s) }
+	}
+	for name, mk := range makers {
+		c, err := mk()
+		if err != nil {
+			t.Fatal(err)
+		}
+		y, dx := make([]float32, s.YLen()), make([]float32, s.XLen())
+		for _, step := range []struct {
+			w       []float32
+			gen     uint64
+			wy, wdx []float64
+		}{{w, 7, y1, dx1}, {w2, 7, y1, dx1}, {w2, 8, y2, dx2}, {w, 8, y2, dx2}, {w, 0, y1, dx1}} {
+			c.ForwardGen(x, step.w, y, step.gen)
+			c.BackwardDataGen(dy, step.w, dx, step.gen)
+			if e := relErr(y, step.wy); e > 1e-5 {
+				t.Errorf("%s gen %d: forward relative error %.3g against the weights it should use", name, step.gen, e)
+			}
+			if e := relErr(dx, step.wdx); e > 1e-5 {
+				t.Errorf("%s gen %d: backward data relative error %.3g", name, step.gen, e)
+			}
+		}
+		if err := c.Err(); err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+	}
+}

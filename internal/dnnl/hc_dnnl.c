@@ -199,6 +199,9 @@ struct hcdnnl_conv {
 	dnnl_memory_t x_user, dy_user, y, dx, w_user, dw_user;
 	dnnl_memory_t x_bf, dy_bf;  // bf16 copies of x and dy (bf16 only)
 	dnnl_memory_t w_f, w_b, dw_p; // primitives' weight formats, or NULL
+	// gen_f and gen_b: the generation of the weights now in w_f and w_b
+	// (0: none); a call with the same nonzero generation skips the reorder.
+	unsigned long gen_f, gen_b;
 	// Winograd only: the primitives read and write nChw16c.
 	int wino;
 	wop x_in, dx_out, y_out, dy_in;
@@ -429,13 +432,18 @@ static dnnl_status_t operand(const hcdnnl_conv *cv, dnnl_memory_t user, dnnl_mem
 
 // weights makes *m the memory a primitive reads the weights w from: w
 // itself, or reordered by r into packed (the primitive's format) when
-// packed is not NULL.
-static dnnl_status_t weights(hcdnnl_conv *cv, step *r, dnnl_memory_t packed, const float *w, dnnl_memory_t *m) {
+// packed is not NULL, unless packed already holds generation gen of them
+// (*have; gen 0 always reorders).
+static dnnl_status_t weights(hcdnnl_conv *cv, step *r, dnnl_memory_t packed, const float *w,
+		unsigned long gen, unsigned long *have, dnnl_memory_t *m) {
 	RUN(set(cv->w_user, w));
 	*m = cv->w_user;
 	if (packed) {
-		RUN(reorder_run(r, cv->st, cv->w_user, packed));
 		*m = packed;
+		if (gen != 0 && gen == *have) return dnnl_success;
+		*have = 0;
+		RUN(reorder_run(r, cv->st, cv->w_user, packed));
+		*have = gen;
 	}
 	return dnnl_success;
 }
@@ -470,18 +478,18 @@ static dnnl_status_t done(hcdnnl_conv *cv, wop *op, dnnl_memory_t user, float *p
 	return reorder_run(&op->r, cv->st, op->m, user);
 }
 
-static dnnl_status_t conv_fwd(hcdnnl_conv *cv, const float *x, const float *w, float *y) {
+static dnnl_status_t conv_fwd(hcdnnl_conv *cv, const float *x, const float *w, unsigned long gen, float *y) {
 	dnnl_memory_t src, wm;
 	if (cv->wino) {
 		RUN(in(cv, &cv->x_in, cv->x_user, x));
-		RUN(weights(cv, &cv->rw_f, cv->w_f, w, &wm));
+		RUN(weights(cv, &cv->rw_f, cv->w_f, w, gen, &cv->gen_f, &wm));
 		RUN(out(&cv->y_out, y));
 		dnnl_exec_arg_t a[3] = {{DNNL_ARG_SRC, cv->x_in.m}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DST, cv->y_out.m}};
 		RUN(step_run(&cv->fwd, cv->st, 3, a));
 		return done(cv, &cv->y_out, cv->y, y);
 	}
 	RUN(operand(cv, cv->x_user, cv->x_bf, x, cv->nx, &src));
-	RUN(weights(cv, &cv->rw_f, cv->w_f, w, &wm));
+	RUN(weights(cv, &cv->rw_f, cv->w_f, w, gen, &cv->gen_f, &wm));
 	RUN(set(cv->y, y));
 	dnnl_exec_arg_t a[3] = {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DST, cv->y}};
 	return step_run(&cv->fwd, cv->st, 3, a);
@@ -494,9 +502,9 @@ static void clear_blk(hcdnnl_conv *cv) {
 		if (ops[i]->m && ops[i]->how == ALIAS) clear(ops[i]->m);
 }
 
-int hcdnnl_conv_fwd(hcdnnl_conv *cv, const float *x, const float *w, float *y) {
+int hcdnnl_conv_fwd(hcdnnl_conv *cv, const float *x, const float *w, unsigned long gen, float *y) {
 	one_thread();
-	dnnl_status_t st = conv_fwd(cv, x, w, y);
+	dnnl_status_t st = conv_fwd(cv, x, w, gen, y);
 	clear(cv->x_user);
 	clear(cv->w_user);
 	clear(cv->y);
@@ -504,26 +512,26 @@ int hcdnnl_conv_fwd(hcdnnl_conv *cv, const float *x, const float *w, float *y) {
 	return st;
 }
 
-static dnnl_status_t conv_bwd_data(hcdnnl_conv *cv, const float *dy, const float *w, float *dx) {
+static dnnl_status_t conv_bwd_data(hcdnnl_conv *cv, const float *dy, const float *w, unsigned long gen, float *dx) {
 	dnnl_memory_t ddst, wm;
 	if (cv->wino) {
 		RUN(in(cv, &cv->dy_in, cv->dy_user, dy));
-		RUN(weights(cv, &cv->rw_b, cv->w_b, w, &wm));
+		RUN(weights(cv, &cv->rw_b, cv->w_b, w, gen, &cv->gen_b, &wm));
 		RUN(out(&cv->dx_out, dx));
 		dnnl_exec_arg_t a[3] = {{DNNL_ARG_DIFF_DST, cv->dy_in.m}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DIFF_SRC, cv->dx_out.m}};
 		RUN(step_run(&cv->bwd_d, cv->st, 3, a));
 		return done(cv, &cv->dx_out, cv->dx, dx);
 	}
 	RUN(operand(cv, cv->dy_user, cv->dy_bf, dy, cv->ny, &ddst));
-	RUN(weights(cv, &cv->rw_b, cv->w_b, w, &wm));
+	RUN(weights(cv, &cv->rw_b, cv->w_b, w, gen, &cv->gen_b, &wm));
 	RUN(set(cv->dx, dx));
 	dnnl_exec_arg_t a[3] = {{DNNL_ARG_DIFF_DST, ddst}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DIFF_SRC, cv->dx}};
 	return step_run(&cv->bwd_d, cv->st, 3, a);
 }
 
-int hcdnnl_conv_bwd_data(hcdnnl_conv *cv, const float *dy, const float *w, float *dx) {
+int hcdnnl_conv_bwd_data(hcdnnl_conv *cv, const float *dy, const float *w, unsigned long gen, float *dx) {
 	one_thread();
-	dnnl_status_t st = conv_bwd_data(cv, dy, w, dx);
+	dnnl_status_t st = conv_bwd_data(cv, dy, w, gen, dx);
 	clear(cv->dy_user);
 	clear(cv->w_user);
 	clear(cv->dx);

@@ -16,8 +16,10 @@ typedef struct hcdnnl_gemm hcdnnl_gemm;
 // fails (dnnl_unimplemented).
 int hcdnnl_conv_new(hcdnnl_conv **out, long n, long h, long w, long c, long o, long k,
 		long s, long p, int bf16, int plainw, int wino, const char **stage);
-int hcdnnl_conv_fwd(hcdnnl_conv *cv, const float *x, const float *w, float *y);
-int hcdnnl_conv_bwd_data(hcdnnl_conv *cv, const float *dy, const float *w, float *dx);
+// gen names the contents of w: calls with the same nonzero gen reuse the
+// weights as reordered by the first (0: always reorder).
+int hcdnnl_conv_fwd(hcdnnl_conv *cv, const float *x, const float *w, unsigned long gen, float *y);
+int hcdnnl_conv_bwd_data(hcdnnl_conv *cv, const float *dy, const float *w, unsigned long gen, float *dx);
 int hcdnnl_conv_bwd_weights(hcdnnl_conv *cv, const float *x, const float *dy, float *dw);
 // which: 0 forward, 1 backward data, 2 backward weights.
 const char *hcdnnl_conv_impl(hcdnnl_conv *cv, int which);

@@ -24,11 +24,17 @@ func NewConv(s ConvShape, t Type) (*Conv, error) { return nil, errNoCgo }
 // NewConvWinograd returns an error without cgo.
 func NewConvWinograd(s ConvShape) (*Conv, error) { return nil, errNoCgo }
 
-func (c *Conv) Shape() ConvShape                    { return ConvShape{} }
-func (c *Conv) Type() Type                          { return F32 }
-func (c *Conv) Err() error                          { return errNoCgo }
-func (c *Conv) Forward(x, w, y []float32)           { panic(errNoCgo) }
-func (c *Conv) BackwardData(dy, w, dx []float32)    { panic(errNoCgo) }
+func (c *Conv) Shape() ConvShape          { return ConvShape{} }
+func (c *Conv) Type() Type                { return F32 }
+func (c *Conv) Err() error                { return errNoCgo }
+func (c *Conv) Forward(x, w, y []float32) { panic(errNoCgo) }
+func (c *Conv) ForwardGen(x, w, y []float32, gen uint64) {
+	panic(errNoCgo)
+}
+func (c *Conv) BackwardData(dy, w, dx []float32) { panic(errNoCgo) }
+func (c *Conv) BackwardDataGen(dy, w, dx []float32, gen uint64) {
+	panic(errNoCgo)
+}
 func (c *Conv) BackwardWeights(x, dy, dw []float32) { panic(errNoCgo) }
 func (c *Conv) Impl() string                        { return "" }
 func (c *Conv) Close()                              {}
