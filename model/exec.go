@@ -27,7 +27,7 @@ type exec struct {
 	// wgen counts forwards (from 1): the parameters do not change between
 	// a forward and the backward after it, so oneDNN convolutions reorder
 	// their weights once per forward and worker, not once per chunk.
-	wgen uint64
+	wgen  uint64
 	first int
 	drops uint64 // dropout layers bound so far: each draws its own stream
 	// kern is how convolutions and linear layers compute (SetKernels);
