@@ -22,10 +22,10 @@ type Kernels struct {
 	// float32.
 	BF16 bool
 	// Direct keeps oneDNN's float32 convolutions direct. Without it, a
-	// 3x3, stride-1 convolution whose channel counts are multiples of 16
-	// runs Winograd's F(4x4, 3x3) where oneDNN has it (AVX-512 CPUs):
-	// fewer multiplications, rounded differently (see
-	// dnnl.NewConvWinograd). bf16 is always direct.
+	// 3x3, stride-1 convolution with 32 or more input channels, input and
+	// output channels in 16s, runs Winograd's F(4x4, 3x3) where oneDNN
+	// has it (AVX-512 CPUs): fewer multiplications, rounded differently
+	// (see dnnl.NewConvWinograd). bf16 is always direct.
 	Direct bool
 }
 
@@ -44,10 +44,13 @@ func (k Kernels) String() string {
 }
 
 // winograd reports whether the layer's convolution runs Winograd with
-// kernels k, where oneDNN has it.
+// kernels k, where oneDNN has it. Not with 16 input channels: there
+// oneDNN's Winograd weight gradient is slower than its direct one (0.19
+// against 0.14 ms per 4-sample chunk of resnet20's first stage,
+// ONEDNN_VERBOSE) and its forward gains 10%, a loss overall.
 func (k Kernels) winograd(l *Conv2D) bool {
 	g := l.win
-	return k.DNNL && !k.BF16 && !k.Direct && g.K == 3 && g.S == 1 && g.C%16 == 0 && l.out.C%16 == 0
+	return k.DNNL && !k.BF16 && !k.Direct && g.K == 3 && g.S == 1 && g.C >= 32 && g.C%16 == 0 && l.out.C%16 == 0
 }
 
 // typ is oneDNN's operand type for k.

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"hpctrain/internal/cli"
+	"hpctrain/model"
 )
 
 // flagSet is a FlagSet with c's flags, as Parse registers them.
@@ -323,5 +324,34 @@ func TestUnknownFlagOneLine(t *testing.T) {
 	assertUsage(t, "train.toml", err, `unexpected argument "train.toml"`)
 	if out.Len() != 0 {
 		t.Errorf("bad flags printed the usage:\n%s", out.String())
+	}
+}
+
+// TestCPUKernelsOf: each cpu_kernels value and precision maps to the
+// model's kernels, dnnl-direct only turning Winograd off; unknown values
+// are refused.
+func TestCPUKernelsOf(t *testing.T) {
+	if !model.DefaultKernels().DNNL {
+		t.Log("oneDNN not linked in (purego): auto is blas")
+	}
+	for _, c := range []struct {
+		kernels, precision string
+		want               model.Kernels
+	}{
+		{"dnnl", "fp32", model.Kernels{DNNL: true}},
+		{"dnnl-direct", "fp32", model.Kernels{DNNL: true, Direct: true}},
+		{"dnnl", "bf16", model.Kernels{DNNL: true, BF16: true}},
+		{"blas", "fp32", model.Kernels{}},
+		{"auto", "fp32", model.DefaultKernels()},
+	} {
+		k, err := CPUKernelsOf(c.kernels, c.precision)
+		if err != nil || k != c.want {
+			t.Errorf("CPUKernelsOf(%q, %q) = %+v, %v; want %+v", c.kernels, c.precision, k, err, c.want)
+		}
+	}
+	for _, bad := range [][2]string{{"winograd", "fp32"}, {"dnnl", "fp16"}, {"blas", "bf16"}} {
+		if k, err := CPUKernelsOf(bad[0], bad[1]); err == nil {
+			t.Errorf("CPUKernelsOf(%q, %q) = %+v, accepted", bad[0], bad[1], k)
+		}
 	}
 }

@@ -858,8 +858,9 @@ func TestGemmsRunBF16(t *testing.T) {
 
 // BenchmarkConvWinograd: direct against Winograd on the shapes the model
 // calls them with (the resnets' chunks of 4, 8 and 16 samples per stage,
-// and the CNN's conv2); GFLOP/s counts a direct convolution's
-// multiply-adds on both sides, so the ratio is the speed-up.
+// and the CNN's conv2), the weights reordered once as in a network's pass
+// (ForwardGen); GFLOP/s counts a direct convolution's multiply-adds on
+// both sides, so the ratio is the speed-up.
 func BenchmarkConvWinograd(b *testing.B) {
 	shapes := []ConvShape{
 		{N: 4, H: 28, W: 28, C: 16, O: 16, K: 3, S: 1, P: 1},
@@ -883,8 +884,8 @@ func BenchmarkConvWinograd(b *testing.B) {
 					}
 					defer c.Close()
 					f := map[string]func(){
-						"fwd":        func() { c.Forward(x, w, y) },
-						"bwdData":    func() { c.BackwardData(dy, w, dx) },
+						"fwd":        func() { c.ForwardGen(x, w, y, 1) },
+						"bwdData":    func() { c.BackwardDataGen(dy, w, dx, 1) },
 						"bwdWeights": func() { c.BackwardWeights(x, dy, dw) },
 					}[op]
 					f()
