@@ -746,17 +746,7 @@ func BenchmarkConv(b *testing.B) {
 						b.Fatal(err)
 					}
 					defer c.Close()
-					f := map[string]func(){
-						"fwd":        func() { c.Forward(x, w, y) },
-						"bwdData":    func() { c.BackwardData(dy, w, dx) },
-						"bwdWeights": func() { c.BackwardWeights(x, dy, dw) },
-					}[op]
-					f()
-					b.ResetTimer()
-					for range b.N {
-						f()
-					}
-					b.ReportMetric(s.Flops()*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+					benchConvPass(b, c, op, 0, x, w, dy, y, dx, dw)
 					b.ReportMetric(0, "ns/op")
 					b.Logf("%s", c.impl(map[string]int{"fwd": 0, "bwdData": 1, "bwdWeights": 2}[op]))
 				})
@@ -883,17 +873,7 @@ func BenchmarkConvWinograd(b *testing.B) {
 						b.Skip(err)
 					}
 					defer c.Close()
-					f := map[string]func(){
-						"fwd":        func() { c.ForwardGen(x, w, y, 1) },
-						"bwdData":    func() { c.BackwardDataGen(dy, w, dx, 1) },
-						"bwdWeights": func() { c.BackwardWeights(x, dy, dw) },
-					}[op]
-					f()
-					b.ResetTimer()
-					for range b.N {
-						f()
-					}
-					b.ReportMetric(s.Flops()*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+					benchConvPass(b, c, op, 1, x, w, dy, y, dx, dw)
 				})
 			}
 		}
@@ -945,4 +925,20 @@ func TestConvWeightsGen(t *testing.T) {
 		}
 		c.Close()
 	}
+}
+
+// benchConvPass times one pass of c (op: fwd, bwdData or bwdWeights) and
+// reports GFLOP/s; gen is ForwardGen's (0: reorder the weights each call).
+func benchConvPass(b *testing.B, c *Conv, op string, gen uint64, x, w, dy, y, dx, dw []float32) {
+	f := map[string]func(){
+		"fwd":        func() { c.ForwardGen(x, w, y, gen) },
+		"bwdData":    func() { c.BackwardDataGen(dy, w, dx, gen) },
+		"bwdWeights": func() { c.BackwardWeights(x, dy, dw) },
+	}[op]
+	f()
+	b.ResetTimer()
+	for range b.N {
+		f()
+	}
+	b.ReportMetric(c.s.Flops()*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 }
