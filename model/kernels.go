@@ -1,7 +1,6 @@
 package model
 
 import (
-	"errors"
 	"fmt"
 
 	"gonum.org/v1/gonum/blas"
@@ -160,11 +159,11 @@ func (x *exec) dnnlConv(l *Conv2D, w, n int) *dnnl.Conv {
 	g := l.win
 	s := dnnl.ConvShape{N: n, H: g.H, W: g.W, C: g.C, O: l.out.C, K: g.K, S: g.S, P: g.P}
 	var c *dnnl.Conv
-	err := errors.New("direct")
 	if x.kern.winograd(l) {
-		c, err = dnnl.NewConvWinograd(s) // nil error only where oneDNN has it
+		c, _ = dnnl.NewConvWinograd(s) // nil where oneDNN has none: direct then
 	}
-	if err != nil {
+	var err error
+	if c == nil {
 		c, err = dnnl.NewConv(s, x.kern.typ())
 	}
 	if err != nil {
