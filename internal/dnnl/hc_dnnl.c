@@ -224,10 +224,11 @@ void hcdnnl_conv_free(hcdnnl_conv *cv) {
 	free(cv);
 }
 
-// weights_mem makes the memory a primitive reads its weights from (or
-// writes them to): the user's f32 (O,K,K,C) memory itself when the formats
-// match, else its own buffer and a reorder.
-static dnnl_status_t weights_mem(hcdnnl_conv *cv, const dnnl_memory_desc_t *want,
+// reordered_mem makes the memory a primitive reads an operand from (or
+// writes it to) where the caller's is in format user: none when the
+// formats match (the caller's memory serves), else its own buffer *m and
+// the reorder r between the two.
+static dnnl_status_t reordered_mem(hcdnnl_conv *cv, const dnnl_memory_desc_t *want,
 		const dnnl_memory_desc_t *user, int to_user, step *r, dnnl_memory_t *m,
 		const_dnnl_primitive_attr_t attr) {
 	if (dnnl_memory_desc_equal(want, user)) return dnnl_success;
@@ -246,14 +247,11 @@ static dnnl_status_t blocked(hcdnnl_conv *cv, wop *op, long n, long hw, long ch,
 		const_dnnl_primitive_attr_t attr) {
 	op->n = n, op->hw = hw, op->ch = ch;
 	op->how = ch == 16 ? ALIAS : ch % 16 == 0 ? COPY : REORDER;
-	if (op->how == ALIAS) return dnnl_memory_create(&op->m, blk, cv->eng, DNNL_MEMORY_NONE);
-	RUN(dnnl_memory_create(&op->m, blk, cv->eng, DNNL_MEMORY_ALLOCATE));
-	if (op->how == COPY) return dnnl_success;
-	if (to_user)
-		RUN(reorder_pd(&op->r, blk, user, cv->eng, attr));
-	else
-		RUN(reorder_pd(&op->r, user, blk, cv->eng, attr));
-	return step_make(&op->r, cv->eng);
+	switch (op->how) {
+	case ALIAS: return dnnl_memory_create(&op->m, blk, cv->eng, DNNL_MEMORY_NONE);
+	case COPY: return dnnl_memory_create(&op->m, blk, cv->eng, DNNL_MEMORY_ALLOCATE);
+	}
+	return reordered_mem(cv, blk, user, to_user, &op->r, &op->m, attr);
 }
 
 // nchw16c copies between NHWC nhwc and nChw16c blk (to_blk: that way),
@@ -358,13 +356,13 @@ static int conv_new(hcdnnl_conv *cv, long n, long h, long w, long c, long o, lon
 		ATRY("winograd reorder", blocked(cv, &cv->y_out, n, ho * wo, o, &yl, &yf, 1, attr));
 		ATRY("winograd reorder", blocked(cv, &cv->dy_in, n, ho * wo, o, &yl, &yf, 0, attr));
 	}
-	ATRY("weights reorder", weights_mem(cv,
+	ATRY("weights reorder", reordered_mem(cv,
 		dnnl_primitive_desc_query_md(cv->fwd.pd, dnnl_query_weights_md, 0), &wf, 0,
 		&cv->rw_f, &cv->w_f, attr));
-	ATRY("weights reorder", weights_mem(cv,
+	ATRY("weights reorder", reordered_mem(cv,
 		dnnl_primitive_desc_query_md(cv->bwd_d.pd, dnnl_query_weights_md, 0), &wf, 0,
 		&cv->rw_b, &cv->w_b, attr));
-	ATRY("diff weights reorder", weights_mem(cv,
+	ATRY("diff weights reorder", reordered_mem(cv,
 		dnnl_primitive_desc_query_md(cv->bwd_w.pd, dnnl_query_diff_weights_md, 0), &wf, 1,
 		&cv->rdw, &cv->dw_p, attr));
 	dnnl_primitive_attr_destroy(attr);
