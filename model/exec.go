@@ -80,15 +80,16 @@ type gemmTask struct {
 // A oneDNN gemm is cut into blocks of fixed size, so that every block is
 // computed alike however many workers there are. The sizes suit the
 // linear layers at batch 64, measured on one Zen 4 core on the CNN's fc1
-// (64x512x3136, 512x3136x64, 64x3136x512): wide products in blocks of
-// 512 columns (oneDNN's matmul 95-105 GFLOP/s in fp32, OpenBLAS 70-85),
-// the others in fp32 in blocks of 32 rows (75, as OpenBLAS; 128 columns
-// gave 52), in bf16 in blocks of 128 along the longer side (gemm, whose
+// (512x64x3136 forward as y^T = W x^T, 512x3136x64, 64x3136x512): wide
+// products in blocks of 512 columns (oneDNN's matmul 95-105 GFLOP/s in
+// fp32, OpenBLAS 70-85), the others in fp32 in blocks of 128 rows (the
+// forward with caches flushed first: 86-89 GFLOP/s; 64 rows 81-83, 32
+// rows 79), in bf16 in blocks of 128 along the longer side (gemm, whose
 // blocks convert their own operands: rows would convert all of B once per
 // block; the linear layers convert once and use gemm16).
 const (
 	gemmColBlock = 512
-	gemmRowBlock = 32
+	gemmRowBlock = 128
 	gemmBF16     = 128
 )
 

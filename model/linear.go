@@ -12,6 +12,12 @@ import (
 // once, and backward uses those conversions (and dy's, made once) in both
 // of its products, instead of each block of each product converting its
 // operands.
+//
+// On oneDNN, forward computes y^T = W x^T into a scratch (O, N) and writes
+// its transpose (plus the bias) to y: blocks of W's rows stream W once,
+// where x W^T in blocks of x's rows streams all of W per block. On the
+// CNN's fc1 (64x3136 by 3136x512, one Zen 4 core, caches flushed first)
+// that is 86-93 GFLOP/s in fp32 against 62-68, and in bf16 164-173.
 type Linear struct {
 	name   string
 	in, o  int
@@ -22,6 +28,7 @@ type Linear struct {
 	batch  int
 	xh, wh []uint16 // bf16 x (N, I) and W (O, I) of the last forward
 	dyh    []uint16 // bf16 dy (N, O)
+	yt     []float32 // y^T (O, N): oneDNN's forward product
 }
 
 // FullyConnected returns the Spec of a linear layer with o outputs and a
@@ -76,23 +83,54 @@ func (l *Linear) initParams(rng *rand.Rand) {
 
 // forward: x (N, I), y (N, O).
 func (l *Linear) forward(x, y []float32, n int) {
-	var beta float32
-	if l.bias {
-		for i := 0; i < n; i++ {
-			copy(y[i*l.o:(i+1)*l.o], l.b)
+	if !l.x.gemmDNNL() {
+		var beta float32
+		if l.bias {
+			for i := 0; i < n; i++ {
+				copy(y[i*l.o:(i+1)*l.o], l.b)
+			}
+			beta = 1
 		}
-		beta = 1
+		l.x.gemm(noT, tr, n, l.o, l.in, 1, x, l.in, l.w, l.in, beta, y, l.o)
+		return
 	}
+	if l.yt == nil { // once: the kernels are chosen after bind
+		l.yt = make([]float32, l.o*l.batch)
+	}
+	yt := l.yt[:l.o*n]
 	if l.x.gemmBF16() {
-		if l.wh == nil { // once: the kernels are chosen after bind
+		if l.wh == nil {
 			l.xh, l.wh, l.dyh = make([]uint16, l.batch*l.in), make([]uint16, len(l.w)), make([]uint16, l.batch*l.o)
 		}
 		l.x.toBF16(l.xh[:n*l.in], x[:n*l.in])
 		l.x.toBF16(l.wh, l.w)
-		l.x.gemm16(noT, tr, n, l.o, l.in, l.xh, l.in, l.wh, l.in, beta, y, l.o)
-		return
+		l.x.gemm16(noT, tr, l.o, n, l.in, l.wh, l.in, l.xh, l.in, 0, yt, n)
+	} else {
+		l.x.gemm(noT, tr, l.o, n, l.in, 1, l.w, l.in, x, l.in, 0, yt, n)
 	}
-	l.x.gemm(noT, tr, n, l.o, l.in, 1, x, l.in, l.w, l.in, beta, y, l.o)
+	transposeBias(y, yt, l.b, n, l.o)
+}
+
+// transposeBias writes y (N, O) = yt^T + b, yt (O, N); b empty: no bias.
+// In tiles, so that both sides are read and written a cache line at a time.
+func transposeBias(y, yt, b []float32, n, o int) {
+	const tile = 16
+	for j0 := 0; j0 < o; j0 += tile {
+		j1 := min(j0+tile, o)
+		for i0 := 0; i0 < n; i0 += tile {
+			i1 := min(i0+tile, n)
+			for i := i0; i < i1; i++ {
+				row := y[i*o : (i+1)*o]
+				for j := j0; j < j1; j++ {
+					v := yt[j*n+i]
+					if len(b) > 0 {
+						v += b[j]
+					}
+					row[j] = v
+				}
+			}
+		}
+	}
 }
 
 // backward: dW = dy^T x, db = column sums of dy, dx = dy W.
