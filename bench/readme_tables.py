@@ -110,16 +110,38 @@ def render_cpu_precision(docs):
                 "%.2f" % (sps / f32["samples_per_second_median"]) if f32 and k == "dnnl bf16" else "-",
                 " / ".join(num(x) for x in s["per_round_sps"])))
         if d.get("accuracy"):
-            out += ["", "| model | precision | epochs | test accuracy after epoch 1 | after the last | samples/s (2 x 1, end to end) |",
-                    "|---|---|---|---|---|---|"]
+            out += ["", "| model | seed | precision | epochs | test accuracy after epoch 1 | after the last | samples/s (2 x 1, end to end) |",
+                    "|---|---|---|---|---|---|---|"]
             for a in d["accuracy"]:
-                out.append("| %s | %s | %d | %.2f%% | %.2f%% | %s |" % (
-                    a["model"], a["precision"], a["epochs"], 100 * a["accuracy"][0], 100 * a["accuracy"][-1],
-                    num(a["samples_per_second"][-1])))
+                out.append("| %s | %s | %s | %d | %.2f%% | %.2f%% | %s |" % (
+                    a["model"], a.get("seed", 1), a["precision"], a["epochs"], 100 * a["accuracy"][0],
+                    100 * a["accuracy"][-1], num(a["samples_per_second"][-1])))
+            out += accuracy_summary(d["accuracy"])
         dirty = " (work tree modified)" if d.get("dirty") else ""
         out += ["", "Commands: %s. Commit %s%s; %s, %d CPUs, %s; statistic: %s." % (
             "; ".join("`%s`" % c for c in d["commands"]), d.get("commit", "?"), dirty, d.get("cpu", "?"),
             d.get("cpus", 0), d.get("dnnl_isa", "?"), d.get("statistic", "").rstrip("."))]
+    return out
+
+
+def accuracy_summary(acc):
+    """Lines on bf16 against fp32 with the same seed, per model: the
+    differences in points after epoch 1 and after the last, their mean over
+    seeds, and fp32's own range over the seeds (what a seed alone moves)."""
+    runs = {(a["model"], a.get("seed", 1), a["precision"]): a for a in acc}
+    out = []
+    for m in dict.fromkeys(a["model"] for a in acc):
+        seeds = [s for (mm, s, p) in runs if mm == m and p == "fp32" and (m, s, "bf16") in runs]
+        if not seeds:
+            continue
+        parts = []
+        for i, when in ((0, "after epoch 1"), (-1, "after the last")):
+            d = [100 * (runs[(m, s, "bf16")]["accuracy"][i] - runs[(m, s, "fp32")]["accuracy"][i]) for s in seeds]
+            f = [100 * runs[(m, s, "fp32")]["accuracy"][i] for s in seeds]
+            spread = "; fp32 alone spans %.2f over the seeds" % (max(f) - min(f)) if len(seeds) > 1 else ""
+            parts.append("%s %s (mean %+.2f%s)" % (when, " / ".join("%+.2f" % x for x in d), sum(d) / len(d), spread))
+        out += ["", "%s, bf16 minus fp32 in points, same seed (seeds %s): %s." % (
+            m, ", ".join(map(str, seeds)), "; ".join(parts))]
     return out
 
 
