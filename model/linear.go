@@ -26,8 +26,8 @@ type Linear struct {
 	dw, db []float32
 	x      *exec
 	batch  int
-	xh, wh []uint16 // bf16 x (N, I) and W (O, I) of the last forward
-	dyh    []uint16 // bf16 dy (N, O)
+	xh, wh []uint16  // bf16 x (N, I) and W (O, I) of the last forward
+	dyh    []uint16  // bf16 dy (N, O)
 	yt     []float32 // y^T (O, N): oneDNN's forward product
 }
 
