@@ -83,7 +83,7 @@ type gemmTask struct {
 // (512x64x3136 forward as y^T = W x^T, 512x3136x64, 64x3136x512): wide
 // products in blocks of 512 columns (oneDNN's matmul 95-105 GFLOP/s in
 // fp32, OpenBLAS 70-85), the others in fp32 in blocks of 128 rows (the
-// forward with caches flushed first: 86-89 GFLOP/s; 64 rows 81-83, 32
+// forward with caches flushed first: 86-93 GFLOP/s; 64 rows 81-83, 32
 // rows 79), in bf16 in blocks of 128 along the longer side (gemm, whose
 // blocks convert their own operands: rows would convert all of B once per
 // block; the linear layers convert once and use gemm16).
