@@ -16,7 +16,12 @@
 #    epoch 1 and after the last, and the end-to-end samples/s (samples /
 #    training-loop seconds). One seed's fp32 and bf16 runs differ by
 #    rounding and by the chaos it sets off; the spread of fp32 over seeds
-#    shows how large that alone is. ACCURACY=0 skips it.
+#    shows how large that alone is. A third run per seed and model, fp32
+#    on the blas kernels (im2col and OpenBLAS: the same arithmetic as
+#    oneDNN's in other orders and, on 3x3 layers, without Winograd), shows
+#    how far fp32's rounding alone moves the same seed: the floor under
+#    any bf16 - fp32 difference. FLOOR=0 skips that run; ACCURACY=0 skips
+#    all of part 2.
 # Needs ./hpctrain (make build) and mpirun.
 set -euo pipefail
 rounds=${1:-3}
@@ -24,6 +29,7 @@ models=${MODELS:-cnn resnet8}
 epochs=${EPOCHS:-5}
 seeds=${SEEDS:-1 2 3}
 accuracy=${ACCURACY:-1}
+floor=${FLOOR:-1}
 py=/usr/bin/python3
 cd "$(dirname "$0")/.."
 [ -x ./hpctrain ] || { echo "cpu_precision: build ./hpctrain first (make build)" >&2; exit 1; }
@@ -50,16 +56,21 @@ done
 if [ "$accuracy" = 1 ]; then
 	for seed in $seeds; do
 		for m in $models; do
-			for p in fp32 bf16; do
+			arms="fp32 bf16"
+			[ "$floor" != 1 ] || arms+=" fp32-blas"
+			for arm in $arms; do
+				p=${arm%-blas} kern=dnnl
+				[ "$arm" = "$p" ] || kern=blas
 				c="scripts/mpirun.sh -np 2 ./hpctrain train -model $m -device cpu -threads 1 -precision $p -epochs $epochs -seed $seed -progress 0"
+				[ "$kern" = dnnl ] || c+=" -cpu-kernels blas"
 				cmds+=("$c")
 				echo "$c" >&2
 				rm -f "$tmp/m.jsonl"
 				$c -metrics "$tmp/m.jsonl" >/dev/null
 				$py -c 'import json,sys
 ls=[json.loads(l) for l in open(sys.argv[1]) if not json.loads(l).get("final")]
-print(json.dumps({"model":sys.argv[2],"precision":sys.argv[3],"seed":int(sys.argv[4]),"epochs":len(ls),
-  "accuracy":[l["test_accuracy"] for l in ls],"samples_per_second":[l["samples_per_second"] for l in ls]}))' "$tmp/m.jsonl" "$m" "$p" "$seed" >>"$tmp/acc.jsonl"
+print(json.dumps({"model":sys.argv[2],"precision":sys.argv[3],"kernels":sys.argv[5],"seed":int(sys.argv[4]),"epochs":len(ls),
+  "accuracy":[l["test_accuracy"] for l in ls],"samples_per_second":[l["samples_per_second"] for l in ls]}))' "$tmp/m.jsonl" "$m" "$p" "$seed" "$kern" >>"$tmp/acc.jsonl"
 			done
 		done
 	done
@@ -88,7 +99,7 @@ doc = {"kind": "cpu_precision",
        "flags": {f: f in flags for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16")},
        "dnnl_isa": sh("./hpctrain topo 2>/dev/null | sed -n 's/^cpu kernels: //p' | head -1"),
        "commit": sh("git rev-parse --short HEAD"), "dirty": sh("git status --porcelain -uno") != "",
-       "statistic": "step rows: batch / median step over 40 steps, median over rounds; accuracy rows: test accuracy after epochs 1 and last, per seed (fp32 and bf16 with the same seed), samples/s = the run's samples / training-loop seconds (its last metrics line)",
+       "statistic": "step rows: batch / median step over 40 steps, median over rounds; accuracy rows: test accuracy after epochs 1 and last, per seed (fp32, bf16 and fp32 on the blas kernels with the same seed), samples/s = the run's samples / training-loop seconds (its last metrics line)",
        "commands": cmds, "steps": steps, "step_summary": summary, "accuracy": acc}
 json.dump(doc, open(sys.argv[4], "w"), indent=2)
 print("wrote", sys.argv[4])

@@ -114,7 +114,7 @@ def render_cpu_precision(docs):
                     "|---|---|---|---|---|---|---|"]
             for a in d["accuracy"]:
                 out.append("| %s | %s | %s | %d | %.2f%% | %.2f%% | %s |" % (
-                    a["model"], a.get("seed", 1), a["precision"], a["epochs"], 100 * a["accuracy"][0],
+                    a["model"], a.get("seed", 1), arm(a), a["epochs"], 100 * a["accuracy"][0],
                     100 * a["accuracy"][-1], num(a["samples_per_second"][-1])))
             out += accuracy_summary(d["accuracy"])
         dirty = " (work tree modified)" if d.get("dirty") else ""
@@ -124,24 +124,36 @@ def render_cpu_precision(docs):
     return out
 
 
+def arm(a):
+    """An accuracy row's arithmetic: its precision, and the kernels when
+    they are not oneDNN's (the fp32 noise-floor run is "fp32 blas")."""
+    k = a.get("kernels", "dnnl")
+    return a["precision"] if k == "dnnl" else "%s %s" % (a["precision"], k)
+
+
 def accuracy_summary(acc):
     """Lines on bf16 against fp32 with the same seed, per model: the
     differences in points after epoch 1 and after the last, their mean over
-    seeds, and fp32's own range over the seeds (what a seed alone moves)."""
-    runs = {(a["model"], a.get("seed", 1), a["precision"]): a for a in acc}
+    seeds, and fp32's own range over the seeds (what a seed alone moves).
+    Where the JSON has the fp32 run on the blas kernels too, a second line
+    gives it minus fp32 on oneDNN (what fp32's rounding alone moves one
+    seed), and both lines the mean of the absolute differences."""
+    runs = {(a["model"], a.get("seed", 1), arm(a)): a for a in acc}
     out = []
     for m in dict.fromkeys(a["model"] for a in acc):
-        seeds = [s for (mm, s, p) in runs if mm == m and p == "fp32" and (m, s, "bf16") in runs]
-        if not seeds:
-            continue
-        parts = []
-        for i, when in ((0, "after epoch 1"), (-1, "after the last")):
-            d = [100 * (runs[(m, s, "bf16")]["accuracy"][i] - runs[(m, s, "fp32")]["accuracy"][i]) for s in seeds]
-            f = [100 * runs[(m, s, "fp32")]["accuracy"][i] for s in seeds]
-            spread = "; fp32 alone spans %.2f over the seeds" % (max(f) - min(f)) if len(seeds) > 1 else ""
-            parts.append("%s %s (mean %+.2f%s)" % (when, " / ".join("%+.2f" % x for x in d), sum(d) / len(d), spread))
-        out += ["", "%s, bf16 minus fp32 in points, same seed (seeds %s): %s." % (
-            m, ", ".join(map(str, seeds)), "; ".join(parts))]
+        for other, what in (("bf16", "bf16 minus fp32"), ("fp32 blas", "fp32 on the blas kernels minus fp32 on oneDNN")):
+            seeds = [s for (mm, s, p) in runs if mm == m and p == "fp32" and (m, s, other) in runs]
+            if not seeds:
+                continue
+            parts = []
+            for i, when in ((0, "after epoch 1"), (-1, "after the last")):
+                d = [100 * (runs[(m, s, other)]["accuracy"][i] - runs[(m, s, "fp32")]["accuracy"][i]) for s in seeds]
+                f = [100 * runs[(m, s, "fp32")]["accuracy"][i] for s in seeds]
+                spread = "; fp32 alone spans %.2f over the seeds" % (max(f) - min(f)) if len(seeds) > 1 and other == "bf16" else ""
+                parts.append("%s %s (mean %+.2f, mean size %.2f%s)" % (
+                    when, " / ".join("%+.2f" % x for x in d), sum(d) / len(d), sum(map(abs, d)) / len(d), spread))
+            out += ["", "%s, %s in points, same seed (seeds %s): %s." % (
+                m, what, ", ".join(map(str, seeds)), "; ".join(parts))]
     return out
 
 
