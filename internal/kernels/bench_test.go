@@ -1,6 +1,7 @@
 package kernels
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"testing"
 )
@@ -63,4 +64,30 @@ func BenchmarkConv1(b *testing.B) {
 			Im2col(g, 4, x, a)
 		}
 	})
+}
+
+// BenchmarkChanMoments: batch norm's statistics over a batch of 64 at
+// resnet8's three widths (28x28x16, 14x14x32, 7x7x64), forward (a and b the
+// same buffer) and backward with the ReLU fused (dy masked by the output).
+func BenchmarkChanMoments(b *testing.B) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, sh := range []struct{ hw, c int }{{784, 16}, {196, 32}, {49, 64}} {
+		m, c := 64*sh.hw, sh.c
+		x, dy := randf(rng, m*c), randf(rng, m*c)
+		mu, s, t := randf(rng, c), randf(rng, c), randf(rng, c)
+		sa, sab := make([]float64, c), make([]float64, c)
+		mb := float64(4*m*c) / 1e6
+		b.Run(fmt.Sprintf("forward-c%d", c), func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				ChanMoments(x, x, m, c, mu, sa, sab)
+			}
+			b.ReportMetric(mb*float64(b.N)/b.Elapsed().Seconds()/1e3, "GB/s")
+		})
+		b.Run(fmt.Sprintf("backward-relu-c%d", c), func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				ChanMomentsReLU(dy, x, m, c, mu, s, t, sa, sab)
+			}
+			b.ReportMetric(2*mb*float64(b.N)/b.Elapsed().Seconds()/1e3, "GB/s")
+		})
+	}
 }
