@@ -532,16 +532,6 @@ sums8(__m256 av, __m256 xb, const __m256d u[2], __m256d s[2], __m256d t[2]) {
 	t[1] = _mm256_add_pd(t[1], _mm256_mul_pd(a1, _mm256_sub_pd(b1, u[1])));
 }
 
-// sums8same is sums8 with a = b: each value converted once.
-__attribute__((target("avx2"), always_inline)) static inline void
-sums8same(__m256 xb, const __m256d u[2], __m256d s[2], __m256d t[2]) {
-	__m256d b0 = _mm256_cvtps_pd(_mm256_castps256_ps128(xb)), b1 = _mm256_cvtps_pd(_mm256_extractf128_ps(xb, 1));
-	s[0] = _mm256_add_pd(s[0], b0);
-	s[1] = _mm256_add_pd(s[1], b1);
-	t[0] = _mm256_add_pd(t[0], _mm256_mul_pd(b0, _mm256_sub_pd(b0, u[0])));
-	t[1] = _mm256_add_pd(t[1], _mm256_mul_pd(b1, _mm256_sub_pd(b1, u[1])));
-}
-
 // Channels [j0, j0+16) of the moments, over all m rows; with s and t non-NULL
 // (the ReLU variant), a is taken as +0 wherever (b - mu)*s + t is not
 // positive, computed in float as the plain loop computes it.
@@ -573,8 +563,10 @@ moments16(const float *a, const float *b, long m, long c, long j0, const float *
 	} else if (a == b) {
 		for (long i = 0; i < m; i++) {
 			const float *br = b + i * c + j0;
-			sums8same(_mm256_loadu_ps(br), u[0], s[0], t[0]);
-			sums8same(_mm256_loadu_ps(br + 8), u[1], s[1], t[1]);
+			// One load and, once inlined, one conversion per value.
+			__m256 x0 = _mm256_loadu_ps(br), x1 = _mm256_loadu_ps(br + 8);
+			sums8(x0, x0, u[0], s[0], t[0]);
+			sums8(x1, x1, u[1], s[1], t[1]);
 		}
 	} else {
 		for (long i = 0; i < m; i++) {
