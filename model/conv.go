@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 
+	"hpctrain/internal/dnnl"
 	"hpctrain/internal/kernels"
 )
 
@@ -61,6 +62,12 @@ type Conv2D struct {
 	// workers' chunk outputs, or their gradients in backward.
 	pool *MaxPool2D
 	outs [][]float32
+	// On oneDNN's bf16 kernels, x16 is the batch's input in bf16,
+	// converted once in forward for the forward and the weight gradient,
+	// and dy16 each worker's chunk of the output gradient, converted once
+	// for both backward products.
+	x16  []uint16
+	dy16 [][]uint16
 
 	fwdTask, bwdTask, dwTask perWorker
 }
@@ -159,6 +166,14 @@ func (l *Conv2D) colBlocks() {
 		l.cols, l.pads, l.dwT, l.outs = nil, nil, nil, nil
 	}
 	l.x.perWorkerKernels()
+	if l.bf16() {
+		if l.x16 == nil {
+			l.x16 = make([]uint16, l.batch*l.in.Size())
+		}
+		for len(l.dy16) < l.x.par.Workers() {
+			l.dy16 = append(l.dy16, make([]uint16, l.chunk*l.hwo*l.out.C))
+		}
+	}
 	for len(l.cols) < l.x.par.Workers() {
 		if l.dnnl {
 			l.cols = append(l.cols, nil)
@@ -189,6 +204,9 @@ func (l *Conv2D) forward(x, y []float32, n int) {
 	l.cx, l.cy, l.n = x, y, n
 	l.x.par.Run(l.chunks(n), l.fwdTask)
 }
+
+// bf16 reports whether the layer runs on oneDNN's bf16 kernels.
+func (l *Conv2D) bf16() bool { return l.dnnl && l.x.kern.BF16 }
 
 // useDNNL reports whether the layer runs on oneDNN with kernels k.
 func (l *Conv2D) useDNNL(k Kernels) bool {
@@ -226,6 +244,10 @@ func (l *Conv2D) fwd(w, lo, hi int) {
 			y = l.cy[s0*l.hwo*o:][:m*o]
 		}
 		switch {
+		case l.bf16():
+			x16 := l.x16[s0*size:][:ns*size]
+			dnnl.ToBF16(x16, x)
+			l.x.dnnlConv(l, w, ns).ForwardGen16(x16, l.w, y, l.x.wgen)
 		case l.dnnl:
 			l.x.dnnlConv(l, w, ns).ForwardGen(x, l.w, y, l.x.wgen)
 		case l.pooled():
@@ -291,7 +313,12 @@ func (l *Conv2D) bwd(w, lo, hi int) {
 		} else {
 			dy = l.cdy[s0*l.hwo*o:][:m*o]
 		}
+		var dy16 []uint16
 		switch {
+		case l.bf16():
+			dy16 = l.dy16[w][:m*o]
+			dnnl.ToBF16(dy16, dy)
+			l.x.dnnlConv(l, w, ns).BackwardWeights16(l.x16[s0*size:][:ns*size], dy16, part[:nw])
 		case l.dnnl:
 			l.x.dnnlConv(l, w, ns).BackwardWeights(x, dy, part[:nw])
 		case l.direct:
@@ -308,6 +335,10 @@ func (l *Conv2D) bwd(w, lo, hi int) {
 			continue
 		}
 		dx := l.cdx[s0*size:][:ns*size]
+		if dy16 != nil {
+			l.x.dnnlConv(l, w, ns).BackwardDataGen16(dy16, l.w, dx, l.x.wgen)
+			continue
+		}
 		if l.dnnl {
 			l.x.dnnlConv(l, w, ns).BackwardDataGen(dy, l.w, dx, l.x.wgen)
 			continue

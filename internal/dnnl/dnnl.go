@@ -84,6 +84,8 @@ func statusError(what string, stage *C.char, st C.int) error {
 
 func f32p(s []float32) *C.float { return (*C.float)(unsafe.Pointer(unsafe.SliceData(s))) }
 
+func u16p(s []uint16) *C.uint16_t { return (*C.uint16_t)(unsafe.Pointer(unsafe.SliceData(s))) }
+
 // Conv is one convolution shape in one Type, with forward, backward-data
 // and backward-weights primitives (no bias: the caller adds the bias and
 // sums its gradient). The weights are reordered inside each call from the
@@ -171,7 +173,26 @@ func (c *Conv) Forward(x, w, y []float32) { c.ForwardGen(x, w, y, 0) }
 // promises w has not changed between them; 0 always reorders.
 func (c *Conv) ForwardGen(x, w, y []float32, gen uint64) {
 	c.check("Forward", x, w, y, c.s.XLen(), c.s.WLen(), c.s.YLen())
-	c.fail("forward", C.hcdnnl_conv_fwd(c.p, f32p(x), f32p(w), C.ulong(gen), f32p(y)))
+	c.fail("forward", C.hcdnnl_conv_fwd(c.p, f32p(x), nil, f32p(w), C.ulong(gen), f32p(y)))
+}
+
+// ForwardGen16 is ForwardGen on a BF16 Conv for x already converted by
+// ToBF16: the result has the bits ForwardGen gives for the float32 x, and
+// a caller converts x once for the forward and BackwardWeights16.
+func (c *Conv) ForwardGen16(x []uint16, w, y []float32, gen uint64) {
+	c.check16("Forward", x, nil, w, y, c.s.XLen(), 0, c.s.WLen(), c.s.YLen())
+	c.fail("forward", C.hcdnnl_conv_fwd(c.p, nil, u16p(x), f32p(w), C.ulong(gen), f32p(y)))
+}
+
+// check16 is check for the bf16 operands a and b (b nil: none).
+func (c *Conv) check16(op string, a, b []uint16, w, out []float32, la, lb, lw, lout int) {
+	if c.t != BF16 {
+		panic("dnnl: Conv." + op + "16 on a float32 convolution")
+	}
+	c.check(op, w, w, out, lw, lw, lout)
+	if len(a) < la || len(b) < lb {
+		panic(fmt.Sprintf("dnnl: Conv.%s16 %v: bf16 slices of %d, %d elements, want %d, %d", op, c.s, len(a), len(b), la, lb))
+	}
 }
 
 // BackwardData sets dx to the gradient of the input given dy, overwriting
@@ -181,14 +202,28 @@ func (c *Conv) BackwardData(dy, w, dx []float32) { c.BackwardDataGen(dy, w, dx, 
 // BackwardDataGen is BackwardData with ForwardGen's gen.
 func (c *Conv) BackwardDataGen(dy, w, dx []float32, gen uint64) {
 	c.check("BackwardData", dy, w, dx, c.s.YLen(), c.s.WLen(), c.s.XLen())
-	c.fail("backward data", C.hcdnnl_conv_bwd_data(c.p, f32p(dy), f32p(w), C.ulong(gen), f32p(dx)))
+	c.fail("backward data", C.hcdnnl_conv_bwd_data(c.p, f32p(dy), nil, f32p(w), C.ulong(gen), f32p(dx)))
+}
+
+// BackwardDataGen16 is BackwardDataGen on a BF16 Conv for dy already
+// converted by ToBF16 (see ForwardGen16).
+func (c *Conv) BackwardDataGen16(dy []uint16, w, dx []float32, gen uint64) {
+	c.check16("BackwardData", dy, nil, w, dx, c.s.YLen(), 0, c.s.WLen(), c.s.XLen())
+	c.fail("backward data", C.hcdnnl_conv_bwd_data(c.p, nil, u16p(dy), f32p(w), C.ulong(gen), f32p(dx)))
 }
 
 // BackwardWeights sets dw (O,K,K,C) to the gradient of the weights given x
 // and dy, overwriting dw.
 func (c *Conv) BackwardWeights(x, dy, dw []float32) {
 	c.check("BackwardWeights", x, dy, dw, c.s.XLen(), c.s.YLen(), c.s.WLen())
-	c.fail("backward weights", C.hcdnnl_conv_bwd_weights(c.p, f32p(x), f32p(dy), f32p(dw)))
+	c.fail("backward weights", C.hcdnnl_conv_bwd_weights(c.p, f32p(x), nil, f32p(dy), nil, f32p(dw)))
+}
+
+// BackwardWeights16 is BackwardWeights on a BF16 Conv for x and dy already
+// converted by ToBF16 (see ForwardGen16).
+func (c *Conv) BackwardWeights16(x, dy []uint16, dw []float32) {
+	c.check16("BackwardWeights", x, dy, dw, dw, c.s.XLen(), c.s.YLen(), c.s.WLen(), c.s.WLen())
+	c.fail("backward weights", C.hcdnnl_conv_bwd_weights(c.p, nil, u16p(x), nil, u16p(dy), f32p(dw)))
 }
 
 // Impl is oneDNN's name of the forward primitive's implementation, e.g.

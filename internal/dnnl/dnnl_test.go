@@ -942,3 +942,56 @@ func benchConvPass(b *testing.B, c *Conv, op string, gen uint64, x, w, dy, y, dx
 	}
 	b.ReportMetric(c.s.Flops()*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 }
+
+// TestConvBF16Operands: the calls taking operands already in bf16 give the
+// bits of those converting float32 operands themselves, and they refuse a
+// float32 convolution.
+func TestConvBF16Operands(t *testing.T) {
+	bf16OK(t)
+	rng := rand.New(rand.NewPCG(7, 8))
+	for _, s := range convShapes {
+		c, err := NewConv(s, BF16)
+		if err != nil {
+			t.Fatal(err)
+		}
+		x, w, dy := rnd(rng, s.XLen()), rnd(rng, s.WLen()), rnd(rng, s.YLen())
+		x16, dy16 := make([]uint16, len(x)), make([]uint16, len(dy))
+		ToBF16(x16, x)
+		ToBF16(dy16, dy)
+		y, dx, dw := make([]float32, s.YLen()), make([]float32, s.XLen()), make([]float32, s.WLen())
+		y2, dx2, dw2 := make([]float32, s.YLen()), make([]float32, s.XLen()), make([]float32, s.WLen())
+		c.ForwardGen(x, w, y, 3)
+		c.BackwardDataGen(dy, w, dx, 3)
+		c.BackwardWeights(x, dy, dw)
+		c.ForwardGen16(x16, w, y2, 3)
+		c.BackwardDataGen16(dy16, w, dx2, 3)
+		c.BackwardWeights16(x16, dy16, dw2)
+		if err := c.Err(); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range []struct {
+			name string
+			a, b []float32
+		}{{"forward", y, y2}, {"backward data", dx, dx2}, {"backward weights", dw, dw2}} {
+			for i := range r.a {
+				if math.Float32bits(r.a[i]) != math.Float32bits(r.b[i]) {
+					t.Errorf("%v %s: [%d] %v from bf16 operands, %v converting them", s, r.name, i, r.b[i], r.a[i])
+					break
+				}
+			}
+		}
+		c.Close()
+	}
+	c, err := NewConv(convShapes[0], F32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	defer func() {
+		if recover() == nil {
+			t.Error("ForwardGen16 on a float32 convolution did not panic")
+		}
+	}()
+	s := convShapes[0]
+	c.ForwardGen16(make([]uint16, s.XLen()), make([]float32, s.WLen()), make([]float32, s.YLen()), 0)
+}

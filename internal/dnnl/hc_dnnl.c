@@ -198,6 +198,7 @@ struct hcdnnl_conv {
 	step rw_f, rw_b, rdw; // weight reorders (p NULL when none is needed)
 	dnnl_memory_t x_user, dy_user, y, dx, w_user, dw_user;
 	dnnl_memory_t x_bf, dy_bf;  // bf16 copies of x and dy (bf16 only)
+	dnnl_memory_t x_bfu, dy_bfu; // the caller's bf16 x and dy (bf16 only)
 	dnnl_memory_t w_f, w_b, dw_p; // primitives' weight formats, or NULL
 	// gen_f and gen_b: the generation of the weights now in w_f and w_b
 	// (0: none); a call with the same nonzero generation skips the reorder.
@@ -215,8 +216,8 @@ void hcdnnl_conv_free(hcdnnl_conv *cv) {
 	for (int i = 0; i < 10; i++) step_free(steps[i]);
 	dnnl_memory_t mems[] = {cv->x_user, cv->dy_user, cv->y, cv->dx, cv->w_user,
 		cv->dw_user, cv->x_bf, cv->dy_bf, cv->w_f, cv->w_b, cv->dw_p,
-		cv->x_in.m, cv->y_out.m, cv->dy_in.m, cv->dx_out.m};
-	for (int i = 0; i < 15; i++)
+		cv->x_in.m, cv->y_out.m, cv->dy_in.m, cv->dx_out.m, cv->x_bfu, cv->dy_bfu};
+	for (int i = 0; i < 17; i++)
 		if (mems[i]) dnnl_memory_destroy(mems[i]);
 	if (cv->st) dnnl_stream_destroy(cv->st);
 	if (cv->eng) dnnl_engine_destroy(cv->eng);
@@ -349,6 +350,8 @@ static int conv_new(hcdnnl_conv *cv, long n, long h, long w, long c, long o, lon
 	if (bf16) {
 		ATRY("memory", dnnl_memory_create(&cv->x_bf, &xl, cv->eng, DNNL_MEMORY_ALLOCATE));
 		ATRY("memory", dnnl_memory_create(&cv->dy_bf, &yl, cv->eng, DNNL_MEMORY_ALLOCATE));
+		ATRY("memory", dnnl_memory_create(&cv->x_bfu, &xl, cv->eng, DNNL_MEMORY_NONE));
+		ATRY("memory", dnnl_memory_create(&cv->dy_bfu, &yl, cv->eng, DNNL_MEMORY_NONE));
 	}
 	if (cv->wino) {
 		ATRY("winograd reorder", blocked(cv, &cv->x_in, n, h * w, c, &xl, &xf, 0, attr));
@@ -417,8 +420,14 @@ static dnnl_status_t set(dnnl_memory_t m, const void *p) {
 static void clear(dnnl_memory_t m) { dnnl_memory_set_data_handle(m, NULL); }
 
 // operand makes *m the memory a primitive reads p (n floats) from: p
-// itself through user, or in bf16 its conversion into bf.
-static dnnl_status_t operand(const hcdnnl_conv *cv, dnnl_memory_t user, dnnl_memory_t bf, const float *p, long n, dnnl_memory_t *m) {
+// itself through user, or in bf16 its conversion into bf; or, when p16
+// is not NULL (bf16 only), the caller's bf16 copy p16 through bfu.
+static dnnl_status_t operand(const hcdnnl_conv *cv, dnnl_memory_t user, dnnl_memory_t bf, dnnl_memory_t bfu,
+		const float *p, const uint16_t *p16, long n, dnnl_memory_t *m) {
+	if (p16) {
+		*m = bfu;
+		return set(bfu, p16);
+	}
 	if (cv->bf16) {
 		hcdnnl_to_bf16(handle(bf), p, n);
 		*m = bf;
@@ -476,7 +485,7 @@ static dnnl_status_t done(hcdnnl_conv *cv, wop *op, dnnl_memory_t user, float *p
 	return reorder_run(&op->r, cv->st, op->m, user);
 }
 
-static dnnl_status_t conv_fwd(hcdnnl_conv *cv, const float *x, const float *w, unsigned long gen, float *y) {
+static dnnl_status_t conv_fwd(hcdnnl_conv *cv, const float *x, const uint16_t *x16, const float *w, unsigned long gen, float *y) {
 	dnnl_memory_t src, wm;
 	if (cv->wino) {
 		RUN(in(cv, &cv->x_in, cv->x_user, x));
@@ -486,23 +495,26 @@ static dnnl_status_t conv_fwd(hcdnnl_conv *cv, const float *x, const float *w, u
 		RUN(step_run(&cv->fwd, cv->st, 3, a));
 		return done(cv, &cv->y_out, cv->y, y);
 	}
-	RUN(operand(cv, cv->x_user, cv->x_bf, x, cv->nx, &src));
+	RUN(operand(cv, cv->x_user, cv->x_bf, cv->x_bfu, x, x16, cv->nx, &src));
 	RUN(weights(cv, &cv->rw_f, cv->w_f, w, gen, &cv->gen_f, &wm));
 	RUN(set(cv->y, y));
 	dnnl_exec_arg_t a[3] = {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DST, cv->y}};
 	return step_run(&cv->fwd, cv->st, 3, a);
 }
 
-// clear_blk forgets the caller's buffers in the blocked memories.
+// clear_blk forgets the caller's buffers in the blocked memories and the
+// caller's bf16 operands.
 static void clear_blk(hcdnnl_conv *cv) {
 	wop *ops[] = {&cv->x_in, &cv->y_out, &cv->dy_in, &cv->dx_out};
 	for (int i = 0; i < 4; i++)
 		if (ops[i]->m && ops[i]->how == ALIAS) clear(ops[i]->m);
+	if (cv->x_bfu) clear(cv->x_bfu);
+	if (cv->dy_bfu) clear(cv->dy_bfu);
 }
 
-int hcdnnl_conv_fwd(hcdnnl_conv *cv, const float *x, const float *w, unsigned long gen, float *y) {
+int hcdnnl_conv_fwd(hcdnnl_conv *cv, const float *x, const uint16_t *x16, const float *w, unsigned long gen, float *y) {
 	one_thread();
-	dnnl_status_t st = conv_fwd(cv, x, w, gen, y);
+	dnnl_status_t st = conv_fwd(cv, x, x16, w, gen, y);
 	clear(cv->x_user);
 	clear(cv->w_user);
 	clear(cv->y);
@@ -510,7 +522,7 @@ int hcdnnl_conv_fwd(hcdnnl_conv *cv, const float *x, const float *w, unsigned lo
 	return st;
 }
 
-static dnnl_status_t conv_bwd_data(hcdnnl_conv *cv, const float *dy, const float *w, unsigned long gen, float *dx) {
+static dnnl_status_t conv_bwd_data(hcdnnl_conv *cv, const float *dy, const uint16_t *dy16, const float *w, unsigned long gen, float *dx) {
 	dnnl_memory_t ddst, wm;
 	if (cv->wino) {
 		RUN(in(cv, &cv->dy_in, cv->dy_user, dy));
@@ -520,16 +532,16 @@ static dnnl_status_t conv_bwd_data(hcdnnl_conv *cv, const float *dy, const float
 		RUN(step_run(&cv->bwd_d, cv->st, 3, a));
 		return done(cv, &cv->dx_out, cv->dx, dx);
 	}
-	RUN(operand(cv, cv->dy_user, cv->dy_bf, dy, cv->ny, &ddst));
+	RUN(operand(cv, cv->dy_user, cv->dy_bf, cv->dy_bfu, dy, dy16, cv->ny, &ddst));
 	RUN(weights(cv, &cv->rw_b, cv->w_b, w, gen, &cv->gen_b, &wm));
 	RUN(set(cv->dx, dx));
 	dnnl_exec_arg_t a[3] = {{DNNL_ARG_DIFF_DST, ddst}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DIFF_SRC, cv->dx}};
 	return step_run(&cv->bwd_d, cv->st, 3, a);
 }
 
-int hcdnnl_conv_bwd_data(hcdnnl_conv *cv, const float *dy, const float *w, unsigned long gen, float *dx) {
+int hcdnnl_conv_bwd_data(hcdnnl_conv *cv, const float *dy, const uint16_t *dy16, const float *w, unsigned long gen, float *dx) {
 	one_thread();
-	dnnl_status_t st = conv_bwd_data(cv, dy, w, gen, dx);
+	dnnl_status_t st = conv_bwd_data(cv, dy, dy16, w, gen, dx);
 	clear(cv->dy_user);
 	clear(cv->w_user);
 	clear(cv->dx);
@@ -537,7 +549,7 @@ int hcdnnl_conv_bwd_data(hcdnnl_conv *cv, const float *dy, const float *w, unsig
 	return st;
 }
 
-static dnnl_status_t conv_bwd_weights(hcdnnl_conv *cv, const float *x, const float *dy, float *dw) {
+static dnnl_status_t conv_bwd_weights(hcdnnl_conv *cv, const float *x, const uint16_t *x16, const float *dy, const uint16_t *dy16, float *dw) {
 	dnnl_memory_t src, ddst;
 	if (cv->wino) {
 		RUN(in(cv, &cv->x_in, cv->x_user, x));
@@ -545,8 +557,8 @@ static dnnl_status_t conv_bwd_weights(hcdnnl_conv *cv, const float *x, const flo
 		src = cv->x_in.m;
 		ddst = cv->dy_in.m;
 	} else {
-		RUN(operand(cv, cv->x_user, cv->x_bf, x, cv->nx, &src));
-		RUN(operand(cv, cv->dy_user, cv->dy_bf, dy, cv->ny, &ddst));
+		RUN(operand(cv, cv->x_user, cv->x_bf, cv->x_bfu, x, x16, cv->nx, &src));
+		RUN(operand(cv, cv->dy_user, cv->dy_bf, cv->dy_bfu, dy, dy16, cv->ny, &ddst));
 	}
 	RUN(set(cv->dw_user, dw));
 	dnnl_memory_t dwm = cv->dw_p ? cv->dw_p : cv->dw_user;
@@ -556,9 +568,9 @@ static dnnl_status_t conv_bwd_weights(hcdnnl_conv *cv, const float *x, const flo
 	return dnnl_success;
 }
 
-int hcdnnl_conv_bwd_weights(hcdnnl_conv *cv, const float *x, const float *dy, float *dw) {
+int hcdnnl_conv_bwd_weights(hcdnnl_conv *cv, const float *x, const uint16_t *x16, const float *dy, const uint16_t *dy16, float *dw) {
 	one_thread();
-	dnnl_status_t st = conv_bwd_weights(cv, x, dy, dw);
+	dnnl_status_t st = conv_bwd_weights(cv, x, x16, dy, dy16, dw);
 	clear(cv->x_user);
 	clear(cv->dy_user);
 	clear(cv->dw_user);

@@ -17,10 +17,12 @@ typedef struct hcdnnl_gemm hcdnnl_gemm;
 int hcdnnl_conv_new(hcdnnl_conv **out, long n, long h, long w, long c, long o, long k,
 		long s, long p, int bf16, int plainw, int wino, const char **stage);
 // gen names the contents of w: calls with the same nonzero gen reuse the
-// weights as reordered by the first (0: always reorder).
-int hcdnnl_conv_fwd(hcdnnl_conv *cv, const float *x, const float *w, unsigned long gen, float *y);
-int hcdnnl_conv_bwd_data(hcdnnl_conv *cv, const float *dy, const float *w, unsigned long gen, float *dx);
-int hcdnnl_conv_bwd_weights(hcdnnl_conv *cv, const float *x, const float *dy, float *dw);
+// weights as reordered by the first (0: always reorder). For a bf16
+// convolution, x16 and dy16, when not NULL, are x and dy already in
+// bf16 (x and dy are then not read); NULL converts x and dy.
+int hcdnnl_conv_fwd(hcdnnl_conv *cv, const float *x, const uint16_t *x16, const float *w, unsigned long gen, float *y);
+int hcdnnl_conv_bwd_data(hcdnnl_conv *cv, const float *dy, const uint16_t *dy16, const float *w, unsigned long gen, float *dx);
+int hcdnnl_conv_bwd_weights(hcdnnl_conv *cv, const float *x, const uint16_t *x16, const float *dy, const uint16_t *dy16, float *dw);
 // which: 0 forward, 1 backward data, 2 backward weights.
 const char *hcdnnl_conv_impl(hcdnnl_conv *cv, int which);
 void hcdnnl_conv_free(hcdnnl_conv *cv);

@@ -36,8 +36,15 @@ func (c *Conv) BackwardDataGen(dy, w, dx []float32, gen uint64) {
 	panic(errNoCgo)
 }
 func (c *Conv) BackwardWeights(x, dy, dw []float32) { panic(errNoCgo) }
-func (c *Conv) Impl() string                        { return "" }
-func (c *Conv) Close()                              {}
+func (c *Conv) ForwardGen16(x []uint16, w, y []float32, gen uint64) {
+	panic(errNoCgo)
+}
+func (c *Conv) BackwardDataGen16(dy []uint16, w, dx []float32, gen uint64) {
+	panic(errNoCgo)
+}
+func (c *Conv) BackwardWeights16(x, dy []uint16, dw []float32) { panic(errNoCgo) }
+func (c *Conv) Impl() string                                   { return "" }
+func (c *Conv) Close()                                         {}
 
 // Gemm is unavailable without cgo: NewGemm returns an error.
 type Gemm struct{}
