@@ -1,6 +1,10 @@
 package optim
 
-import "math"
+import (
+	"math"
+
+	"hpctrain/internal/kernels"
+)
 
 // Adam keeps running averages of the gradient and its square and steps by
 // their bias-corrected ratio (Kingma and Ba 2015, "Adam: A Method for
@@ -63,17 +67,5 @@ func (o *Adam) update(lo, hi int, grp *Group) {
 	if o.vmax != 0 {
 		vmax = o.state[o.vmax][lo:hi]
 	}
-	b1, b2 := o.b1, o.b2
-	for i := range p {
-		th := float64(p[i])
-		g := float64(gr[i]) + l2*th
-		mi := b1*float64(m[i]) + (1-b1)*g
-		vi := b2*float64(v[i]) + (1-b2)*g*g
-		m[i], v[i] = float32(mi), float32(vi)
-		if vmax != nil {
-			vi = max(vi, float64(vmax[i]))
-			vmax[i] = float32(vi)
-		}
-		p[i] = float32(th*shrink - o.step*mi/(math.Sqrt(vi)/o.bc2sqrt+o.eps))
-	}
+	kernels.Adam(p, gr, m, v, vmax, kernels.AdamArgs{B1: o.b1, B2: o.b2, L2: l2, Shrink: shrink, Step: o.step, BC2Sqrt: o.bc2sqrt, Eps: o.eps})
 }

@@ -1,6 +1,9 @@
 package kernels
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+)
 
 // Window is the geometry of a k x k window sliding with stride S over an
 // H x W x C sample with zero padding P, giving Ho x Wo positions.
@@ -204,6 +207,48 @@ func GoSGDMomentum(p, g, v []float32, lr, m, damp, wd float64) {
 		vi := m*float64(v[i]) + damp*(float64(g[i])+wd*float64(p[i]))
 		v[i] = float32(vi)
 		p[i] = float32(float64(p[i]) - lr*vi)
+	}
+}
+
+// AdamArgs are one Adam (or AdamW) update's scalars: betas B1 and B2, the
+// L2 coefficient added to the gradient (Adam's weight decay), the factor
+// Shrink applied to p first (AdamW's 1 - lr*wd), Step = lr/(1-B1^t),
+// BC2Sqrt = sqrt(1-B2^t) and Eps.
+type AdamArgs struct {
+	B1, B2, L2, Shrink, Step, BC2Sqrt, Eps float64
+}
+
+// GoAdam is Adam's update in float64, rounded to float32 per element, with
+// AMSGrad's running maximum when vmax is not nil:
+//
+//	g = grad + L2*p;  m = B1*m + (1-B1)*g;  v = B2*v + (1-B2)*g*g
+//	vmax = max(vmax, v), used for v below (AMSGrad)
+//	p = p*Shrink - Step*m/(sqrt(v)/BC2Sqrt + Eps)
+func GoAdam(p, g, m, v, vmax []float32, a AdamArgs) {
+	g, m, v = g[:len(p)], m[:len(p)], v[:len(p)]
+	if vmax != nil {
+		vmax = vmax[:len(p)]
+	}
+	b1, b2 := a.B1, a.B2
+	for i := range p {
+		th := float64(p[i])
+		gi := float64(g[i]) + a.L2*th
+		mi := b1*float64(m[i]) + (1-b1)*gi
+		vi := b2*float64(v[i]) + (1-b2)*gi*gi
+		m[i], v[i] = float32(mi), float32(vi)
+		if vmax != nil {
+			vi = max(vi, float64(vmax[i]))
+			vmax[i] = float32(vi)
+		}
+		p[i] = float32(th*a.Shrink - a.Step*mi/(math.Sqrt(vi)/a.BC2Sqrt+a.Eps))
+	}
+}
+
+// checkAdam panics unless g, m and v (and vmax when not nil) are as long
+// as p.
+func checkAdam(p, g, m, v, vmax []float32) {
+	if len(g) < len(p) || len(m) < len(p) || len(v) < len(p) || vmax != nil && len(vmax) < len(p) {
+		panic("kernels: Adam buffers shorter than p")
 	}
 }
 

@@ -44,6 +44,12 @@ func ReLUBackward(y, dy, dx []float32) { GoReLUBackward(y, dy, dx) }
 // SGDMomentum is GoSGDMomentum.
 func SGDMomentum(p, g, v []float32, lr, m, damp, wd float64) { GoSGDMomentum(p, g, v, lr, m, damp, wd) }
 
+// Adam is GoAdam.
+func Adam(p, g, m, v, vmax []float32, a AdamArgs) {
+	checkAdam(p, g, m, v, vmax)
+	GoAdam(p, g, m, v, vmax, a)
+}
+
 // ConvSmallForward is GoConvSmallForward.
 func ConvSmallForward(g Window, n int, x, wT []float32, o int, y, scratch []float32) {
 	g.checkSmall(n, o, len(x), len(wT), len(y), len(scratch))
