@@ -4,11 +4,11 @@ import (
 	"testing"
 )
 
-// BenchmarkStep: one optimizer step over the reference CNN's 1,630,090
-// parameters, on the calling goroutine.
+// BenchmarkStep: one step of every optimizer over the reference CNN's
+// 1,630,090 parameters, on the calling goroutine.
 func BenchmarkStep(b *testing.B) {
 	const n = 1630090
-	for _, name := range []string{"sgd", "adam"} {
+	for _, name := range Names() {
 		b.Run(name, func(b *testing.B) {
 			o, err := New(Config{Name: name, Momentum: 0.9}.only(name), nil, n)
 			if err != nil {

@@ -1,6 +1,10 @@
 package optim
 
-import "math"
+import (
+	"math"
+
+	"hpctrain/internal/kernels"
+)
 
 // LAMB is Adam whose update is rescaled per tensor (layer) by the trust
 // ratio ||w|| / ||update|| (You et al. 2019, "Large Batch Optimization for
@@ -82,32 +86,14 @@ func (o *LAMB) kernel(w, lo, hi int) {
 
 // moments updates m and v on [lo, hi) and returns ||w||^2 and ||u||^2 there.
 func (o *LAMB) moments(lo, hi int, wd float64) (ws, us float64) {
-	p, gr := o.p[lo:hi], o.g[lo:hi]
-	m, v := o.state[o.m][lo:hi], o.state[o.v][lo:hi]
-	b1, b2 := o.b1, o.b2
-	for i := range p {
-		th, g := float64(p[i]), float64(gr[i])
-		m[i] = float32(b1*float64(m[i]) + (1-b1)*g)
-		v[i] = float32(b2*float64(v[i]) + (1-b2)*g*g)
-		u := o.update(m[i], v[i], th, wd)
-		ws += th * th
-		us += u * u
-	}
-	return ws, us
+	return kernels.LAMBMoments(o.p[lo:hi], o.g[lo:hi], o.state[o.m][lo:hi], o.state[o.v][lo:hi], o.args(wd))
 }
 
-// update is u for one element, from the stored (rounded) m and v, so the
-// norm in phase 0 and the step in phase 1 see the same u.
-func (o *LAMB) update(m, v float32, th, wd float64) float64 {
-	return float64(m)/o.bc1/(math.Sqrt(float64(v)/o.bc2)+o.eps) + wd*th
+// args are the kernels' scalars for weight decay wd.
+func (o *LAMB) args(wd float64) kernels.LAMBArgs {
+	return kernels.LAMBArgs{B1: o.b1, B2: o.b2, BC1: o.bc1, BC2: o.bc2, Eps: o.eps, WD: wd}
 }
 
 func (o *LAMB) apply(lo, hi int, wd, ratio float64) {
-	p := o.p[lo:hi]
-	m, v := o.state[o.m][lo:hi], o.state[o.v][lo:hi]
-	s := o.lr * ratio
-	for i := range p {
-		th := float64(p[i])
-		p[i] = float32(th - s*o.update(m[i], v[i], th, wd))
-	}
+	kernels.LAMBApply(o.p[lo:hi], o.state[o.m][lo:hi], o.state[o.v][lo:hi], o.args(wd), o.lr*ratio)
 }

@@ -244,6 +244,47 @@ func GoAdam(p, g, m, v, vmax []float32, a AdamArgs) {
 	}
 }
 
+// LAMBArgs are one LAMB step's scalars: betas B1 and B2, the bias
+// corrections BC1 = 1-B1^t and BC2 = 1-B2^t, Eps and the weight decay WD.
+type LAMBArgs struct {
+	B1, B2, BC1, BC2, Eps, WD float64
+}
+
+// lambU is LAMB's update direction for one element, from the stored
+// (rounded) moments.
+func lambU(m, v float32, th float64, a *LAMBArgs) float64 {
+	return float64(m)/a.BC1/(math.Sqrt(float64(v)/a.BC2)+a.Eps) + a.WD*th
+}
+
+// GoLAMBMoments is LAMB's first pass: it updates m and v and returns the
+// sums, in element order, of p^2 and of the update direction's squares:
+//
+//	m = B1*m + (1-B1)*g;  v = B2*v + (1-B2)*g*g  (rounded to float32)
+//	u = m/BC1/(sqrt(v/BC2) + Eps) + WD*p
+func GoLAMBMoments(p, g, m, v []float32, a LAMBArgs) (ws, us float64) {
+	g, m, v = g[:len(p)], m[:len(p)], v[:len(p)]
+	b1, b2 := a.B1, a.B2
+	for i := range p {
+		th, gi := float64(p[i]), float64(g[i])
+		m[i] = float32(b1*float64(m[i]) + (1-b1)*gi)
+		v[i] = float32(b2*float64(v[i]) + (1-b2)*gi*gi)
+		u := lambU(m[i], v[i], th, &a)
+		ws += th * th
+		us += u * u
+	}
+	return ws, us
+}
+
+// GoLAMBApply is LAMB's second pass: p -= s*u, with u as in
+// GoLAMBMoments and s the learning rate times the trust ratio.
+func GoLAMBApply(p, m, v []float32, a LAMBArgs, s float64) {
+	m, v = m[:len(p)], v[:len(p)]
+	for i := range p {
+		th := float64(p[i])
+		p[i] = float32(th - s*lambU(m[i], v[i], th, &a))
+	}
+}
+
 // checkAdam panics unless g, m and v (and vmax when not nil) are as long
 // as p.
 func checkAdam(p, g, m, v, vmax []float32) {

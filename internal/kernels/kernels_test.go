@@ -191,6 +191,43 @@ func TestAdam(t *testing.T) {
 	}
 }
 
+// LAMB's passes are bit for bit GoLAMB's, sums included (added in element
+// order), with and without weight decay, at lengths that leave vector
+// remainders; the apply pass changes p (the test can fail).
+func TestLAMB(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	for _, n := range []int{1, 7, 8, 17, 1000, 4099} {
+		for _, a := range []LAMBArgs{
+			{B1: 0.9, B2: 0.999, BC1: 1 - 0.9, BC2: 1 - 0.999, Eps: 1e-6, WD: 0},
+			{B1: 0.8, B2: 0.99, BC1: 1 - 0.8*0.8, BC2: 1 - 0.99*0.99, Eps: 1e-4, WD: 0.1},
+		} {
+			p, g, m, v := randf(rng, n), randf(rng, n), randf(rng, n), randf(rng, n)
+			for i := range v {
+				v[i] *= v[i]
+			}
+			pr, mr, vr := append([]float32(nil), p...), append([]float32(nil), m...), append([]float32(nil), v...)
+			p0 := append([]float32(nil), p...)
+			what := fmt.Sprintf("lamb n %d %+v", n, a)
+			for step := 0; step < 3; step++ {
+				ws, us := LAMBMoments(p, g, m, v, a)
+				wr, ur := GoLAMBMoments(pr, g, mr, vr, a)
+				if math.Float64bits(ws) != math.Float64bits(wr) || math.Float64bits(us) != math.Float64bits(ur) {
+					t.Fatalf("%s: sums %v, %v, want %v, %v", what, ws, us, wr, ur)
+				}
+				s := 0.01 * math.Sqrt(ws) / math.Sqrt(us)
+				LAMBApply(p, m, v, a, s)
+				GoLAMBApply(pr, mr, vr, a, s)
+			}
+			equalNaN(t, what+" p", p, pr)
+			equalNaN(t, what+" m", m, mr)
+			equalNaN(t, what+" v", v, vr)
+			if p[0] == p0[0] {
+				t.Fatalf("%s: p unchanged", what)
+			}
+		}
+	}
+}
+
 // equalNaN is equal where a NaN equals any NaN (its payload is the
 // hardware's, not Go's).
 func equalNaN(t *testing.T, what string, got, want []float32) {

@@ -50,6 +50,18 @@ func Adam(p, g, m, v, vmax []float32, a AdamArgs) {
 	GoAdam(p, g, m, v, vmax, a)
 }
 
+// LAMBMoments is GoLAMBMoments.
+func LAMBMoments(p, g, m, v []float32, a LAMBArgs) (ws, us float64) {
+	checkAdam(p, g, m, v, nil)
+	return GoLAMBMoments(p, g, m, v, a)
+}
+
+// LAMBApply is GoLAMBApply.
+func LAMBApply(p, m, v []float32, a LAMBArgs, s float64) {
+	checkAdam(p, p, m, v, nil)
+	GoLAMBApply(p, m, v, a, s)
+}
+
 // ConvSmallForward is GoConvSmallForward.
 func ConvSmallForward(g Window, n int, x, wT []float32, o int, y, scratch []float32) {
 	g.checkSmall(n, o, len(x), len(wT), len(y), len(scratch))
