@@ -1,6 +1,6 @@
 package optim
 
-import "math"
+import "hpctrain/internal/kernels"
 
 // Adadelta scales each step by the ratio of running RMS values of past
 // updates and of gradients, so it needs no hand-set learning rate (Zeiler
@@ -40,17 +40,6 @@ func (o *Adadelta) Step(params, grads []float32, lr float64) {
 func (o *Adadelta) kernel(_, lo, hi int) { o.each(lo, hi, o.update) }
 
 func (o *Adadelta) update(lo, hi int, grp *Group) {
-	wd := decay(o.c.WeightDecay, grp)
-	p, gr := o.p[lo:hi], o.g[lo:hi]
-	sq, acc := o.state[o.sq][lo:hi], o.state[o.acc][lo:hi]
-	rho, eps := o.rho, o.eps
-	for i := range p {
-		th := float64(p[i])
-		g := float64(gr[i]) + wd*th
-		s := rho*float64(sq[i]) + (1-rho)*g*g
-		dx := math.Sqrt(float64(acc[i])+eps) / math.Sqrt(s+eps) * g
-		sq[i] = float32(s)
-		acc[i] = float32(rho*float64(acc[i]) + (1-rho)*dx*dx)
-		p[i] = float32(th - o.lr*dx)
-	}
+	kernels.Adadelta(o.p[lo:hi], o.g[lo:hi], o.state[o.sq][lo:hi], o.state[o.acc][lo:hi], o.rho,
+		decay(o.c.WeightDecay, grp), o.lr, o.eps)
 }

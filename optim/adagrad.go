@@ -1,6 +1,6 @@
 package optim
 
-import "math"
+import "hpctrain/internal/kernels"
 
 // Adagrad adapts each parameter's step to the sum of its squared gradients
 // (Duchi, Hazan and Singer 2011, "Adaptive Subgradient Methods for Online
@@ -41,13 +41,5 @@ func (o *Adagrad) Step(params, grads []float32, lr float64) {
 func (o *Adagrad) kernel(_, lo, hi int) { o.each(lo, hi, o.update) }
 
 func (o *Adagrad) update(lo, hi int, grp *Group) {
-	wd := decay(o.c.WeightDecay, grp)
-	p, gr, s := o.p[lo:hi], o.g[lo:hi], o.state[o.sum][lo:hi]
-	for i := range p {
-		th := float64(p[i])
-		g := float64(gr[i]) + wd*th
-		si := float64(s[i]) + g*g
-		s[i] = float32(si)
-		p[i] = float32(th - o.clr*g/(math.Sqrt(si)+o.eps))
-	}
+	kernels.Adagrad(o.p[lo:hi], o.g[lo:hi], o.state[o.sum][lo:hi], decay(o.c.WeightDecay, grp), o.clr, o.eps)
 }

@@ -1,6 +1,10 @@
 package optim
 
-import "math"
+import (
+	"math"
+
+	"hpctrain/internal/kernels"
+)
 
 // Adamax is Adam with the infinity norm in place of the second moment
 // (Kingma and Ba 2015, section 7.1, arXiv:1412.6980), in PyTorch's
@@ -41,16 +45,6 @@ func (o *Adamax) Step(params, grads []float32, lr float64) {
 func (o *Adamax) kernel(_, lo, hi int) { o.each(lo, hi, o.update) }
 
 func (o *Adamax) update(lo, hi int, grp *Group) {
-	wd := decay(o.c.WeightDecay, grp)
-	p, gr := o.p[lo:hi], o.g[lo:hi]
-	m, u := o.state[o.m][lo:hi], o.state[o.u][lo:hi]
-	b1, b2 := o.b1, o.b2
-	for i := range p {
-		th := float64(p[i])
-		g := float64(gr[i]) + wd*th
-		mi := b1*float64(m[i]) + (1-b1)*g
-		ui := max(b2*float64(u[i]), math.Abs(g)+o.eps)
-		m[i], u[i] = float32(mi), float32(ui)
-		p[i] = float32(th - o.step*mi/ui)
-	}
+	kernels.Adamax(o.p[lo:hi], o.g[lo:hi], o.state[o.m][lo:hi], o.state[o.u][lo:hi], o.b1, o.b2,
+		decay(o.c.WeightDecay, grp), o.step, o.eps)
 }

@@ -21,9 +21,9 @@
 //     step counter and the rest the per-parameter buffers, live. Restore
 //     loads a checkpoint, before or after the first Step.
 //   - Weight decay never touches NoDecay groups.
-//   - Arithmetic is float64 per element, storage float32. SGD's, Adam's
-//     (and AdamW's) and LAMB's element loops are internal/kernels'
-//     native kernels, the same bits as their Go twins there.
+//   - Arithmetic is float64 per element, storage float32. Every
+//     optimizer's element loop but LARS's is a native kernel of
+//     internal/kernels, the same bits as its Go twin there.
 //
 // The tests compare three steps of every optimizer with a float64
 // re-statement of its formula (ref_test.go) and with torch.optim's values

@@ -1,6 +1,10 @@
 package optim
 
-import "math"
+import (
+	"math"
+
+	"hpctrain/internal/kernels"
+)
 
 // Nadam is Adam with Nesterov momentum (Dozat 2016, "Incorporating Nesterov
 // Momentum into Adam", ICLR workshop), in PyTorch's formulation
@@ -71,17 +75,6 @@ func (o *Nadam) Step(params, grads []float32, lr float64) {
 func (o *Nadam) kernel(_, lo, hi int) { o.each(lo, hi, o.update) }
 
 func (o *Nadam) update(lo, hi int, grp *Group) {
-	wd := decay(o.c.WeightDecay, grp)
-	p, gr := o.p[lo:hi], o.g[lo:hi]
-	m, v := o.state[o.m][lo:hi], o.state[o.v][lo:hi]
-	b1, b2 := o.b1, o.b2
-	for i := range p {
-		th := float64(p[i])
-		g := float64(gr[i]) + wd*th
-		mi := b1*float64(m[i]) + (1-b1)*g
-		vi := b2*float64(v[i]) + (1-b2)*g*g
-		m[i], v[i] = float32(mi), float32(vi)
-		d := math.Sqrt(vi*o.bc2inv) + o.eps
-		p[i] = float32(th - o.cg*g/d - o.cm*mi/d)
-	}
+	kernels.Nadam(o.p[lo:hi], o.g[lo:hi], o.state[o.m][lo:hi], o.state[o.v][lo:hi], o.b1, o.b2,
+		decay(o.c.WeightDecay, grp), o.bc2inv, o.cg, o.cm, o.eps)
 }

@@ -1,6 +1,6 @@
 package optim
 
-import "math"
+import "hpctrain/internal/kernels"
 
 // RMSprop divides each step by a running RMS of recent gradients (Hinton,
 // Srivastava and Swersky, Neural Networks for Machine Learning, lecture 6e,
@@ -48,8 +48,6 @@ func (o *RMSprop) Step(params, grads []float32, lr float64) {
 func (o *RMSprop) kernel(_, lo, hi int) { o.each(lo, hi, o.update) }
 
 func (o *RMSprop) update(lo, hi int, grp *Group) {
-	wd := decay(o.c.WeightDecay, grp)
-	p, gr, s := o.p[lo:hi], o.g[lo:hi], o.state[o.s][lo:hi]
 	var a, b []float32
 	if o.a != 0 {
 		a = o.state[o.a][lo:hi]
@@ -57,26 +55,6 @@ func (o *RMSprop) update(lo, hi int, grp *Group) {
 	if o.b != 0 {
 		b = o.state[o.b][lo:hi]
 	}
-	al, m := o.alpha, o.c.Momentum
-	for i := range p {
-		th := float64(p[i])
-		g := float64(gr[i]) + wd*th
-		si := al*float64(s[i]) + (1-al)*g*g
-		s[i] = float32(si)
-		var d float64
-		if a != nil {
-			ai := al*float64(a[i]) + (1-al)*g
-			a[i] = float32(ai)
-			d = math.Sqrt(max(0, si-ai*ai)) + o.eps // max: rounding can push the variance below 0
-		} else {
-			d = math.Sqrt(si) + o.eps
-		}
-		if b != nil {
-			bi := m*float64(b[i]) + g/d
-			b[i] = float32(bi)
-			p[i] = float32(th - o.lr*bi)
-		} else {
-			p[i] = float32(th - o.lr*g/d)
-		}
-	}
+	kernels.RMSprop(o.p[lo:hi], o.g[lo:hi], o.state[o.s][lo:hi], a, b, o.alpha, o.c.Momentum,
+		decay(o.c.WeightDecay, grp), o.lr, o.eps)
 }

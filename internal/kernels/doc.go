@@ -2,13 +2,14 @@
 // col2im, max-pooling with a fused bias and ReLU, column sums, ReLU, batch
 // normalisation's per-channel statistics and affine maps, and the residual
 // add, on channels-last (NHWC) float32 samples; and the element-wise
-// updates of SGD with momentum, Adam and LAMB for package optim.
+// updates of package optim's optimizers (all but LARS).
 //
 // Each kernel exists twice: in plain Go (the reference, always compiled,
 // named with a Go prefix) and in C compiled by cgo, vectorised by the
 // compiler for AVX2 with a generic fallback chosen at load time (batch
 // norm's statistics: AVX2 intrinsics, chosen at run time, because the
-// compiler's vectorisation of them ran at half the memory rate; Adam and LAMB: AVX2
+// compiler's vectorisation of them ran at half the memory rate; the adaptive
+// optimizers: AVX2
 // intrinsics too, because the compiler does not vectorise a square root
 // that may set errno, and cgo refuses -fno-math-errno). Built with
 // -tags purego, or without cgo, the exported kernels are the Go ones.

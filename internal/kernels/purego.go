@@ -138,3 +138,33 @@ func AddReLU(dst, a, b []float32) {
 	}
 	GoAddReLU(dst, a, b)
 }
+
+// Adagrad is GoAdagrad.
+func Adagrad(p, g, s []float32, wd, clr, eps float64) {
+	checkState("Adagrad", p, g, s)
+	GoAdagrad(p, g, s, wd, clr, eps)
+}
+
+// RMSprop is GoRMSprop.
+func RMSprop(p, g, s, a, b []float32, alpha, m, wd, lr, eps float64) {
+	checkState("RMSprop", p, g, s, a, b)
+	GoRMSprop(p, g, s, a, b, alpha, m, wd, lr, eps)
+}
+
+// Adamax is GoAdamax.
+func Adamax(p, g, m, u []float32, b1, b2, wd, step, eps float64) {
+	checkState("Adamax", p, g, m, u)
+	GoAdamax(p, g, m, u, b1, b2, wd, step, eps)
+}
+
+// Nadam is GoNadam.
+func Nadam(p, g, m, v []float32, b1, b2, wd, bc2inv, cg, cm, eps float64) {
+	checkState("Nadam", p, g, m, v)
+	GoNadam(p, g, m, v, b1, b2, wd, bc2inv, cg, cm, eps)
+}
+
+// Adadelta is GoAdadelta.
+func Adadelta(p, g, sq, acc []float32, rho, wd, lr, eps float64) {
+	checkState("Adadelta", p, g, sq, acc)
+	GoAdadelta(p, g, sq, acc, rho, wd, lr, eps)
+}

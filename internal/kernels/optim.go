@@ -1,0 +1,117 @@
+package kernels
+
+import "math"
+
+// The adaptive optimizers' element-wise updates, each in float64 and
+// rounded to float32 per element, in the order of operations package
+// optim documents for it (the native kernels keep that order, so both
+// give the same bits). wd is the L2 coefficient added to the gradient.
+
+// GoAdagrad is Adagrad's update with learning rate clr (already decayed):
+//
+//	g = grad + wd*p;  s += g*g;  p -= clr*g/(sqrt(s) + eps)
+func GoAdagrad(p, g, s []float32, wd, clr, eps float64) {
+	g, s = g[:len(p)], s[:len(p)]
+	for i := range p {
+		th := float64(p[i])
+		gi := float64(g[i]) + wd*th
+		si := float64(s[i]) + gi*gi
+		s[i] = float32(si)
+		p[i] = float32(th - clr*gi/(math.Sqrt(si)+eps))
+	}
+}
+
+// GoRMSprop is RMSprop's update with smoothing alpha: a (nil unless
+// centered) is the running mean of the gradient, b (nil without momentum
+// m) the momentum buffer:
+//
+//	g = grad + wd*p;  s = alpha*s + (1-alpha)*g*g
+//	centered: a = alpha*a + (1-alpha)*g;  d = sqrt(max(0, s - a*a)) + eps
+//	else d = sqrt(s) + eps
+//	momentum: b = m*b + g/d;  p -= lr*b;  else p -= lr*g/d
+func GoRMSprop(p, g, s, a, b []float32, alpha, m, wd, lr, eps float64) {
+	g, s = g[:len(p)], s[:len(p)]
+	for i := range p {
+		th := float64(p[i])
+		gi := float64(g[i]) + wd*th
+		si := alpha*float64(s[i]) + (1-alpha)*gi*gi
+		s[i] = float32(si)
+		var d float64
+		if a != nil {
+			ai := alpha*float64(a[i]) + (1-alpha)*gi
+			a[i] = float32(ai)
+			d = math.Sqrt(max(0, si-ai*ai)) + eps // max: rounding can push the variance below 0
+		} else {
+			d = math.Sqrt(si) + eps
+		}
+		if b != nil {
+			bi := m*float64(b[i]) + gi/d
+			b[i] = float32(bi)
+			p[i] = float32(th - lr*bi)
+		} else {
+			p[i] = float32(th - lr*gi/d)
+		}
+	}
+}
+
+// GoAdamax is Adamax's update, step = lr/(1-b1^t):
+//
+//	g = grad + wd*p;  m = b1*m + (1-b1)*g;  u = max(b2*u, |g| + eps)
+//	p -= step*m/u
+func GoAdamax(p, g, m, u []float32, b1, b2, wd, step, eps float64) {
+	g, m, u = g[:len(p)], m[:len(p)], u[:len(p)]
+	for i := range p {
+		th := float64(p[i])
+		gi := float64(g[i]) + wd*th
+		mi := b1*float64(m[i]) + (1-b1)*gi
+		ui := max(b2*float64(u[i]), math.Abs(gi)+eps)
+		m[i], u[i] = float32(mi), float32(ui)
+		p[i] = float32(th - step*mi/ui)
+	}
+}
+
+// GoNadam is NAdam's update with this step's coefficients cg and cm and
+// bc2inv = 1/(1-b2^t):
+//
+//	g = grad + wd*p;  m = b1*m + (1-b1)*g;  v = b2*v + (1-b2)*g*g
+//	d = sqrt(v*bc2inv) + eps;  p = p - cg*g/d - cm*m/d
+func GoNadam(p, g, m, v []float32, b1, b2, wd, bc2inv, cg, cm, eps float64) {
+	g, m, v = g[:len(p)], m[:len(p)], v[:len(p)]
+	for i := range p {
+		th := float64(p[i])
+		gi := float64(g[i]) + wd*th
+		mi := b1*float64(m[i]) + (1-b1)*gi
+		vi := b2*float64(v[i]) + (1-b2)*gi*gi
+		m[i], v[i] = float32(mi), float32(vi)
+		d := math.Sqrt(vi*bc2inv) + eps
+		p[i] = float32(th - cg*gi/d - cm*mi/d)
+	}
+}
+
+// GoAdadelta is Adadelta's update:
+//
+//	g = grad + wd*p;  sq = rho*sq + (1-rho)*g*g
+//	dx = sqrt(acc + eps)/sqrt(sq + eps)*g;  acc = rho*acc + (1-rho)*dx*dx
+//	p -= lr*dx
+func GoAdadelta(p, g, sq, acc []float32, rho, wd, lr, eps float64) {
+	g, sq, acc = g[:len(p)], sq[:len(p)], acc[:len(p)]
+	for i := range p {
+		th := float64(p[i])
+		gi := float64(g[i]) + wd*th
+		s := rho*float64(sq[i]) + (1-rho)*gi*gi
+		dx := math.Sqrt(float64(acc[i])+eps) / math.Sqrt(s+eps) * gi
+		sq[i] = float32(s)
+		acc[i] = float32(rho*float64(acc[i]) + (1-rho)*dx*dx)
+		p[i] = float32(th - lr*dx)
+	}
+}
+
+// checkState panics unless every buffer of bufs that is not nil is as long
+// as p.
+func checkState(what string, p []float32, bufs ...[]float32) {
+	for _, b := range bufs {
+		if b != nil && len(b) < len(p) {
+			panic("kernels: " + what + " buffers shorter than p")
+		}
+	}
+}

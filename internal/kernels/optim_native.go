@@ -1,0 +1,297 @@
+//go:build cgo && !purego
+
+package kernels
+
+/*
+#cgo CFLAGS: -O3
+#cgo LDFLAGS: -lm
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define OPT_AVX2 1
+#endif
+
+// The adaptive optimizers' updates (see optim.go): each a plain loop in
+// its Go twin's order of operations (no fused multiply-add) and, for the
+// common case, an AVX2 loop four doubles at a time, chosen at run time.
+// The compiler does not vectorise the plain loops: their square roots may
+// set errno, and cgo refuses -fno-math-errno. vsqrtpd and vdivpd are
+// correctly rounded, as math.Sqrt and Go's division are. Each AVX2 loop
+// returns how many elements it did; the plain loop does the rest.
+
+#define PLAIN __attribute__((optimize("fp-contract=off")))
+#define AVX2 __attribute__((target("avx2"), optimize("fp-contract=off")))
+
+static int has_avx2(void) {
+#ifdef OPT_AVX2
+	return __builtin_cpu_supports("avx2");
+#else
+	return 0;
+#endif
+}
+
+// gomax2 is Go's max for float64: NaN if either is, +0 over -0.
+static inline double gomax2(double a, double b) {
+	if (a != a || b != b) return a + b;
+	if (a == b) return __builtin_signbit(a) ? b : a;
+	return a > b ? a : b;
+}
+
+#ifdef OPT_AVX2
+#define LD(q) _mm256_cvtps_pd(_mm_loadu_ps(q))
+#define ST(q, x) _mm_storeu_ps(q, _mm256_cvtpd_ps(x))
+#define SET _mm256_set1_pd
+#define ADD _mm256_add_pd
+#define SUB _mm256_sub_pd
+#define MUL _mm256_mul_pd
+#define DIV _mm256_div_pd
+#define SQRT _mm256_sqrt_pd
+#endif
+
+// ---- Adagrad ----
+#ifdef OPT_AVX2
+AVX2 static long adagrad4(float *restrict p, const float *restrict gr, float *restrict s, long n, double wd, double clr, double eps) {
+	__m256d WD = SET(wd), CLR = SET(clr), E = SET(eps);
+	long i = 0;
+	for (; i + 4 <= n; i += 4) {
+		__m256d th = LD(p + i), g = ADD(LD(gr + i), MUL(WD, th));
+		__m256d si = ADD(LD(s + i), MUL(g, g));
+		ST(s + i, si);
+		ST(p + i, SUB(th, DIV(MUL(CLR, g), ADD(SQRT(si), E))));
+	}
+	return i;
+}
+#endif
+
+PLAIN static void adagrad(float *p, const float *gr, float *s, long n, double wd, double clr, double eps) {
+	long i = 0;
+#ifdef OPT_AVX2
+	if (has_avx2()) i = adagrad4(p, gr, s, n, wd, clr, eps);
+#endif
+	for (; i < n; i++) {
+		double th = p[i], g = (double)gr[i] + wd * th;
+		double si = (double)s[i] + g * g;
+		s[i] = (float)si;
+		p[i] = (float)(th - clr * g / (__builtin_sqrt(si) + eps));
+	}
+}
+
+// ---- RMSprop (AVX2: not centered) ----
+#ifdef OPT_AVX2
+AVX2 static long rmsprop4(float *restrict p, const float *restrict gr, float *restrict s, float *restrict b, long n,
+		double al, double m, double wd, double lr, double eps) {
+	__m256d AL = SET(al), C = SET(1 - al), M = SET(m), WD = SET(wd), LR = SET(lr), E = SET(eps);
+	long i = 0;
+	for (; i + 4 <= n; i += 4) {
+		__m256d th = LD(p + i), g = ADD(LD(gr + i), MUL(WD, th));
+		__m256d si = ADD(MUL(AL, LD(s + i)), MUL(MUL(C, g), g));
+		ST(s + i, si);
+		__m256d d = ADD(SQRT(si), E);
+		if (b) {
+			__m256d bi = ADD(MUL(M, LD(b + i)), DIV(g, d));
+			ST(b + i, bi);
+			ST(p + i, SUB(th, MUL(LR, bi)));
+		} else {
+			ST(p + i, SUB(th, DIV(MUL(LR, g), d)));
+		}
+	}
+	return i;
+}
+#endif
+
+PLAIN static void rmsprop(float *p, const float *gr, float *s, float *a, float *b, long n,
+		double al, double m, double wd, double lr, double eps) {
+	long i = 0;
+#ifdef OPT_AVX2
+	if (!a && has_avx2()) i = rmsprop4(p, gr, s, b, n, al, m, wd, lr, eps);
+#endif
+	for (; i < n; i++) {
+		double th = p[i], g = (double)gr[i] + wd * th;
+		double si = al * (double)s[i] + (1 - al) * g * g;
+		s[i] = (float)si;
+		double d;
+		if (a) {
+			double ai = al * (double)a[i] + (1 - al) * g;
+			a[i] = (float)ai;
+			d = __builtin_sqrt(gomax2(0, si - ai * ai)) + eps;
+		} else {
+			d = __builtin_sqrt(si) + eps;
+		}
+		if (b) {
+			double bi = m * (double)b[i] + g / d;
+			b[i] = (float)bi;
+			p[i] = (float)(th - lr * bi);
+		} else {
+			p[i] = (float)(th - lr * g / d);
+		}
+	}
+}
+
+// ---- Adamax ----
+#ifdef OPT_AVX2
+// max4 is Go's max of a and b, four at a time, for b never -0 (|g| + eps
+// is not): vmaxpd gives its second operand on ties and on NaN, so NaNs are
+// put back as a + b.
+AVX2 static inline __m256d max4(__m256d a, __m256d b) {
+	__m256d nan = _mm256_cmp_pd(a, b, _CMP_UNORD_Q);
+	return _mm256_blendv_pd(_mm256_max_pd(a, b), ADD(a, b), nan);
+}
+
+AVX2 static long adamax4(float *restrict p, const float *restrict gr, float *restrict m, float *restrict u, long n,
+		double b1, double b2, double wd, double step, double eps) {
+	__m256d B1 = SET(b1), C1 = SET(1 - b1), B2 = SET(b2), WD = SET(wd), S = SET(step), E = SET(eps);
+	__m256d ABS = _mm256_castsi256_pd(_mm256_set1_epi64x(0x7fffffffffffffffLL));
+	long i = 0;
+	for (; i + 4 <= n; i += 4) {
+		__m256d th = LD(p + i), g = ADD(LD(gr + i), MUL(WD, th));
+		__m256d mi = ADD(MUL(B1, LD(m + i)), MUL(C1, g));
+		__m256d ui = max4(MUL(B2, LD(u + i)), ADD(_mm256_and_pd(g, ABS), E));
+		ST(m + i, mi);
+		ST(u + i, ui);
+		ST(p + i, SUB(th, DIV(MUL(S, mi), ui)));
+	}
+	return i;
+}
+#endif
+
+PLAIN static void adamax(float *p, const float *gr, float *m, float *u, long n, double b1, double b2, double wd,
+		double step, double eps) {
+	long i = 0;
+#ifdef OPT_AVX2
+	if (has_avx2()) i = adamax4(p, gr, m, u, n, b1, b2, wd, step, eps);
+#endif
+	for (; i < n; i++) {
+		double th = p[i], g = (double)gr[i] + wd * th;
+		double mi = b1 * (double)m[i] + (1 - b1) * g;
+		double ui = gomax2(b2 * (double)u[i], __builtin_fabs(g) + eps);
+		m[i] = (float)mi;
+		u[i] = (float)ui;
+		p[i] = (float)(th - step * mi / ui);
+	}
+}
+
+// ---- NAdam ----
+#ifdef OPT_AVX2
+AVX2 static long nadam4(float *restrict p, const float *restrict gr, float *restrict m, float *restrict v, long n,
+		double b1, double b2, double wd, double bc2inv, double cg, double cm, double eps) {
+	__m256d B1 = SET(b1), C1 = SET(1 - b1), B2 = SET(b2), C2 = SET(1 - b2), WD = SET(wd), BC = SET(bc2inv),
+		CG = SET(cg), CM = SET(cm), E = SET(eps);
+	long i = 0;
+	for (; i + 4 <= n; i += 4) {
+		__m256d th = LD(p + i), g = ADD(LD(gr + i), MUL(WD, th));
+		__m256d mi = ADD(MUL(B1, LD(m + i)), MUL(C1, g));
+		__m256d vi = ADD(MUL(B2, LD(v + i)), MUL(MUL(C2, g), g));
+		ST(m + i, mi);
+		ST(v + i, vi);
+		__m256d d = ADD(SQRT(MUL(vi, BC)), E);
+		ST(p + i, SUB(SUB(th, DIV(MUL(CG, g), d)), DIV(MUL(CM, mi), d)));
+	}
+	return i;
+}
+#endif
+
+PLAIN static void nadam(float *p, const float *gr, float *m, float *v, long n, double b1, double b2, double wd,
+		double bc2inv, double cg, double cm, double eps) {
+	long i = 0;
+#ifdef OPT_AVX2
+	if (has_avx2()) i = nadam4(p, gr, m, v, n, b1, b2, wd, bc2inv, cg, cm, eps);
+#endif
+	for (; i < n; i++) {
+		double th = p[i], g = (double)gr[i] + wd * th;
+		double mi = b1 * (double)m[i] + (1 - b1) * g;
+		double vi = b2 * (double)v[i] + (1 - b2) * g * g;
+		m[i] = (float)mi;
+		v[i] = (float)vi;
+		double d = __builtin_sqrt(vi * bc2inv) + eps;
+		p[i] = (float)(th - cg * g / d - cm * mi / d);
+	}
+}
+
+// ---- Adadelta ----
+#ifdef OPT_AVX2
+AVX2 static long adadelta4(float *restrict p, const float *restrict gr, float *restrict sq, float *restrict acc, long n,
+		double rho, double wd, double lr, double eps) {
+	__m256d R = SET(rho), C = SET(1 - rho), WD = SET(wd), LR = SET(lr), E = SET(eps);
+	long i = 0;
+	for (; i + 4 <= n; i += 4) {
+		__m256d th = LD(p + i), g = ADD(LD(gr + i), MUL(WD, th));
+		__m256d s = ADD(MUL(R, LD(sq + i)), MUL(MUL(C, g), g));
+		__m256d a = LD(acc + i);
+		__m256d dx = MUL(DIV(SQRT(ADD(a, E)), SQRT(ADD(s, E))), g);
+		ST(sq + i, s);
+		ST(acc + i, ADD(MUL(R, a), MUL(MUL(C, dx), dx)));
+		ST(p + i, SUB(th, MUL(LR, dx)));
+	}
+	return i;
+}
+#endif
+
+PLAIN static void adadelta(float *p, const float *gr, float *sq, float *acc, long n, double rho, double wd,
+		double lr, double eps) {
+	long i = 0;
+#ifdef OPT_AVX2
+	if (has_avx2()) i = adadelta4(p, gr, sq, acc, n, rho, wd, lr, eps);
+#endif
+	for (; i < n; i++) {
+		double th = p[i], g = (double)gr[i] + wd * th;
+		double s = rho * (double)sq[i] + (1 - rho) * g * g;
+		double dx = __builtin_sqrt((double)acc[i] + eps) / __builtin_sqrt(s + eps) * g;
+		sq[i] = (float)s;
+		acc[i] = (float)(rho * (double)acc[i] + (1 - rho) * dx * dx);
+		p[i] = (float)(th - lr * dx);
+	}
+}
+*/
+import "C"
+
+import "unsafe"
+
+func f32(s []float32) *C.float {
+	if len(s) == 0 {
+		return nil
+	}
+	return (*C.float)(unsafe.Pointer(&s[0]))
+}
+
+// Adagrad is GoAdagrad in C.
+func Adagrad(p, g, s []float32, wd, clr, eps float64) {
+	checkState("Adagrad", p, g, s)
+	if len(p) > 0 {
+		C.adagrad(f32(p), f32(g), f32(s), C.long(len(p)), C.double(wd), C.double(clr), C.double(eps))
+	}
+}
+
+// RMSprop is GoRMSprop in C.
+func RMSprop(p, g, s, a, b []float32, alpha, m, wd, lr, eps float64) {
+	checkState("RMSprop", p, g, s, a, b)
+	if len(p) > 0 {
+		C.rmsprop(f32(p), f32(g), f32(s), f32(a), f32(b), C.long(len(p)), C.double(alpha), C.double(m),
+			C.double(wd), C.double(lr), C.double(eps))
+	}
+}
+
+// Adamax is GoAdamax in C.
+func Adamax(p, g, m, u []float32, b1, b2, wd, step, eps float64) {
+	checkState("Adamax", p, g, m, u)
+	if len(p) > 0 {
+		C.adamax(f32(p), f32(g), f32(m), f32(u), C.long(len(p)), C.double(b1), C.double(b2), C.double(wd),
+			C.double(step), C.double(eps))
+	}
+}
+
+// Nadam is GoNadam in C.
+func Nadam(p, g, m, v []float32, b1, b2, wd, bc2inv, cg, cm, eps float64) {
+	checkState("Nadam", p, g, m, v)
+	if len(p) > 0 {
+		C.nadam(f32(p), f32(g), f32(m), f32(v), C.long(len(p)), C.double(b1), C.double(b2), C.double(wd),
+			C.double(bc2inv), C.double(cg), C.double(cm), C.double(eps))
+	}
+}
+
+// Adadelta is GoAdadelta in C.
+func Adadelta(p, g, sq, acc []float32, rho, wd, lr, eps float64) {
+	checkState("Adadelta", p, g, sq, acc)
+	if len(p) > 0 {
+		C.adadelta(f32(p), f32(g), f32(sq), f32(acc), C.long(len(p)), C.double(rho), C.double(wd),
+			C.double(lr), C.double(eps))
+	}
+}
