@@ -8,10 +8,10 @@
 // named with a Go prefix) and in C compiled by cgo, vectorised by the
 // compiler for AVX2 with a generic fallback chosen at load time (batch
 // norm's statistics: AVX2 intrinsics, chosen at run time, because the
-// compiler's vectorisation of them ran at half the memory rate; the adaptive
-// optimizers: AVX2
-// intrinsics too, because the compiler does not vectorise a square root
-// that may set errno, and cgo refuses -fno-math-errno). Built with
+// compiler's vectorisation of them ran at half the memory rate; the
+// adaptive optimizers: AVX2 intrinsics too, because the compiler does not
+// vectorise a square root that may set errno, and cgo refuses
+// -fno-math-errno). Built with
 // -tags purego, or without cgo, the exported kernels are the Go ones.
 // The arithmetic (GEMM) is not here: it goes through gonum's blas32
 // interface (see hpctrain/internal/openblas).
