@@ -3,7 +3,6 @@ package kernels
 import (
 	"bytes"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"testing"
 )
@@ -118,129 +117,6 @@ func TestColSumsReLU(t *testing.T) {
 	ReLUBackward(y, dy, dx)
 	GoReLUBackward(yr, dy, dxr)
 	equal(t, "relu backward", dx, dxr)
-}
-
-// The SGD update is bit for bit the reference's, at lengths that leave
-// vector remainders, and it changes p and v (the test can fail).
-func TestSGDMomentum(t *testing.T) {
-	rng := rand.New(rand.NewPCG(7, 8))
-	for _, n := range []int{1, 7, 8, 33, 1000, 4099} {
-		p, g, v := randf(rng, n), randf(rng, n), randf(rng, n)
-		pr, vr := append([]float32(nil), p...), append([]float32(nil), v...)
-		p0 := append([]float32(nil), p...)
-		for step := 0; step < 3; step++ {
-			SGDMomentum(p, g, v, 0.01, 0.9, 0.9, 1e-4)
-			GoSGDMomentum(pr, g, vr, 0.01, 0.9, 0.9, 1e-4)
-		}
-		equal(t, "sgd p", p, pr)
-		equal(t, "sgd v", v, vr)
-		if p[n-1] == p0[n-1] {
-			t.Fatalf("n %d: p unchanged", n)
-		}
-	}
-}
-
-// The Adam update is bit for bit GoAdam's, with and without AMSGrad's
-// maximum, L2 decay or AdamW's shrink, at lengths that leave vector
-// remainders; special values (zeros of both signs, NaN, infinities)
-// come out as in Go, and the update changes p (the test can fail).
-func TestAdam(t *testing.T) {
-	rng := rand.New(rand.NewPCG(9, 10))
-	for _, n := range []int{1, 7, 8, 17, 1000, 4099} {
-		for _, amsgrad := range []bool{false, true} {
-			for _, a := range []AdamArgs{
-				{B1: 0.9, B2: 0.999, L2: 0, Shrink: 1, Step: 1e-3 / (1 - 0.9), BC2Sqrt: math.Sqrt(1 - 0.999), Eps: 1e-8},
-				{B1: 0.8, B2: 0.99, L2: 1e-2, Shrink: 1, Step: 3e-3, BC2Sqrt: 0.3, Eps: 1e-6},
-				{B1: 0.9, B2: 0.999, L2: 0, Shrink: 1 - 1e-3*1e-2, Step: 1e-3, BC2Sqrt: 0.05, Eps: 1e-8},
-			} {
-				p, g := randf(rng, n), randf(rng, n)
-				m, v := randf(rng, n), randf(rng, n)
-				for i := range v {
-					v[i] *= v[i] // second moments are not negative
-				}
-				if n > 8 {
-					g[1], g[2], g[3], g[4] = float32(math.Copysign(0, -1)), float32(math.NaN()), float32(math.Inf(1)), 0
-					p[5], v[6], m[7] = float32(math.Inf(-1)), 0, float32(math.Copysign(0, -1))
-				}
-				var vmax, vmaxr []float32
-				if amsgrad {
-					vmax = randf(rng, n)
-					for i := range vmax {
-						vmax[i] *= vmax[i]
-					}
-					vmaxr = append([]float32(nil), vmax...)
-				}
-				pr, mr, vr := append([]float32(nil), p...), append([]float32(nil), m...), append([]float32(nil), v...)
-				p0 := append([]float32(nil), p...)
-				for step := 0; step < 3; step++ {
-					Adam(p, g, m, v, vmax, a)
-					GoAdam(pr, g, mr, vr, vmaxr, a)
-				}
-				what := fmt.Sprintf("adam n %d amsgrad %v %+v", n, amsgrad, a)
-				equalNaN(t, what+" p", p, pr)
-				equalNaN(t, what+" m", m, mr)
-				equalNaN(t, what+" v", v, vr)
-				if amsgrad {
-					equalNaN(t, what+" vmax", vmax, vmaxr)
-				}
-				if p[0] == p0[0] {
-					t.Fatalf("%s: p unchanged", what)
-				}
-			}
-		}
-	}
-}
-
-// LAMB's passes are bit for bit GoLAMB's, sums included (added in element
-// order), with and without weight decay, at lengths that leave vector
-// remainders; the apply pass changes p (the test can fail).
-func TestLAMB(t *testing.T) {
-	rng := rand.New(rand.NewPCG(11, 12))
-	for _, n := range []int{1, 7, 8, 17, 1000, 4099} {
-		for _, a := range []LAMBArgs{
-			{B1: 0.9, B2: 0.999, BC1: 1 - 0.9, BC2: 1 - 0.999, Eps: 1e-6, WD: 0},
-			{B1: 0.8, B2: 0.99, BC1: 1 - 0.8*0.8, BC2: 1 - 0.99*0.99, Eps: 1e-4, WD: 0.1},
-		} {
-			p, g, m, v := randf(rng, n), randf(rng, n), randf(rng, n), randf(rng, n)
-			for i := range v {
-				v[i] *= v[i]
-			}
-			pr, mr, vr := append([]float32(nil), p...), append([]float32(nil), m...), append([]float32(nil), v...)
-			p0 := append([]float32(nil), p...)
-			what := fmt.Sprintf("lamb n %d %+v", n, a)
-			for step := 0; step < 3; step++ {
-				ws, us := LAMBMoments(p, g, m, v, a)
-				wr, ur := GoLAMBMoments(pr, g, mr, vr, a)
-				if math.Float64bits(ws) != math.Float64bits(wr) || math.Float64bits(us) != math.Float64bits(ur) {
-					t.Fatalf("%s: sums %v, %v, want %v, %v", what, ws, us, wr, ur)
-				}
-				s := 0.01 * math.Sqrt(ws) / math.Sqrt(us)
-				LAMBApply(p, m, v, a, s)
-				GoLAMBApply(pr, mr, vr, a, s)
-			}
-			equalNaN(t, what+" p", p, pr)
-			equalNaN(t, what+" m", m, mr)
-			equalNaN(t, what+" v", v, vr)
-			if p[0] == p0[0] {
-				t.Fatalf("%s: p unchanged", what)
-			}
-		}
-	}
-}
-
-// equalNaN is equal where a NaN equals any NaN (its payload is the
-// hardware's, not Go's).
-func equalNaN(t *testing.T, what string, got, want []float32) {
-	t.Helper()
-	for i := range got {
-		g, w := got[i], want[i]
-		if g != g && w != w {
-			continue
-		}
-		if math.Float32bits(g) != math.Float32bits(w) {
-			t.Fatalf("%s: [%d] = %v (%#x), want %v (%#x)", what, i, g, math.Float32bits(g), w, math.Float32bits(w))
-		}
-	}
 }
 
 func TestBadArguments(t *testing.T) {

@@ -4,7 +4,6 @@ package kernels
 
 /*
 #cgo CFLAGS: -O3
-#cgo LDFLAGS: -lm
 #include <stdint.h>
 #include <string.h>
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -14,13 +13,8 @@ package kernels
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
-// The optimizers' element-wise updates in float64 run 10-25% faster in
-// AVX-512 on Zen 4 (fewer instructions for the conversions); the bits are
-// the same in every clone (no fused multiply-add, no reassociation).
-#define OPT_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define CLONES
-#define OPT_CLONES
 #endif
 
 typedef struct { long H, W, C, K, S, P, Ho, Wo; } window;
@@ -397,180 +391,6 @@ CLONES static void relu_bwd(const float *y, const float *dy, float *dx, long n) 
 	for (long i = 0; i < n; i++) dx[i] = y[i] > 0 ? dy[i] : 0;
 }
 
-// In double, each operation rounded on its own (no fused multiply-add):
-// the same bits as GoSGDMomentum.
-OPT_CLONES __attribute__((optimize("fp-contract=off")))
-static void sgd_momentum(float *restrict p, const float *restrict g, float *restrict v, long n,
-		double lr, double m, double damp, double wd) {
-	for (long i = 0; i < n; i++) {
-		double vi = m * (double)v[i] + damp * ((double)g[i] + wd * (double)p[i]);
-		v[i] = (float)vi;
-		p[i] = (float)((double)p[i] - lr * vi);
-	}
-}
-
-// gomax is Go's max for float64: NaN if either is, +0 over -0.
-static inline double gomax(double a, double b) {
-	if (a != a || b != b) return a + b;
-	if (a == b) return __builtin_signbit(a) ? b : a;
-	return a > b ? a : b;
-}
-
-// Adam's update, GoAdam's operations in its order (no fused
-// multiply-add): adam_plain for every CPU, with AMSGrad's maximum when
-// vmax is not NULL; adam4 in AVX2, four doubles at a time (the compiler
-// does not vectorise the plain loop's square root, which may set errno).
-// vsqrtpd and vdivpd are correctly rounded, as math.Sqrt and Go's
-// division are, so both give GoAdam's bits.
-__attribute__((optimize("fp-contract=off")))
-static void adam_plain(float *restrict p, const float *restrict gr, float *restrict m, float *restrict v,
-		float *restrict vmax, long n, double b1, double b2, double l2, double shrink, double step,
-		double bc2sqrt, double eps) {
-	for (long i = 0; i < n; i++) {
-		double th = p[i];
-		double g = (double)gr[i] + l2 * th;
-		double mi = b1 * (double)m[i] + (1 - b1) * g;
-		double vi = b2 * (double)v[i] + (1 - b2) * g * g;
-		m[i] = (float)mi;
-		v[i] = (float)vi;
-		if (vmax) {
-			vi = gomax(vi, (double)vmax[i]);
-			vmax[i] = (float)vi;
-		}
-		p[i] = (float)(th * shrink - step * mi / (__builtin_sqrt(vi) / bc2sqrt + eps));
-	}
-}
-
-#ifdef MOMENTS_AVX2
-__attribute__((target("avx2"), optimize("fp-contract=off")))
-static long adam4(float *restrict p, const float *restrict gr, float *restrict m, float *restrict v, long n,
-		double b1, double b2, double l2, double shrink, double step, double bc2sqrt, double eps) {
-	__m256d B1 = _mm256_set1_pd(b1), B2 = _mm256_set1_pd(b2), C1 = _mm256_set1_pd(1 - b1),
-		C2 = _mm256_set1_pd(1 - b2), L2 = _mm256_set1_pd(l2), S = _mm256_set1_pd(shrink),
-		ST = _mm256_set1_pd(step), BC = _mm256_set1_pd(bc2sqrt), E = _mm256_set1_pd(eps);
-	long i = 0;
-	for (; i + 4 <= n; i += 4) {
-		__m256d th = _mm256_cvtps_pd(_mm_loadu_ps(p + i));
-		__m256d g = _mm256_add_pd(_mm256_cvtps_pd(_mm_loadu_ps(gr + i)), _mm256_mul_pd(L2, th));
-		__m256d mi = _mm256_add_pd(_mm256_mul_pd(B1, _mm256_cvtps_pd(_mm_loadu_ps(m + i))), _mm256_mul_pd(C1, g));
-		__m256d vi = _mm256_add_pd(_mm256_mul_pd(B2, _mm256_cvtps_pd(_mm_loadu_ps(v + i))),
-			_mm256_mul_pd(_mm256_mul_pd(C2, g), g));
-		_mm_storeu_ps(m + i, _mm256_cvtpd_ps(mi));
-		_mm_storeu_ps(v + i, _mm256_cvtpd_ps(vi));
-		__m256d den = _mm256_add_pd(_mm256_div_pd(_mm256_sqrt_pd(vi), BC), E);
-		__m256d pn = _mm256_sub_pd(_mm256_mul_pd(th, S), _mm256_div_pd(_mm256_mul_pd(ST, mi), den));
-		_mm_storeu_ps(p + i, _mm256_cvtpd_ps(pn));
-	}
-	return i;
-}
-#endif
-
-static void adam(float *p, const float *gr, float *m, float *v, float *vmax, long n, double b1, double b2,
-		double l2, double shrink, double step, double bc2sqrt, double eps) {
-	long i = 0;
-#ifdef MOMENTS_AVX2
-	if (!vmax && __builtin_cpu_supports("avx2"))
-		i = adam4(p, gr, m, v, n, b1, b2, l2, shrink, step, bc2sqrt, eps);
-#endif
-	adam_plain(p + i, gr + i, m + i, v + i, vmax ? vmax + i : 0, n - i, b1, b2, l2, shrink, step, bc2sqrt, eps);
-}
-
-// LAMB's two passes, GoLAMBMoments' and GoLAMBApply's operations in their
-// order: lamb_u is one element's update direction from the stored float32
-// moments; the AVX2 loops compute it four at a time, and the moments pass
-// adds the four lanes' squares to its sums one after another, in element
-// order, as the Go loop does.
-__attribute__((optimize("fp-contract=off")))
-static inline double lamb_u(float m, float v, double th, double bc1, double bc2, double eps, double wd) {
-	return (double)m / bc1 / (__builtin_sqrt((double)v / bc2) + eps) + wd * th;
-}
-
-#ifdef MOMENTS_AVX2
-__attribute__((target("avx2"), optimize("fp-contract=off")))
-static inline __m256d lamb_u4(__m128 m, __m128 v, __m256d th, __m256d BC1, __m256d BC2, __m256d E, __m256d WD) {
-	__m256d d = _mm256_add_pd(_mm256_sqrt_pd(_mm256_div_pd(_mm256_cvtps_pd(v), BC2)), E);
-	return _mm256_add_pd(_mm256_div_pd(_mm256_div_pd(_mm256_cvtps_pd(m), BC1), d), _mm256_mul_pd(WD, th));
-}
-
-__attribute__((target("avx2"), optimize("fp-contract=off")))
-static long lamb_moments4(float *restrict p, const float *restrict gr, float *restrict m, float *restrict v, long n,
-		double b1, double b2, double bc1, double bc2, double eps, double wd, double *ws, double *us) {
-	__m256d B1 = _mm256_set1_pd(b1), B2 = _mm256_set1_pd(b2), C1 = _mm256_set1_pd(1 - b1),
-		C2 = _mm256_set1_pd(1 - b2), BC1 = _mm256_set1_pd(bc1), BC2 = _mm256_set1_pd(bc2),
-		E = _mm256_set1_pd(eps), WD = _mm256_set1_pd(wd);
-	double w = *ws, u = *us, tt[4], uu[4];
-	long i = 0;
-	for (; i + 4 <= n; i += 4) {
-		__m256d th = _mm256_cvtps_pd(_mm_loadu_ps(p + i));
-		__m256d g = _mm256_cvtps_pd(_mm_loadu_ps(gr + i));
-		__m128 mi = _mm256_cvtpd_ps(_mm256_add_pd(_mm256_mul_pd(B1, _mm256_cvtps_pd(_mm_loadu_ps(m + i))), _mm256_mul_pd(C1, g)));
-		__m128 vi = _mm256_cvtpd_ps(_mm256_add_pd(_mm256_mul_pd(B2, _mm256_cvtps_pd(_mm_loadu_ps(v + i))),
-			_mm256_mul_pd(_mm256_mul_pd(C2, g), g)));
-		_mm_storeu_ps(m + i, mi);
-		_mm_storeu_ps(v + i, vi);
-		__m256d ui = lamb_u4(mi, vi, th, BC1, BC2, E, WD);
-		_mm256_storeu_pd(tt, _mm256_mul_pd(th, th));
-		_mm256_storeu_pd(uu, _mm256_mul_pd(ui, ui));
-		w += tt[0]; u += uu[0];
-		w += tt[1]; u += uu[1];
-		w += tt[2]; u += uu[2];
-		w += tt[3]; u += uu[3];
-	}
-	*ws = w, *us = u;
-	return i;
-}
-
-__attribute__((target("avx2"), optimize("fp-contract=off")))
-static long lamb_apply4(float *restrict p, const float *restrict m, const float *restrict v, long n,
-		double bc1, double bc2, double eps, double wd, double s) {
-	__m256d BC1 = _mm256_set1_pd(bc1), BC2 = _mm256_set1_pd(bc2), E = _mm256_set1_pd(eps),
-		WD = _mm256_set1_pd(wd), S = _mm256_set1_pd(s);
-	long i = 0;
-	for (; i + 4 <= n; i += 4) {
-		__m256d th = _mm256_cvtps_pd(_mm_loadu_ps(p + i));
-		__m256d ui = lamb_u4(_mm_loadu_ps(m + i), _mm_loadu_ps(v + i), th, BC1, BC2, E, WD);
-		_mm_storeu_ps(p + i, _mm256_cvtpd_ps(_mm256_sub_pd(th, _mm256_mul_pd(S, ui))));
-	}
-	return i;
-}
-#endif
-
-typedef struct { double ws, us; } sums2;
-
-__attribute__((optimize("fp-contract=off")))
-static sums2 lamb_moments(float *p, const float *gr, float *m, float *v, long n, double b1, double b2,
-		double bc1, double bc2, double eps, double wd) {
-	long i = 0;
-	sums2 r = {0, 0};
-#ifdef MOMENTS_AVX2
-	if (__builtin_cpu_supports("avx2"))
-		i = lamb_moments4(p, gr, m, v, n, b1, b2, bc1, bc2, eps, wd, &r.ws, &r.us);
-#endif
-	for (; i < n; i++) {
-		double th = p[i], g = gr[i];
-		m[i] = (float)(b1 * (double)m[i] + (1 - b1) * g);
-		v[i] = (float)(b2 * (double)v[i] + (1 - b2) * g * g);
-		double u = lamb_u(m[i], v[i], th, bc1, bc2, eps, wd);
-		r.ws += th * th;
-		r.us += u * u;
-	}
-	return r;
-}
-
-__attribute__((optimize("fp-contract=off")))
-static void lamb_apply(float *p, const float *m, const float *v, long n, double bc1, double bc2, double eps,
-		double wd, double s) {
-	long i = 0;
-#ifdef MOMENTS_AVX2
-	if (__builtin_cpu_supports("avx2"))
-		i = lamb_apply4(p, m, v, n, bc1, bc2, eps, wd, s);
-#endif
-	for (; i < n; i++) {
-		double th = p[i];
-		p[i] = (float)(th - s * lamb_u(m[i], v[i], th, bc1, bc2, eps, wd));
-	}
-}
-
 // Batch normalisation's channel kernels and the residual add, in the
 // order of operations of their Go twins (no fused multiply-add), so that
 // both give the same bits. The loops run over the channels of a row, so
@@ -864,49 +684,6 @@ func ReLUBackward(y, dy, dx []float32) {
 		panic("kernels: ReLUBackward buffers shorter than y")
 	}
 	C.relu_bwd(fp(y), fp(dy), fp(dx), C.long(len(y)))
-}
-
-// SGDMomentum is GoSGDMomentum in C.
-func SGDMomentum(p, g, v []float32, lr, m, damp, wd float64) {
-	if len(g) < len(p) || len(v) < len(p) {
-		panic("kernels: SGDMomentum buffers shorter than p")
-	}
-	C.sgd_momentum(fp(p), fp(g), fp(v), C.long(len(p)), C.double(lr), C.double(m), C.double(damp), C.double(wd))
-}
-
-// Adam is GoAdam in C.
-func Adam(p, g, m, v, vmax []float32, a AdamArgs) {
-	checkAdam(p, g, m, v, vmax)
-	if len(p) == 0 {
-		return
-	}
-	var vm *C.float
-	if vmax != nil {
-		vm = fp(vmax)
-	}
-	C.adam(fp(p), fp(g), fp(m), fp(v), vm, C.long(len(p)), C.double(a.B1), C.double(a.B2), C.double(a.L2),
-		C.double(a.Shrink), C.double(a.Step), C.double(a.BC2Sqrt), C.double(a.Eps))
-}
-
-// LAMBMoments is GoLAMBMoments in C.
-func LAMBMoments(p, g, m, v []float32, a LAMBArgs) (ws, us float64) {
-	checkAdam(p, g, m, v, nil)
-	if len(p) == 0 {
-		return 0, 0
-	}
-	r := C.lamb_moments(fp(p), fp(g), fp(m), fp(v), C.long(len(p)), C.double(a.B1), C.double(a.B2), C.double(a.BC1),
-		C.double(a.BC2), C.double(a.Eps), C.double(a.WD))
-	return float64(r.ws), float64(r.us)
-}
-
-// LAMBApply is GoLAMBApply in C.
-func LAMBApply(p, m, v []float32, a LAMBArgs, s float64) {
-	checkAdam(p, p, m, v, nil)
-	if len(p) == 0 {
-		return
-	}
-	C.lamb_apply(fp(p), fp(m), fp(v), C.long(len(p)), C.double(a.BC1), C.double(a.BC2), C.double(a.Eps),
-		C.double(a.WD), C.double(s))
 }
 
 // ConvSmallForward is GoConvSmallForward in C.

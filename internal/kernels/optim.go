@@ -2,10 +2,98 @@ package kernels
 
 import "math"
 
-// The adaptive optimizers' element-wise updates, each in float64 and
+// The optimizers' element-wise updates, each in float64 and
 // rounded to float32 per element, in the order of operations package
 // optim documents for it (the native kernels keep that order, so both
 // give the same bits). wd is the L2 coefficient added to the gradient.
+
+// GoSGDMomentum is SGD's update with momentum m, dampening 1-damp and
+// weight decay wd, in float64 and rounded to float32 per element:
+//
+//	v = m*v + damp*(g + wd*p);  p -= lr*v
+func GoSGDMomentum(p, g, v []float32, lr, m, damp, wd float64) {
+	g, v = g[:len(p)], v[:len(p)]
+	for i := range p {
+		vi := m*float64(v[i]) + damp*(float64(g[i])+wd*float64(p[i]))
+		v[i] = float32(vi)
+		p[i] = float32(float64(p[i]) - lr*vi)
+	}
+}
+
+// AdamArgs are one Adam (or AdamW) update's scalars: betas B1 and B2, the
+// L2 coefficient added to the gradient (Adam's weight decay), the factor
+// Shrink applied to p first (AdamW's 1 - lr*wd), Step = lr/(1-B1^t),
+// BC2Sqrt = sqrt(1-B2^t) and Eps.
+type AdamArgs struct {
+	B1, B2, L2, Shrink, Step, BC2Sqrt, Eps float64
+}
+
+// GoAdam is Adam's update in float64, rounded to float32 per element, with
+// AMSGrad's running maximum when vmax is not nil:
+//
+//	g = grad + L2*p;  m = B1*m + (1-B1)*g;  v = B2*v + (1-B2)*g*g
+//	vmax = max(vmax, v), used for v below (AMSGrad)
+//	p = p*Shrink - Step*m/(sqrt(v)/BC2Sqrt + Eps)
+func GoAdam(p, g, m, v, vmax []float32, a AdamArgs) {
+	g, m, v = g[:len(p)], m[:len(p)], v[:len(p)]
+	if vmax != nil {
+		vmax = vmax[:len(p)]
+	}
+	b1, b2 := a.B1, a.B2
+	for i := range p {
+		th := float64(p[i])
+		gi := float64(g[i]) + a.L2*th
+		mi := b1*float64(m[i]) + (1-b1)*gi
+		vi := b2*float64(v[i]) + (1-b2)*gi*gi
+		m[i], v[i] = float32(mi), float32(vi)
+		if vmax != nil {
+			vi = max(vi, float64(vmax[i]))
+			vmax[i] = float32(vi)
+		}
+		p[i] = float32(th*a.Shrink - a.Step*mi/(math.Sqrt(vi)/a.BC2Sqrt+a.Eps))
+	}
+}
+
+// LAMBArgs are one LAMB step's scalars: betas B1 and B2, the bias
+// corrections BC1 = 1-B1^t and BC2 = 1-B2^t, Eps and the weight decay WD.
+type LAMBArgs struct {
+	B1, B2, BC1, BC2, Eps, WD float64
+}
+
+// lambU is LAMB's update direction for one element, from the stored
+// (rounded) moments.
+func lambU(m, v float32, th float64, a *LAMBArgs) float64 {
+	return float64(m)/a.BC1/(math.Sqrt(float64(v)/a.BC2)+a.Eps) + a.WD*th
+}
+
+// GoLAMBMoments is LAMB's first pass: it updates m and v and returns the
+// sums, in element order, of p^2 and of the update direction's squares:
+//
+//	m = B1*m + (1-B1)*g;  v = B2*v + (1-B2)*g*g  (rounded to float32)
+//	u = m/BC1/(sqrt(v/BC2) + Eps) + WD*p
+func GoLAMBMoments(p, g, m, v []float32, a LAMBArgs) (ws, us float64) {
+	g, m, v = g[:len(p)], m[:len(p)], v[:len(p)]
+	b1, b2 := a.B1, a.B2
+	for i := range p {
+		th, gi := float64(p[i]), float64(g[i])
+		m[i] = float32(b1*float64(m[i]) + (1-b1)*gi)
+		v[i] = float32(b2*float64(v[i]) + (1-b2)*gi*gi)
+		u := lambU(m[i], v[i], th, &a)
+		ws += th * th
+		us += u * u
+	}
+	return ws, us
+}
+
+// GoLAMBApply is LAMB's second pass: p -= s*u, with u as in
+// GoLAMBMoments and s the learning rate times the trust ratio.
+func GoLAMBApply(p, m, v []float32, a LAMBArgs, s float64) {
+	m, v = m[:len(p)], v[:len(p)]
+	for i := range p {
+		th := float64(p[i])
+		p[i] = float32(th - s*lambU(m[i], v[i], th, &a))
+	}
+}
 
 // GoAdagrad is Adagrad's update with learning rate clr (already decayed):
 //

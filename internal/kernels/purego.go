@@ -46,19 +46,19 @@ func SGDMomentum(p, g, v []float32, lr, m, damp, wd float64) { GoSGDMomentum(p, 
 
 // Adam is GoAdam.
 func Adam(p, g, m, v, vmax []float32, a AdamArgs) {
-	checkAdam(p, g, m, v, vmax)
+	checkState("Adam", p, g, m, v, vmax)
 	GoAdam(p, g, m, v, vmax, a)
 }
 
 // LAMBMoments is GoLAMBMoments.
 func LAMBMoments(p, g, m, v []float32, a LAMBArgs) (ws, us float64) {
-	checkAdam(p, g, m, v, nil)
+	checkState("LAMB", p, g, m, v)
 	return GoLAMBMoments(p, g, m, v, a)
 }
 
 // LAMBApply is GoLAMBApply.
 func LAMBApply(p, m, v []float32, a LAMBArgs, s float64) {
-	checkAdam(p, p, m, v, nil)
+	checkState("LAMB", p, m, v)
 	GoLAMBApply(p, m, v, a, s)
 }
 
