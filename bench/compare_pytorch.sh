@@ -69,6 +69,10 @@ if [ "$precision" = bf16 ] && [ "$kernels" = blas ]; then
 fi
 $py -c 'import torch' 2>/dev/null || { echo "compare: python3-torch missing (scripts/setup.sh --torch)" >&2; exit 1; }
 [ -x "$hp" ] || { echo "compare: build $hp first (make build)" >&2; exit 1; }
+# The commit the run measures is the one checked out when it starts; a
+# commit or an edit during the run marks the JSON dirty.
+export START_REV=$(git rev-parse --short HEAD 2>/dev/null || true)
+export START_DIRTY=$(git status --porcelain --untracked-files=no 2>/dev/null || true)
 
 # hpctrain's flags for PRECISION and KERNELS: bench step, train; PyTorch's.
 step_flags=() train_flags=() pt_flags=(--precision "$precision")
@@ -220,7 +224,9 @@ doc = {"model": model, "input": inp, "batch": 64, "steps": int(steps), "precisio
        "cpu": sh("lscpu | sed -n 's/^Model name: *//p'"),
        "machine": {"cpu": sh("lscpu | sed -n 's/^Model name: *//p'"), "cpus_available": len(os.sched_getaffinity(0)),
                    "flags": {f: f in flags for f in ("avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16")}},
-       "commit": sh("git rev-parse --short HEAD"), "worktree_dirty": bool(sh("git status --porcelain --untracked-files=no")),
+       "commit": os.environ.get("START_REV") or sh("git rev-parse --short HEAD"),
+       "worktree_dirty": bool(os.environ.get("START_DIRTY") or sh("git status --porcelain --untracked-files=no")
+                              or sh("git rev-parse --short HEAD") != os.environ.get("START_REV")),
        "hpctrain_binary": hp,
        "command": argv, "commands": commands,
        "statistic": "1xT rows: 64 / median step time, on both sides (hpctrain bench step, pytorch_models.py); "

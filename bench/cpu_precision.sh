@@ -24,6 +24,10 @@
 #    all of part 2.
 # Needs ./hpctrain (make build) and mpirun.
 set -euo pipefail
+# The commit the run measures is the one checked out when it starts; a
+# commit or an edit during the run marks the JSON dirty.
+export START_REV=$(git rev-parse --short HEAD 2>/dev/null || true)
+export START_DIRTY=$(git status --porcelain --untracked-files=no 2>/dev/null || true)
 rounds=${1:-3}
 models=${MODELS:-cnn resnet8}
 epochs=${EPOCHS:-5}
@@ -79,7 +83,7 @@ fi
 cmdfile=$tmp/cmds
 printf '%s\n' "${cmds[@]}" >"$cmdfile"
 $py - "$tmp/steps.jsonl" "$tmp/acc.jsonl" "$cmdfile" "$json" <<'PY'
-import json, statistics, subprocess, sys
+import json, os, statistics, subprocess, sys
 steps = [json.loads(l) for l in open(sys.argv[1])]
 acc = [json.loads(l) for l in open(sys.argv[2])]
 cmds = open(sys.argv[3]).read().splitlines()
@@ -98,7 +102,9 @@ doc = {"kind": "cpu_precision",
        "cpu": sh("lscpu | sed -n 's/^Model name: *//p'"), "cpus": int(sh("nproc") or 0),
        "flags": {f: f in flags for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16")},
        "dnnl_isa": sh("./hpctrain topo 2>/dev/null | sed -n 's/^cpu kernels: //p' | head -1"),
-       "commit": sh("git rev-parse --short HEAD"), "dirty": sh("git status --porcelain -uno") != "",
+       "commit": os.environ.get("START_REV") or sh("git rev-parse --short HEAD"),
+       "dirty": bool(os.environ.get("START_DIRTY") or sh("git status --porcelain -uno")
+                     or sh("git rev-parse --short HEAD") != os.environ.get("START_REV")),
        "statistic": "step rows: batch / median step over 40 steps, median over rounds; accuracy rows: test accuracy after epochs 1 and last, per seed (fp32, bf16 and fp32 on the blas kernels with the same seed), samples/s = the run's samples / training-loop seconds (its last metrics line)",
        "commands": cmds, "steps": steps, "step_summary": summary, "accuracy": acc}
 json.dump(doc, open(sys.argv[4], "w"), indent=2)
