@@ -164,6 +164,7 @@ func (l *Conv2D) colBlocks() {
 		}
 		l.part = make([]float32, l.chunks(l.batch)*len(l.grad))
 		l.cols, l.pads, l.dwT, l.outs = nil, nil, nil, nil
+		l.x16, l.dy16 = nil, nil
 	}
 	l.x.perWorkerKernels()
 	if l.bf16() {
