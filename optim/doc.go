@@ -22,7 +22,7 @@
 //     loads a checkpoint, before or after the first Step.
 //   - Weight decay never touches NoDecay groups.
 //   - Arithmetic is float64 per element, storage float32. Every
-//     optimizer's element loop but LARS's is a native kernel of
+//     optimizer's element loop (but LARS's norms) is a native kernel of
 //     internal/kernels, the same bits as its Go twin there.
 //
 // The tests compare three steps of every optimizer with a float64

@@ -80,10 +80,9 @@ func sgdUpdate(p, gr, v []float32, lr, wd, ratio float64, c Config, first bool) 
 	}
 	v = v[:len(p)]
 	gr = gr[:len(p)]
-	if !first && !c.Nesterov && ratio == 1 {
-		// The common case, the same arithmetic without the per-element
-		// branches (a multiplication by ratio 1 is exact), vectorised.
-		kernels.SGDMomentum(p, gr, v, lr, m, damp, wd)
+	if !first {
+		// Every step but the first (which sets v = d), vectorised.
+		kernels.SGDMomentum(p, gr, v, lr, m, damp, wd, ratio, c.Nesterov)
 		return
 	}
 	for i := range p {

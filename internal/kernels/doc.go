@@ -2,7 +2,7 @@
 // col2im, max-pooling with a fused bias and ReLU, column sums, ReLU, batch
 // normalisation's per-channel statistics and affine maps, and the residual
 // add, on channels-last (NHWC) float32 samples; and the element-wise
-// updates of package optim's optimizers (all but LARS).
+// updates of package optim's optimizers.
 //
 // Each kernel exists twice: in plain Go (the reference, always compiled,
 // named with a Go prefix) and in C compiled by cgo, vectorised by the

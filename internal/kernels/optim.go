@@ -7,16 +7,25 @@ import "math"
 // optim documents for it (the native kernels keep that order, so both
 // give the same bits). wd is the L2 coefficient added to the gradient.
 
-// GoSGDMomentum is SGD's update with momentum m, dampening 1-damp and
-// weight decay wd, in float64 and rounded to float32 per element:
+// GoSGDMomentum is SGD's update with momentum m, dampening 1-damp, weight
+// decay wd, the gradient scaled by ratio (LARS's trust ratio; 1 for SGD)
+// and Nesterov's look-ahead when nesterov, in float64 and rounded to
+// float32 per element:
 //
-//	v = m*v + damp*(g + wd*p);  p -= lr*v
-func GoSGDMomentum(p, g, v []float32, lr, m, damp, wd float64) {
+//	d = (g + wd*p)*ratio;  v = m*v + damp*d
+//	p -= lr*(d + m*v) with nesterov, else p -= lr*v
+func GoSGDMomentum(p, g, v []float32, lr, m, damp, wd, ratio float64, nesterov bool) {
 	g, v = g[:len(p)], v[:len(p)]
 	for i := range p {
-		vi := m*float64(v[i]) + damp*(float64(g[i])+wd*float64(p[i]))
+		d := (float64(g[i]) + wd*float64(p[i])) * ratio
+		vi := m*float64(v[i]) + damp*d
 		v[i] = float32(vi)
-		p[i] = float32(float64(p[i]) - lr*vi)
+		if nesterov {
+			d += m * vi
+		} else {
+			d = vi
+		}
+		p[i] = float32(float64(p[i]) - lr*d)
 	}
 }
 

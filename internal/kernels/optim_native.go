@@ -57,17 +57,27 @@ static inline double gomax(double a, double b) {
 #endif
 
 // In double, each operation rounded on its own (no fused multiply-add):
-// the same bits as GoSGDMomentum.
+// the same bits as GoSGDMomentum. Plain SGD (ratio 1, no Nesterov) has a
+// loop of its own without the multiplication by 1, which is exact.
 OPT_CLONES __attribute__((optimize("fp-contract=off")))
 static void sgd_momentum(float *restrict p, const float *restrict g, float *restrict v, long n,
-		double lr, double m, double damp, double wd) {
+		double lr, double m, double damp, double wd, double ratio, int nesterov) {
+	if (ratio == 1 && !nesterov) {
+		for (long i = 0; i < n; i++) {
+			double vi = m * (double)v[i] + damp * ((double)g[i] + wd * (double)p[i]);
+			v[i] = (float)vi;
+			p[i] = (float)((double)p[i] - lr * vi);
+		}
+		return;
+	}
 	for (long i = 0; i < n; i++) {
-		double vi = m * (double)v[i] + damp * ((double)g[i] + wd * (double)p[i]);
+		double d = ((double)g[i] + wd * (double)p[i]) * ratio;
+		double vi = m * (double)v[i] + damp * d;
 		v[i] = (float)vi;
-		p[i] = (float)((double)p[i] - lr * vi);
+		d = nesterov ? d + m * vi : vi;
+		p[i] = (float)((double)p[i] - lr * d);
 	}
 }
-
 
 // Adam's update, GoAdam's operations in its order (no fused
 // multiply-add): adam_plain for every CPU, with AMSGrad's maximum when
@@ -474,11 +484,16 @@ func Adadelta(p, g, sq, acc []float32, rho, wd, lr, eps float64) {
 }
 
 // SGDMomentum is GoSGDMomentum in C.
-func SGDMomentum(p, g, v []float32, lr, m, damp, wd float64) {
+func SGDMomentum(p, g, v []float32, lr, m, damp, wd, ratio float64, nesterov bool) {
 	if len(g) < len(p) || len(v) < len(p) {
 		panic("kernels: SGDMomentum buffers shorter than p")
 	}
-	C.sgd_momentum(f32(p), f32(g), f32(v), C.long(len(p)), C.double(lr), C.double(m), C.double(damp), C.double(wd))
+	nest := C.int(0)
+	if nesterov {
+		nest = 1
+	}
+	C.sgd_momentum(f32(p), f32(g), f32(v), C.long(len(p)), C.double(lr), C.double(m), C.double(damp), C.double(wd),
+		C.double(ratio), nest)
 }
 
 // Adam is GoAdam in C.

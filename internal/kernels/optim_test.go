@@ -98,22 +98,29 @@ func TestOptimizerKernels(t *testing.T) {
 	}
 }
 
-// The SGD update is bit for bit the reference's, at lengths that leave
-// vector remainders, and it changes p and v (the test can fail).
+// The SGD update is bit for bit the reference's, plain, with LARS's ratio
+// and with Nesterov's look-ahead, at lengths that leave vector remainders,
+// and it changes p and v (the test can fail).
 func TestSGDMomentum(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	for _, n := range []int{1, 7, 8, 33, 1000, 4099} {
-		p, g, v := randf(rng, n), randf(rng, n), randf(rng, n)
-		pr, vr := append([]float32(nil), p...), append([]float32(nil), v...)
-		p0 := append([]float32(nil), p...)
-		for step := 0; step < 3; step++ {
-			SGDMomentum(p, g, v, 0.01, 0.9, 0.9, 1e-4)
-			GoSGDMomentum(pr, g, vr, 0.01, 0.9, 0.9, 1e-4)
-		}
-		equal(t, "sgd p", p, pr)
-		equal(t, "sgd v", v, vr)
-		if p[n-1] == p0[n-1] {
-			t.Fatalf("n %d: p unchanged", n)
+		for _, c := range []struct {
+			ratio    float64
+			nesterov bool
+		}{{1, false}, {1, true}, {0.37, false}, {0.37, true}} {
+			p, g, v := randf(rng, n), randf(rng, n), randf(rng, n)
+			pr, vr := append([]float32(nil), p...), append([]float32(nil), v...)
+			p0 := append([]float32(nil), p...)
+			for step := 0; step < 3; step++ {
+				SGDMomentum(p, g, v, 0.01, 0.9, 0.9, 1e-4, c.ratio, c.nesterov)
+				GoSGDMomentum(pr, g, vr, 0.01, 0.9, 0.9, 1e-4, c.ratio, c.nesterov)
+			}
+			what := fmt.Sprintf("sgd n %d ratio %v nesterov %v", n, c.ratio, c.nesterov)
+			equal(t, what+" p", p, pr)
+			equal(t, what+" v", v, vr)
+			if p[n-1] == p0[n-1] {
+				t.Fatalf("%s: p unchanged", what)
+			}
 		}
 	}
 }

@@ -42,7 +42,9 @@ func ReLU(x, y []float32) { GoReLU(x, y) }
 func ReLUBackward(y, dy, dx []float32) { GoReLUBackward(y, dy, dx) }
 
 // SGDMomentum is GoSGDMomentum.
-func SGDMomentum(p, g, v []float32, lr, m, damp, wd float64) { GoSGDMomentum(p, g, v, lr, m, damp, wd) }
+func SGDMomentum(p, g, v []float32, lr, m, damp, wd, ratio float64, nesterov bool) {
+	GoSGDMomentum(p, g, v, lr, m, damp, wd, ratio, nesterov)
+}
 
 // Adam is GoAdam.
 func Adam(p, g, m, v, vmax []float32, a AdamArgs) {
