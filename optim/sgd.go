@@ -85,17 +85,12 @@ func sgdUpdate(p, gr, v []float32, lr, wd, ratio float64, c Config, first bool) 
 		kernels.SGDMomentum(p, gr, v, lr, m, damp, wd, ratio, c.Nesterov)
 		return
 	}
+	// The first step sets v = d (PyTorch's initialisation of the buffer).
 	for i := range p {
 		d := (float64(gr[i]) + wd*float64(p[i])) * ratio
-		vi := d
-		if !first {
-			vi = m*float64(v[i]) + damp*d
-		}
-		v[i] = float32(vi)
+		v[i] = float32(d)
 		if c.Nesterov {
-			d += m * vi
-		} else {
-			d = vi
+			d += m * d
 		}
 		p[i] = float32(float64(p[i]) - lr*d)
 	}

@@ -485,9 +485,7 @@ func Adadelta(p, g, sq, acc []float32, rho, wd, lr, eps float64) {
 
 // SGDMomentum is GoSGDMomentum in C.
 func SGDMomentum(p, g, v []float32, lr, m, damp, wd, ratio float64, nesterov bool) {
-	if len(g) < len(p) || len(v) < len(p) {
-		panic("kernels: SGDMomentum buffers shorter than p")
-	}
+	checkState("SGDMomentum", p, g, v)
 	nest := C.int(0)
 	if nesterov {
 		nest = 1
