@@ -3,6 +3,7 @@ package kernels
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"testing"
 )
@@ -312,6 +313,55 @@ func TestChannelKernels(t *testing.T) {
 		Add(dy, dy, x) // in place
 		equal(t, "add in place", dy, sumr)
 	}
+}
+
+// TestChanMomentsSquares: forward's moments (a and b the same buffer, a
+// shift of +0) take a fused multiply-add in C; its bits must be the Go
+// twin's for every value, signed zeros, subnormals, the largest floats,
+// infinities and NaN included. A shift of -0 must not take that path.
+func TestChanMomentsSquares(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 22))
+	special := []float32{0, float32(math.Copysign(0, -1)), math.SmallestNonzeroFloat32, -math.SmallestNonzeroFloat32,
+		1e-30, math.MaxFloat32, -math.MaxFloat32, float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()), 1, -3.5}
+	for _, c := range []int{16, 48, 50} {
+		const m = 37
+		x := randf(rng, m*c)
+		for i := range x {
+			if rng.IntN(3) == 0 {
+				x[i] = special[rng.IntN(len(special))]
+			} else {
+				x[i] = 1e3 * (x[i] - 0.5)
+			}
+		}
+		for i := 0; i < m; i++ {
+			x[i*c+1] = float32(math.Copysign(0, -1)) // a channel of -0: the shift's sign shows
+		}
+		negZero := make([]float32, c)
+		for j := range negZero {
+			negZero[j] = float32(math.Copysign(0, -1))
+		}
+		for _, mu := range [][]float32{make([]float32, c), negZero} {
+			sa, sab := make([]float64, c), make([]float64, c)
+			ra, rab := make([]float64, c), make([]float64, c)
+			for j := range sab {
+				// what is there already, -0 included
+				v := []float64{0, math.Copysign(0, -1), 2.5}[j%3]
+				sa[j], sab[j], ra[j], rab[j] = v, v, v, v
+			}
+			ChanMoments(x, x, m, c, mu, sa, sab)
+			GoChanMoments(x, x, m, c, mu, ra, rab)
+			for j := range sa {
+				if !same64(sa[j], ra[j]) || !same64(sab[j], rab[j]) {
+					t.Fatalf("c %d, shift %v: moments[%d] = %v, %v, Go %v, %v", c, mu[0], j, sa[j], sab[j], ra[j], rab[j])
+				}
+			}
+		}
+	}
+}
+
+// same64 reports whether a and b are the same bits, or both NaN.
+func same64(a, b float64) bool {
+	return math.Float64bits(a) == math.Float64bits(b) || (math.IsNaN(a) && math.IsNaN(b))
 }
 
 func abs64(v float64) float64 {

@@ -503,10 +503,14 @@ CLONES static void add_relu(float *dst, const float *a, const float *b, long n) 
 // of 16 channels' sums in registers over all the rows, and convert a row of
 // x once when a and b are the same buffer (forward). BenchmarkChanMoments,
 // batch 64 at resnet8's widths, one Zen 4 core: forward 10-16 GB/s before,
-// 21-24 after; backward with the ReLU 16-22 before, 22-24 after, which is
-// what one core reads from L3 here. Each channel still adds its rows in
-// order and every operation is the plain loop's, so the bits are the same
-// (TestChannelKernels compares them with the Go twins).
+// 21-24 after; backward with the ReLU 16-22 before, 22-24 after. That is
+// not the memory's limit (one core sums floats from L3 at about 100 GB/s
+// here) but the floating-point pipes': each 8 values take 8-13 double
+// operations (conversions, the shift, products, two sums). Forward's sums of
+// squares (shift +0) fuse the product into the sum, bits unchanged (see
+// moments16): 22-23 GB/s before, 30-40 after. Each channel still adds its
+// rows in order and every result is the plain loop's, bit for bit
+// (TestChannelKernels and TestChanMomentsSquares compare with the Go twins).
 #ifdef MOMENTS_AVX2
 // sums8 adds 8 channels of one row to s (sums of a) and t (sums of
 // a*(b-mu)), two halves of 4: av the row's a, xb its b, u mu (as doubles).
@@ -523,9 +527,9 @@ sums8(__m256 av, __m256 xb, const __m256d u[2], __m256d s[2], __m256d t[2]) {
 // Channels [j0, j0+16) of the moments, over all m rows; with s and t non-NULL
 // (the ReLU variant), a is taken as +0 wherever (b - mu)*s + t is not
 // positive, computed in float as the plain loop computes it.
-__attribute__((target("avx2"), optimize("fp-contract=off"))) static void
+__attribute__((target("avx2,fma"), optimize("fp-contract=off"))) static void
 moments16(const float *a, const float *b, long m, long c, long j0, const float *mu,
-		const float *sc, const float *sh, double *sa, double *sab) {
+		const float *sc, const float *sh, double *sa, double *sab, int sq) {
 	__m256d s[2][2], t[2][2], u[2][2];
 	__m256 mf[2], sf[2], tf[2], zero = _mm256_setzero_ps();
 	for (int h = 0; h < 2; h++) {
@@ -546,6 +550,22 @@ moments16(const float *a, const float *b, long m, long c, long j0, const float *
 				__m256 v = _mm256_add_ps(_mm256_mul_ps(_mm256_sub_ps(xb, mf[h]), sf[h]), tf[h]);
 				__m256 av = _mm256_and_ps(_mm256_loadu_ps(ar + 8 * h), _mm256_cmp_ps(v, zero, _CMP_GT_OQ));
 				sums8(av, xb, u[h], s[h], t[h]);
+			}
+		}
+	} else if (a == b && sq) {
+		// Forward's sums of squares (mu is +0): x - 0 is x, and x*x of
+		// two floats is exact in double, so one rounded fused multiply-add
+		// gives the separate multiply and add's bits, in four operations
+		// per 8 values instead of eight.
+		for (long i = 0; i < m; i++) {
+			const float *br = b + i * c + j0;
+			for (int h = 0; h < 2; h++) {
+				__m256 xv = _mm256_loadu_ps(br + 8 * h);
+				__m256d x0 = _mm256_cvtps_pd(_mm256_castps256_ps128(xv)), x1 = _mm256_cvtps_pd(_mm256_extractf128_ps(xv, 1));
+				s[h][0] = _mm256_add_pd(s[h][0], x0);
+				s[h][1] = _mm256_add_pd(s[h][1], x1);
+				t[h][0] = _mm256_fmadd_pd(x0, x0, t[h][0]);
+				t[h][1] = _mm256_fmadd_pd(x1, x1, t[h][1]);
 			}
 		}
 	} else if (a == b) {
@@ -569,6 +589,18 @@ moments16(const float *a, const float *b, long m, long c, long j0, const float *
 			_mm256_storeu_pd(sab + j0 + 8 * h + 4 * q, t[h][q]);
 		}
 }
+// zero16 reports whether the 16 values at mu are all +0, bit for bit (with
+// a shift of -0, x = -0 would give x*(x - mu) = -0 where x*x is +0).
+static int zero16(const float *mu) {
+	uint32_t any = 0;
+	for (int j = 0; j < 16; j++) {
+		uint32_t v;
+		__builtin_memcpy(&v, mu + j, 4);
+		any |= v;
+	}
+	return any == 0;
+}
+
 #endif
 
 // The moments: blocks of 16 channels by moments16 where the CPU has AVX2,
@@ -577,8 +609,8 @@ __attribute__((optimize("fp-contract=off"))) static void chan_moments_any(const 
 		const float *s, const float *t, double *sa, double *sab) {
 	long j0 = 0;
 #ifdef MOMENTS_AVX2
-	if (__builtin_cpu_supports("avx2"))
-		for (; j0 + 16 <= c; j0 += 16) moments16(a, b, m, c, j0, mu, s, t, sa, sab);
+	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+		for (; j0 + 16 <= c; j0 += 16) moments16(a, b, m, c, j0, mu, s, t, sa, sab, a == b && !s && zero16(mu + j0));
 #endif
 	if (j0 == 0) {
 		if (s) chan_moments_relu_plain(a, b, m, c, mu, s, t, sa, sab);
