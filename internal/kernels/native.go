@@ -555,8 +555,8 @@ moments16(const float *a, const float *b, long m, long c, long j0, const float *
 	} else if (a == b && sq) {
 		// Forward's sums of squares (mu is +0): x - 0 is x, and x*x of
 		// two floats is exact in double, so one rounded fused multiply-add
-		// gives the separate multiply and add's bits, in four operations
-		// per 8 values instead of eight.
+		// gives the separate multiply and add's bits: besides the two
+		// conversions, four operations per 8 values instead of eight.
 		for (long i = 0; i < m; i++) {
 			const float *br = b + i * c + j0;
 			for (int h = 0; h < 2; h++) {
@@ -589,6 +589,7 @@ moments16(const float *a, const float *b, long m, long c, long j0, const float *
 			_mm256_storeu_pd(sab + j0 + 8 * h + 4 * q, t[h][q]);
 		}
 }
+
 // zero16 reports whether the 16 values at mu are all +0, bit for bit (with
 // a shift of -0, x = -0 would give x*(x - mu) = -0 where x*x is +0).
 static int zero16(const float *mu) {
