@@ -97,7 +97,7 @@ func Allreduce(args []string, c mpi.Comm, out io.Writer) error {
 	target := fs.Float64("overhead-target", 3, "summary line: the wrapper's allowed overhead over raw MPI_Allreduce, in `PERCENT`")
 	typ := fs.String("type", "float32", "element type (float32)")
 	js := fs.String("json", "", "rank 0 writes the rows as JSON to `FILE`")
-	coll := fs.String("collective", "mpi", "what sums: mpi (host buffers, the CPU training path beside raw MPI_Allreduce) or nccl (device buffers on the local rank's GPU, ncclAllReduce on a stream)")
+	coll := fs.String("collective", "mpi", "what sums: mpi (host buffers, the training path with -collective mpi, beside raw MPI_Allreduce), shm (the same, the buffer in memory the node's ranks share: the CPU training path's default, summed through it, raw MPI_Allreduce beside it on the same buffer) or nccl (device buffers on the local rank's GPU, ncclAllReduce on a stream)")
 	if err := cli.Parse(fs, args, os.Stderr, false); err != nil {
 		return err
 	}
@@ -107,9 +107,13 @@ func Allreduce(args []string, c mpi.Comm, out io.Writer) error {
 	if *minB < 4 || *maxB < *minB || *factor < 2 || *warm < 0 || *iters < 0 || *rounds < 1 || *target < 0 {
 		return fmt.Errorf("need 4 <= -b <= -e, -f >= 2, -w >= 0, -n >= 0, -rounds >= 1, -overhead-target >= 0")
 	}
+	shm := *coll == "shm"
+	if shm {
+		*coll = "mpi"
+	}
 	mode, err := collective.ParseMode(*coll)
 	if err != nil {
-		return err
+		return fmt.Errorf("%w, or shm", err)
 	}
 	if mode == collective.NCCL {
 		return allreduceNCCL(sweep{minB: *minB, maxB: *maxB, factor: *factor, iters: *iters, rounds: *rounds, warm: *warm}, c, out, *js)
@@ -124,6 +128,16 @@ func Allreduce(args []string, c mpi.Comm, out io.Writer) error {
 	}
 	var rows []AllreduceRow
 	buf := make([]float32, *maxB/4)
+	if shm {
+		nb, err := c.NodeBuffer(*maxB / 4)
+		if err != nil {
+			return err
+		}
+		if nb == nil {
+			return fmt.Errorf("-collective shm: this job shares no memory (one rank per node, or nodes of different sizes)")
+		}
+		buf = nb
+	}
 	recv := make([]float32, *maxB/4)
 	var req mpi.Request
 	for size := *minB; size <= *maxB; size *= *factor {
@@ -141,7 +155,11 @@ func Allreduce(args []string, c mpi.Comm, out io.Writer) error {
 			result      []float32
 		}
 		// paths[0] is the wrapper, paths[1] raw in place: the pair compared.
-		paths := []path{{"hpctrain", "in-place", func(k int) (time.Duration, error) {
+		name := "hpctrain"
+		if shm {
+			name = "hpctrain-shm"
+		}
+		paths := []path{{name, "in-place", func(k int) (time.Duration, error) {
 			t := time.Now()
 			for i := 0; i < k; i++ {
 				c.IallreduceSum(b, &req)

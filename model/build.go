@@ -13,7 +13,7 @@ var imageShape = Shape{28, 28, 1}
 // kernel larger than its input, a residual block whose branches disagree,
 // a last layer that is not a vector of classes scores) is an error of one
 // line naming d.Name, the layer and the reason.
-func Build(d Desc, in Shape, classes, batch int, seed uint64) (*Net, error) {
+func Build(d Desc, in Shape, classes, batch int, seed uint64, opts ...Option) (*Net, error) {
 	name := d.Name
 	if name == "" {
 		name = "(unnamed)"
@@ -39,7 +39,7 @@ func Build(d Desc, in Shape, classes, batch int, seed uint64) (*Net, error) {
 	if (out.H == 1 && out.W == 1) && out.C != classes {
 		return nil, fmt.Errorf("model %s: the last layer gives %d scores for %d classes (use out = \"classes\")", name, out.C, classes)
 	}
-	net, err := newNet(in, batch, seed, layers)
+	net, err := newNet(in, batch, seed, layers, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("model %s: %w", name, err)
 	}
@@ -89,7 +89,7 @@ func (l LayerDesc) spec(classes int) Spec {
 // New builds a model by zoo name or description file (see LoadDesc) for
 // input shape in (zero: 28x28x1) with classes outputs, batches of up to
 // batch samples, parameters from seed.
-func New(nameOrPath string, in Shape, classes, batch int, seed uint64) (*Net, error) {
+func New(nameOrPath string, in Shape, classes, batch int, seed uint64, opts ...Option) (*Net, error) {
 	d, err := LoadDesc(nameOrPath)
 	if err != nil {
 		return nil, err
@@ -97,5 +97,20 @@ func New(nameOrPath string, in Shape, classes, batch int, seed uint64) (*Net, er
 	if in == (Shape{}) {
 		in = imageShape
 	}
-	return Build(d, in, classes, batch, seed)
+	return Build(d, in, classes, batch, seed, opts...)
+}
+
+// An Option changes how Build and New make a network.
+type Option func(*options)
+
+type options struct {
+	grads []float32
+}
+
+// GradsIn makes the network keep its gradients (Net.Grads) in g, memory
+// the caller owns, of exactly the network's parameter count: for example
+// a buffer the ranks of a node share, which the all-reduce then sums in
+// place. The network zeroes it.
+func GradsIn(g []float32) Option {
+	return func(o *options) { o.grads = g }
 }

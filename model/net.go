@@ -93,7 +93,11 @@ func NewNet(in Shape, batch int, seed uint64, specs ...Spec) (*Net, error) {
 	return net, nil
 }
 
-func newNet(in Shape, batch int, seed uint64, layers []Layer) (*Net, error) {
+func newNet(in Shape, batch int, seed uint64, layers []Layer, opts ...Option) (*Net, error) {
+	var o options
+	for _, f := range opts {
+		f(&o)
+	}
 	if batch < 1 {
 		return nil, fmt.Errorf("batch %d < 1", batch)
 	}
@@ -115,7 +119,13 @@ func newNet(in Shape, batch int, seed uint64, layers []Layer) (*Net, error) {
 		nb += numBuffers(l)
 	}
 	n.Params = make([]float32, np)
-	n.Grads = make([]float32, np)
+	if n.Grads = o.grads; n.Grads == nil {
+		n.Grads = make([]float32, np)
+	} else if len(n.Grads) != np {
+		return nil, fmt.Errorf("gradient memory of %d values for %d parameters", len(n.Grads), np)
+	} else {
+		clear(n.Grads)
+	}
 	n.Buffers = make([]float32, nb)
 	n.body.bind(layers, in, slot{p: n.Params, g: n.Grads, buf: n.Buffers, n: batch, x: &n.x}, false)
 	n.probs = make([]float32, batch*n.Classes)

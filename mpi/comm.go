@@ -28,6 +28,14 @@ type Comm interface {
 	// reports when it is done. buf must not be touched before then. Calls
 	// started this way and blocking calls run in the order they were made.
 	IallreduceSum(buf []float32, r *Request)
+	// NodeBuffer returns n floats of memory shared with the other ranks of
+	// this rank's node, for a buffer that is all-reduced again and again
+	// (gradients): AllreduceSum and IallreduceSum of a part of it sum
+	// through the shared memory in place, and across nodes with MPI. It is
+	// a collective (every rank passes the same n) and returns nil, on every
+	// rank alike, where nothing would be shared; the caller then uses
+	// memory of its own.
+	NodeBuffer(n int) ([]float32, error)
 	// AllreduceSum64 is AllreduceSum for float64 (metrics, counters).
 	AllreduceSum64(buf []float64) error
 	// Bcast copies root's buf into buf on every other rank.

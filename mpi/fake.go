@@ -136,6 +136,9 @@ func (f *Fake) IallreduceSum(buf []float32, r *Request) {
 	r.finish(start, f.AllreduceSum(buf))
 }
 
+// NodeBuffer shares nothing: a Fake's ranks sum through exchange.
+func (f *Fake) NodeBuffer(n int) ([]float32, error) { return nil, f.exchange(nil, func([]any) {}) }
+
 func (f *Fake) AllreduceSum64(buf []float64) error {
 	sum := make([]float64, len(buf))
 	err := f.exchange(buf, func(s []any) {

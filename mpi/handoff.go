@@ -38,7 +38,11 @@ type args struct {
 	f64   []float64
 	b, r  []byte
 	root  int
-	iters int // opRawTimed: calls to time
+	iters int // opRawTimed: calls to time; opNodeBuffer: floats per rank
+
+	reg *region  // opRegionSum: the node region of f32, which starts at lo there
+	lo  int      //
+	out **region // opNodeBuffer: where the new region goes
 }
 
 // request is one MPI call for the MPI thread. Requests are served in the

@@ -33,7 +33,8 @@ func (s *Single) IallreduceSum(buf []float32, r *Request) {
 	r.begin(args{op: opAllreduce32, f32: buf})
 	r.finish(time.Now(), s.check())
 }
-func (s *Single) AllreduceSum64(buf []float64) error { return s.check() }
+func (s *Single) NodeBuffer(n int) ([]float32, error) { return nil, s.check() }
+func (s *Single) AllreduceSum64(buf []float64) error  { return s.check() }
 func (s *Single) Bcast(buf []float32, root int) error {
 	if root != 0 {
 		panic("mpi: bcast root out of range")

@@ -1,9 +1,12 @@
 package mpi
 
 import (
+	"bytes"
 	"fmt"
+	"math"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -115,9 +118,85 @@ func suite(t reporter, c Comm) {
 	if err := reqs[0].Wait(); err != nil {
 		t.Fatal(err)
 	}
+	nodeBufferSuite(t, c)
 	if err := c.Barrier(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// nodeBufferSuite sums parts of a NodeBuffer (or of the caller's own
+// memory, where the communicator shares none) and reports whether the
+// memory was shared. Parts not summed must stay as they were, and every
+// rank must get the same bits even where the order of the sum matters.
+func nodeBufferSuite(t reporter, c Comm) (shared bool) {
+	n, r := c.Size(), c.Rank()
+	const size = 1037 // not a whole number of cache lines
+	nb, err := c.NodeBuffer(size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shared = nb != nil
+	if !shared {
+		nb = make([]float32, size)
+	}
+	if len(nb) != size {
+		t.Fatalf("rank %d: node buffer of %d floats, want %d", r, len(nb), size)
+	}
+	fill := func() {
+		for i := range nb {
+			nb[i] = float32(r + i)
+		}
+	}
+	check := func(what string, summed func(i int) bool) {
+		for i, v := range nb {
+			want := float32(r + i)
+			if summed(i) {
+				want = float32(n*i + n*(n-1)/2)
+			}
+			if v != want {
+				t.Fatalf("rank %d: %s: node buffer [%d] = %v, want %v", r, what, i, v, want)
+			}
+		}
+	}
+	fill()
+	if err := c.AllreduceSum(nb[100:900]); err != nil {
+		t.Fatal(err)
+	}
+	check("sum of [100,900)", func(i int) bool { return i >= 100 && i < 900 })
+	fill()
+	var reqs [3]Request
+	c.IallreduceSum(nb[900:], &reqs[0])
+	c.IallreduceSum(nb[5:6], &reqs[1]) // fewer elements than ranks
+	c.IallreduceSum(nb[:5], &reqs[2])
+	for k := range reqs {
+		if err := reqs[k].Wait(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check("sums of [900,1037), [5,6), [0,5)", func(i int) bool { return i < 6 || i >= 900 })
+	// Rank 0 holds 2^24, rank 1 one, rank 2 -2^24: the order of the sum
+	// decides the result, and every rank must still agree.
+	for i := range nb {
+		nb[i] = [3]float32{1 << 24, 1, -(1 << 24)}[r%3] * float32(1+i%3)
+	}
+	if err := c.AllreduceSum(nb); err != nil {
+		t.Fatal(err)
+	}
+	mine := make([]byte, 4*size)
+	for i, v := range nb {
+		b := math.Float32bits(v)
+		mine[4*i], mine[4*i+1], mine[4*i+2], mine[4*i+3] = byte(b), byte(b>>8), byte(b>>16), byte(b>>24)
+	}
+	all := make([]byte, len(mine)*n)
+	if err := c.Allgather(mine, all); err != nil {
+		t.Fatal(err)
+	}
+	for k := 1; k < n; k++ {
+		if !bytes.Equal(all[:len(mine)], all[k*len(mine):(k+1)*len(mine)]) {
+			t.Fatalf("rank %d: ranks 0 and %d summed the node buffer to different bits", r, k)
+		}
+	}
+	return shared
 }
 
 func TestSuiteSingle(t *testing.T) {
@@ -222,6 +301,9 @@ func TestFakeLocalRanks(t *testing.T) {
 // TestSuiteWorld under mpirun with HPCTRAIN_MPI_SUITE=1, each rank runs the
 // suite against a real World and exits.
 func TestMain(m *testing.M) {
+	if g := os.Getenv("HPCTRAIN_MPI_NODE_GROUP"); g != "" {
+		os.Exit(groupChild(g))
+	}
 	if os.Getenv("HPCTRAIN_MPI_SUITE") != "" {
 		os.Exit(worldChild())
 	}
@@ -255,6 +337,9 @@ func worldChild() int {
 		rep.Errorf("size %d local size %d, want 3 and 3", w.Size(), w.LocalSize())
 	}
 	suite(&rep, w)
+	if w.regs.Load() == nil {
+		rep.Errorf("rank %d: NodeBuffer shared no memory between the 3 ranks of a node", w.Rank())
+	}
 	if err := w.Close(); err != nil {
 		rep.Error(err)
 	}
@@ -262,5 +347,50 @@ func worldChild() int {
 		return 1
 	}
 	fmt.Println("world suite: ok")
+	return 0
+}
+
+// TestWorldNodeGroups runs the node buffer's sums with 4 real ranks cut
+// into "nodes" of 2 (so the shares cross nodes through MPI) and of 3 (one
+// node of 3 and one of 1: nodes of different sizes share nothing, and the
+// sums are MPI's).
+func TestWorldNodeGroups(t *testing.T) {
+	for _, tc := range []struct {
+		group  string
+		shared bool
+	}{{"2", true}, {"3", false}} {
+		t.Run("group"+tc.group, func(t *testing.T) {
+			t.Setenv("HPCTRAIN_MPI_NODE_GROUP", tc.group)
+			out := mpitest.Run(t, 60*time.Second, 4, os.Args[0])
+			want := fmt.Sprintf("node groups: ok, shared %v", tc.shared)
+			if got := strings.Count(out, want); got != 4 {
+				t.Errorf("%d of 4 ranks printed %q:\n%s", got, want, out)
+			}
+		})
+	}
+}
+
+// groupChild is a rank of TestWorldNodeGroups.
+func groupChild(group string) int {
+	g, err := strconv.Atoi(group)
+	if err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	nodeGroup = g
+	w, err := Start()
+	if err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	var rep childReporter
+	shared := nodeBufferSuite(&rep, w)
+	if err := w.Close(); err != nil {
+		rep.Error(err)
+	}
+	if rep.failed {
+		return 1
+	}
+	fmt.Printf("node groups: ok, shared %v\n", shared)
 	return 0
 }

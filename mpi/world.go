@@ -54,6 +54,7 @@ import (
 	"math"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -74,6 +75,8 @@ type World struct {
 	sync   request    // the blocking call in flight, reused
 	queue  *queue
 	closed bool
+
+	regs atomic.Pointer[[]*region] // NodeBuffer's regions; appended on the MPI thread's return
 }
 
 type opKind int
@@ -87,6 +90,8 @@ const (
 	opBarrier
 	opFinalize
 	opRawTimed
+	opNodeBuffer
+	opRegionSum
 )
 
 // Error is an error code returned by the MPI library.
@@ -233,7 +238,19 @@ func (w *World) serve(m *gompi.MPI, q *request) {
 		q.err = mpiErr("MPI_Allgather", C.hpc_allgather(unsafe.Pointer(&q.b[0]), C.int(len(q.b)), unsafe.Pointer(&q.r[0])))
 	case opBarrier:
 		w.wc.Barrier()
+	case opNodeBuffer:
+		*q.out, q.err = newRegion(q.iters)
+	case opRegionSum:
+		q.err = q.reg.allreduce(q.lo, len(q.f32))
 	case opFinalize:
+		// Windows are freed before MPI_Finalize, as MPI requires.
+		if p := w.regs.Load(); p != nil {
+			for _, g := range *p {
+				if err := g.free(); err != nil && q.err == nil {
+					q.err = err
+				}
+			}
+		}
 		m.Stop()
 	case opRawTimed:
 		// The calls a C program would make, back to back:
@@ -284,7 +301,7 @@ func (w *World) timedCall(a args) (time.Duration, error) {
 // before it and returns at once; r.Wait returns when it is done. buf must
 // not be touched until then.
 func (w *World) IallreduceSum(buf []float32, r *Request) {
-	r.begin(args{op: opAllreduce32, f32: buf})
+	r.begin(w.sum(buf))
 	w.mu.Lock()
 	closed := w.closed
 	w.mu.Unlock()
@@ -305,7 +322,47 @@ func (w *World) Host() string   { return w.host }
 func (w *World) LocalSource() string { return w.localFrom }
 
 func (w *World) AllreduceSum(buf []float32) error {
-	return w.call(args{op: opAllreduce32, f32: buf})
+	return w.call(w.sum(buf))
+}
+
+// sum is the call that sums buf: through the node's shared memory when buf
+// lies in this rank's NodeBuffer, else MPI_Allreduce.
+func (w *World) sum(buf []float32) args {
+	if p := w.regs.Load(); p != nil {
+		for _, g := range *p {
+			if lo := g.offset(buf); lo >= 0 {
+				return args{op: opRegionSum, f32: buf, reg: g, lo: lo}
+			}
+		}
+	}
+	return args{op: opAllreduce32, f32: buf}
+}
+
+// NodeBuffer returns n floats of memory that this rank shares with the
+// other ranks of its node (MPI_Win_allocate_shared): AllreduceSum and
+// IallreduceSum of a part of it sum through that memory, in place, and
+// across nodes with MPI (see region). It is a collective: every rank calls
+// it with the same n. It returns nil when there is nothing to share (one
+// rank per node, nodes of different sizes, or a node that could not
+// allocate); every rank gets the same answer. The memory is valid until
+// Close.
+func (w *World) NodeBuffer(n int) ([]float32, error) {
+	if n < 1 {
+		return nil, nil
+	}
+	var g *region
+	if err := w.call(args{op: opNodeBuffer, iters: n, out: &g}); err != nil || g == nil {
+		return nil, err
+	}
+	w.mu.Lock()
+	var regs []*region
+	if p := w.regs.Load(); p != nil {
+		regs = append(regs, *p...)
+	}
+	regs = append(regs, g)
+	w.regs.Store(&regs)
+	w.mu.Unlock()
+	return g.mine(), nil
 }
 func (w *World) AllreduceSum64(buf []float64) error {
 	return w.call(args{op: opAllreduce64, f64: buf})

@@ -188,7 +188,7 @@ func Defaults() Config {
 var (
 	Devices     = []string{"cpu", "cuda", "auto"}
 	Precisions  = []string{"fp32", "tf32", "bf16", "fp16"}
-	Collectives = []string{"mpi", "nccl", "auto"}
+	Collectives = []string{"mpi", "nccl", "shm", "auto"}
 	CPUKernels  = []string{"dnnl", "dnnl-direct", "blas", "auto"}
 )
 
@@ -238,7 +238,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Device, "device", c.Device, "where each rank computes: cpu, cuda (the rank's GPU: CUDA driver, cuBLAS, NVRTC and NCCL loaded at run time) or auto (cuda when placement gave the rank a GPU and CUDA loads, else cpu)")
 	fs.StringVar(&c.Precision, "precision", c.Precision, "arithmetic of convolutions and linear layers: fp32 or bf16, or on cuda also tf32 or fp16 (fp32 master weights, loss and all-reduce; fp16 with dynamic loss scaling; bf16 on the CPU needs AVX512-BF16 or AMX-BF16)")
 	fs.StringVar(&c.CPUKernels, "cpu-kernels", c.CPUKernels, "how convolutions and linear layers compute on the CPU: dnnl (oneDNN; fp32 3x3 stride-1 convolutions with 32 or more channels, in 16s, run Winograd where oneDNN has it), dnnl-direct (oneDNN, no Winograd), blas (im2col and OpenBLAS; fp32 only) or auto (dnnl where linked in)")
-	fs.StringVar(&c.Collective, "collective", c.Collective, "how gradients are summed: mpi, nccl (cuda only: device buffers, its own stream) or auto (nccl on cuda, mpi on cpu)")
+	fs.StringVar(&c.Collective, "collective", c.Collective, "how gradients are summed: mpi (MPI_Allreduce), nccl (cuda only: device buffers, its own stream), shm (cpu only: in memory the ranks of a node share, MPI between nodes) or auto (nccl on cuda, shm on cpu)")
 	fs.Float64Var(&c.LossScale, "loss-scale", c.LossScale, "fp16: the first loss scale (halved on overflow, the step skipped)")
 	fs.IntVar(&c.LossScaleInterval, "loss-scale-interval", c.LossScaleInterval, "fp16: clean `steps` after which the loss scale doubles")
 	fs.BoolVar(&c.ReportBindings, "report-bindings", c.ReportBindings, "rank 0 prints every rank's host, rank, local rank, cores and NUMA node, and its GPU (index, bus id, NUMA node)")
@@ -538,6 +538,8 @@ func (c *Config) Validate() error {
 		return cli.Usage(fmt.Errorf("config: precision = \"bf16\" on the CPU needs cpu_kernels = \"dnnl\" (or auto): OpenBLAS has no bf16 GEMM"))
 	case c.Device == "cpu" && c.Collective == "nccl":
 		return cli.Usage(fmt.Errorf("config: collective = \"nccl\" needs device = \"cuda\" (NCCL sums device buffers); use mpi or auto"))
+	case c.Device == "cuda" && c.Collective == "shm":
+		return cli.Usage(fmt.Errorf("config: collective = \"shm\" needs device = \"cpu\" (it sums host memory); use nccl, mpi or auto"))
 	case !(c.LossScale >= 1 && c.LossScale <= 1<<24):
 		return bad("loss_scale", c.LossScale, "1 to 2^24")
 	case c.LossScaleInterval < 1 || c.LossScaleInterval > optim.MaxScalerInterval:

@@ -85,8 +85,9 @@ func (r *run) openDevice() (*device, error) {
 		d, err = openCUDA(r.pl.gpu, c.LocalRank(), cfg)
 	case "auto":
 		// A GPU placement found, or a CUDA driver that loads and sees a
-		// device (a node without NVML): try it, else the CPU.
-		if r.pl.gpu >= 0 || cudaPresent() {
+		// device (a node without NVML): try it, else the CPU. Collective
+		// shm sums host memory: it asks for the CPU.
+		if cfg.Collective != "shm" && (r.pl.gpu >= 0 || cudaPresent()) {
 			if d, err = openCUDA(r.pl.gpu, c.LocalRank(), cfg); err != nil {
 				r.warn("hpctrain: warning: rank %d: -device auto: %v; training on the CPU", c.Rank(), err)
 				d, err = nil, nil
@@ -160,10 +161,15 @@ func (r *run) warn(format string, a ...any) {
 }
 
 // buildReplica makes the network on the rank's device: the host network
-// itself on the CPU, else its device copy (whose Host is the host network).
-func buildReplica(d *device, cfg Config, in model.Shape, classes int) (model.Replica, error) {
+// itself on the CPU, with its gradients in grads when not nil (see
+// nodeGrads), else its device copy (whose Host is the host network).
+func buildReplica(d *device, cfg Config, in model.Shape, classes int, grads []float32) (model.Replica, error) {
 	if d == nil {
-		net, err := model.New(cfg.Model, in, classes, cfg.Batch, cfg.Seed)
+		var opts []model.Option
+		if grads != nil {
+			opts = append(opts, model.GradsIn(grads))
+		}
+		net, err := model.New(cfg.Model, in, classes, cfg.Batch, cfg.Seed, opts...)
 		if err != nil {
 			return nil, err
 		}

@@ -110,6 +110,7 @@ type run struct {
 
 	steps, total      int // steps per epoch (the sampler's, drop-last), in the run
 	startStep, step   int // where this call began, and the global step
+	params            int // the model's parameter count (fitModel)
 	epoch             int
 	res               Result
 	trainTime         time.Duration
@@ -280,7 +281,11 @@ func (r *run) build() error {
 			return err
 		}
 	}
-	r.rep, err = buildReplica(r.dev, cfg, in, classes)
+	grads, err := r.nodeGrads()
+	if err = agree(c, "sharing memory for the gradients on the node", err); err != nil {
+		return err
+	}
+	r.rep, err = buildReplica(r.dev, cfg, in, classes, grads)
 	if err = agree(c, "building the model", err); err != nil {
 		return err
 	}
@@ -311,6 +316,21 @@ func (r *run) build() error {
 	return nil
 }
 
+// nodeGrads is the memory for the gradients of a CPU replica: a buffer
+// the ranks of the node share (mpi.Comm.NodeBuffer), which the all-reduce
+// sums in place, unless -collective mpi asks for MPI_Allreduce alone; nil
+// where nothing is shared (one rank per node), and the model allocates.
+func (r *run) nodeGrads() ([]float32, error) {
+	if r.dev != nil || r.cfg.Collective == "mpi" || r.c.Size() == 1 {
+		return nil, nil
+	}
+	g, err := r.c.NodeBuffer(r.params)
+	if err == nil && g != nil {
+		r.log("hpctrain: gradients are summed in memory the %d ranks of each node share, and with MPI between nodes (-collective mpi: MPI alone)", r.c.LocalSize())
+	}
+	return g, err
+}
+
 // fitModel checks, before the model allocates anything, that its
 // activations for a batch, its parameters, gradients and optimizer state
 // fit in what the data left of this rank's memory: a batch or a network
@@ -324,6 +344,7 @@ func (r *run) fitModel(in model.Shape, classes int) error {
 	if err != nil {
 		return err
 	}
+	r.params = s.Params
 	// Per sample: every layer's output and its gradient, and the input;
 	// the parameters four times (values, gradients, two optimizer buffers).
 	perSample := int64(2*s.OutputBytes + s.InputBytes)

@@ -44,6 +44,7 @@ var (
 	opBcast     = "MPI_Bcast"
 	opAllgather = "MPI_Allgather"
 	opBarrier   = "MPI_Barrier"
+	opNodeMem   = "MPI_Win_allocate_shared"
 
 	phaseStartup    = "start-up"
 	phaseBroadcast  = "the initial parameter broadcast"
@@ -164,6 +165,12 @@ func (g guarded) AllreduceSum(buf []float32) error {
 	g.wd.enter(&opAllreduce, -1, -1)
 	defer g.wd.leave()
 	return g.Comm.AllreduceSum(buf)
+}
+
+func (g guarded) NodeBuffer(n int) ([]float32, error) {
+	g.wd.enter(&opNodeMem, -1, -1)
+	defer g.wd.leave()
+	return g.Comm.NodeBuffer(n)
 }
 
 func (g guarded) AllreduceSum64(buf []float64) error {
