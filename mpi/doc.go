@@ -6,7 +6,9 @@
 //
 //   - World: real MPI (Open MPI, MPICH) through github.com/sbromberger/gompi
 //     plus a small cgo shim for what gompi lacks (MPI_IN_PLACE,
-//     MPI_Comm_split_type, MPI_Allgather).
+//     MPI_Comm_split_type, MPI_Allgather), and memory the ranks of a node
+//     share (NodeBuffer, MPI_Win_allocate_shared), whose parts it sums in
+//     place through that memory and across nodes with MPI (shm.go).
 //   - Single: a job of one process, used when no launcher started us.
 //   - Fake: n ranks as goroutines in one process, for unit tests of code that
 //     is written against Comm.
