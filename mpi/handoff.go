@@ -40,8 +40,8 @@ type args struct {
 	root  int
 	iters int // opRawTimed: calls to time; opNodeBuffer: floats per rank
 
-	reg *region  // opRegionSum: the node region of f32, which starts at lo there
-	lo  int      //
+	reg *region  // opRegionSum: the node region that holds f32
+	lo  int      // opRegionSum: where f32 starts in this rank's slot of reg
 	out **region // opNodeBuffer: where the new region goes
 }
 
