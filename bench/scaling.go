@@ -38,6 +38,7 @@ type ScalingReport struct {
 	BucketMB    float64 `json:"bucket_mb"`
 	BucketBytes int     `json:"bucket_bytes"` // -bucket-mb resolved as training resolves it
 	Bind        string  `json:"bind"`
+	Collective  string  `json:"collective"` // shm (the node-shared all-reduce) or mpi (MPI_Allreduce)
 	Host        string  `json:"host"`
 
 	// The measurement job: its ranks and nodes (mpirun), the compute
@@ -53,12 +54,16 @@ type ScalingReport struct {
 	ComputeScale float64     `json:"compute_scale"`
 
 	// The all-reduce sweep of the job (none in a job of one), its fit
-	// time = a + b*bytes, and the link it gives.
-	Sweep    []SweepPoint `json:"sweep,omitempty"`
-	FitAUS   float64      `json:"fit_a_us,omitempty"`
-	FitBUSMB float64      `json:"fit_b_us_per_mb,omitempty"`
-	Intra    *Link        `json:"intra_node,omitempty"`
-	Measured *Link        `json:"inter_node_measured,omitempty"`
+	// time = a + b*bytes, and the link it gives. With -collective shm and
+	// ranks sharing a node, Intra is the node's whole sum (t = alpha +
+	// n/bandwidth), not a hop; SweepShared says the sweep ran on node
+	// memory.
+	SweepShared bool         `json:"sweep_node_shared,omitempty"`
+	Sweep       []SweepPoint `json:"sweep,omitempty"`
+	FitAUS      float64      `json:"fit_a_us,omitempty"`
+	FitBUSMB    float64      `json:"fit_b_us_per_mb,omitempty"`
+	Intra       *Link        `json:"intra_node,omitempty"`
+	Measured    *Link        `json:"inter_node_measured,omitempty"`
 
 	Rows []ScalingRow `json:"rows"`
 }
@@ -103,6 +108,7 @@ func Scaling(args []string, connect func() (mpi.Comm, error), out io.Writer) (er
 	opt := fs.String("optimizer", "sgd", "update in each step: "+fmt.Sprint(optim.Names())+" or none")
 	bucketMB := fs.Float64("bucket-mb", -1, "gradient buckets as hpctrain train -bucket-mb (0: one all-reduce after backward; -1: auto, 1 MB with 2 or more threads, else 0)")
 	bind := fs.String("bind", "cores", "compute threads: cores (pinned, disjoint by local rank when the node has cores enough) or none")
+	coll := fs.String("collective", "auto", "gradient all-reduce as hpctrain train -collective on the CPU: auto or shm (the node's ranks sum in shared memory, MPI between nodes), mpi (MPI_Allreduce)")
 	nodesFlag := fs.String("nodes", "1,2,4,8,16,64,256", "predict for these node counts, `LIST`")
 	perNode := fs.Int("ranks-per-node", 0, "ranks per node of the prediction (0: as in this job)")
 	linkFlag := fs.String("link-gbps", "25,100,400", "inter-node links to predict for, Gbit/s, `LIST` (empty: only the measured one)")
@@ -123,6 +129,13 @@ func Scaling(args []string, connect func() (mpi.Comm, error), out io.Writer) (er
 	}
 	if *bind != "cores" && *bind != "none" {
 		return cli.Usage(fmt.Errorf("-bind %q: cores or none", *bind))
+	}
+	switch *coll {
+	case "auto":
+		*coll = "shm"
+	case "shm", "mpi":
+	default:
+		return cli.Usage(fmt.Errorf("-collective %q: auto, shm or mpi", *coll))
 	}
 	if *bucketMB != -1 && !(*bucketMB >= 0) {
 		return cli.Usage(fmt.Errorf("-bucket-mb %g: >= 0 or -1", *bucketMB))
@@ -153,7 +166,7 @@ func Scaling(args []string, connect func() (mpi.Comm, error), out io.Writer) (er
 	}
 	rep := ScalingReport{
 		Model: *name, Input: in.String(), Classes: *classes, Batch: *batch, Threads: *threads, Optimizer: *opt,
-		BucketMB: *bucketMB, BucketBytes: resolveBucketBytes(*bucketMB, *threads), Bind: *bind, Host: c.Host(),
+		BucketMB: *bucketMB, BucketBytes: resolveBucketBytes(*bucketMB, *threads), Bind: *bind, Collective: *coll, Host: c.Host(),
 		JobRanks: c.Size(), JobNodes: max(1, c.Size()/max(1, c.LocalSize())), ComputeScale: *scale,
 	}
 
@@ -177,8 +190,8 @@ func Scaling(args []string, connect func() (mpi.Comm, error), out io.Writer) (er
 	rep.ComputeMS = rep.Compute.StepMS()
 	rep.GradBytes = prof.GradBytes()
 	rep.Layers = layers
-	fmt.Fprintf(info, "# hpctrain bench scaling: %s %s, batch %d per rank, %d thread(s), optimizer %s, bucket_mb %g (%d bytes), bind %s; measured on %s, job of %d rank(s) on %d node(s)\n",
-		rep.Model, rep.Input, rep.Batch, rep.Threads, rep.Optimizer, rep.BucketMB, rep.BucketBytes, rep.Bind, rep.Host, rep.JobRanks, rep.JobNodes)
+	fmt.Fprintf(info, "# hpctrain bench scaling: %s %s, batch %d per rank, %d thread(s), optimizer %s, bucket_mb %g (%d bytes), bind %s, collective %s; measured on %s, job of %d rank(s) on %d node(s)\n",
+		rep.Model, rep.Input, rep.Batch, rep.Threads, rep.Optimizer, rep.BucketMB, rep.BucketBytes, rep.Bind, rep.Collective, rep.Host, rep.JobRanks, rep.JobNodes)
 	fmt.Fprintf(info, "# compute step %.2f ms (slowest rank; ranks %s; x%g): forward+loss %.2f, backward %.2f, update %.2f, other %.2f ms\n",
 		rep.ComputeMS, fmtList(all, "%.2f"), *scale, rep.Compute.ForwardMS, rep.Compute.BackwardMS, rep.Compute.UpdateMS, rep.Compute.OtherMS)
 	fmt.Fprintf(info, "# gradients %d bytes in %d bucket(s), all-reduced in this order, started at (ms after backward's start):", rep.GradBytes, len(rep.Compute.Buckets))
@@ -186,6 +199,24 @@ func Scaling(args []string, connect func() (mpi.Comm, error), out io.Writer) (er
 		fmt.Fprintf(info, " %d B @ %.2f;", b.Bytes, b.ReadyMS)
 	}
 	fmt.Fprintln(info)
+
+	// The node's sum given by flags: needed before the sweep of a job
+	// across nodes, to take it away.
+	if *shmAlpha > 0 || *shmGbps > 0 {
+		if *shmAlpha <= 0 || *shmGbps <= 0 {
+			return cli.Usage(fmt.Errorf("give both -shm-alpha-us and -shm-gbps"))
+		}
+	}
+	flagIntra := func() *Link {
+		if *shmAlpha <= 0 {
+			return nil
+		}
+		name := "shm"
+		if *coll == "shm" {
+			name = "shm-sum"
+		}
+		return &Link{Name: name, AlphaUS: *shmAlpha, Gbps: *shmGbps, Source: "flag"}
+	}
 
 	// Communication: the all-reduce sweep of this job.
 	if c.Size() > 1 {
@@ -209,7 +240,18 @@ func Scaling(args []string, connect func() (mpi.Comm, error), out io.Writer) (er
 			sizes = append(sizes, g)
 			slices.Sort(sizes)
 		}
-		if rep.Sweep, err = sweepAllreduce(c, sizes, between); err != nil {
+		// The sweep's buffer: node memory, as training's gradients, for
+		// the node-shared all-reduce (nil, and MPI_Allreduce on the
+		// rank's own memory, where the job's nodes cannot share: one
+		// rank each, or sizes that differ).
+		var buf []float32
+		if *coll == "shm" {
+			if buf, err = c.NodeBuffer(slices.Max(sizes) / 4); err != nil {
+				return err
+			}
+			rep.SweepShared = buf != nil
+		}
+		if rep.Sweep, err = sweepAllreduce(c, sizes, buf, between); err != nil {
 			return err
 		}
 		x, t := make([]float64, len(rep.Sweep)), make([]float64, len(rep.Sweep))
@@ -221,28 +263,50 @@ func Scaling(args []string, connect func() (mpi.Comm, error), out io.Writer) (er
 			return err
 		}
 		rep.FitAUS, rep.FitBUSMB = a*1e6, b*1e6*(1<<20)
-		l := linkFromFit(a, b, c.Size())
-		l.Source = "measured"
-		fmt.Fprintf(info, "# all-reduce over this job's %d ranks (IallreduceSum+Wait, as training):", c.Size())
+		what := "MPI_Allreduce"
+		if rep.SweepShared {
+			what = "node-shared all-reduce"
+		}
+		fmt.Fprintf(info, "# %s over this job's %d ranks (IallreduceSum+Wait, as training):", what, c.Size())
 		for _, s := range rep.Sweep {
 			fmt.Fprintf(info, " %d B %.1f us;", s.Bytes, s.TimeUS)
 		}
-		fmt.Fprintf(info, "\n# fit time = %.1f us + %.2f us/MB x bytes -> per message alpha %.1f us, %.2f Gbit/s ", rep.FitAUS, rep.FitBUSMB, l.AlphaUS, l.Gbps)
-		if rep.JobNodes == 1 {
-			l.Name = "shm"
+		fmt.Fprintf(info, "\n# fit time = %.1f us + %.2f us/MB x bytes -> ", rep.FitAUS, rep.FitBUSMB)
+		switch {
+		case rep.SweepShared && rep.JobNodes == 1:
+			l := sumFromFit(a, b)
+			l.Name, l.Source = "shm-sum", "measured"
 			rep.Intra = &l
-			fmt.Fprintln(info, "(intra-node: the job is on one node)")
-		} else {
-			l.Name = "measured"
+			fmt.Fprintf(info, "the node's sum: %.1f us + n / %.2f Gbit/s (the job is on one node)\n", l.AlphaUS, l.Gbps)
+		case rep.SweepShared:
+			sum := flagIntra()
+			if sum == nil {
+				return cli.Usage(fmt.Errorf("this job spans %d nodes and its ranks sum through shared memory: give the node's sum (-shm-alpha-us, -shm-gbps, as a one-node job of as many ranks measures it) to take it away from the network's figures, or use -collective mpi", rep.JobNodes))
+			}
+			l, err := interFromSharedFit(a, b, *sum, rep.JobNodes)
+			if err != nil {
+				return err
+			}
+			l.Name, l.Source = "measured", "measured"
 			rep.Measured = &l
-			fmt.Fprintln(info, "(inter-node: the job spans nodes)")
+			fmt.Fprintf(info, "less the node's sum (%.1f us, %.2f Gbit/s), an all-reduce over one rank per node: per message alpha %.1f us, %.2f Gbit/s (inter-node)\n", sum.AlphaUS, sum.Gbps, l.AlphaUS, l.Gbps)
+		default:
+			l := linkFromFit(a, b, c.Size())
+			l.Source = "measured"
+			fmt.Fprintf(info, "per message alpha %.1f us, %.2f Gbit/s ", l.AlphaUS, l.Gbps)
+			if rep.JobNodes == 1 {
+				l.Name = "shm"
+				rep.Intra = &l
+				fmt.Fprintln(info, "(intra-node: the job is on one node)")
+			} else {
+				l.Name = "measured"
+				rep.Measured = &l
+				fmt.Fprintln(info, "(inter-node: the job spans nodes)")
+			}
 		}
 	}
-	if *shmAlpha > 0 || *shmGbps > 0 {
-		if *shmAlpha <= 0 || *shmGbps <= 0 {
-			return cli.Usage(fmt.Errorf("give both -shm-alpha-us and -shm-gbps"))
-		}
-		rep.Intra = &Link{Name: "shm", AlphaUS: *shmAlpha, Gbps: *shmGbps, Source: "flag"}
+	if l := flagIntra(); l != nil {
+		rep.Intra = l
 	}
 	rpn := *perNode
 	if rpn == 0 {
@@ -250,6 +314,11 @@ func Scaling(args []string, connect func() (mpi.Comm, error), out io.Writer) (er
 	}
 	if rpn > 1 && rep.Intra == nil {
 		return cli.Usage(fmt.Errorf("%d ranks per node, but no intra-node figures: run under mpirun with 2 or more ranks on one node to measure them, or give -shm-alpha-us and -shm-gbps", rpn))
+	}
+	// The node-shared figures describe the node-shared sum and the hop's
+	// MPI_Allreduce: one cannot stand for the other.
+	if rpn > 1 && (rep.Intra.Name == "shm-sum") != (*coll == "shm") {
+		return cli.Usage(fmt.Errorf("-collective %s, but the intra-node figures are the %s's: measure them with the same -collective", *coll, map[bool]string{true: "node-shared sum", false: "MPI_Allreduce hop"}[rep.Intra.Name == "shm-sum"]))
 	}
 	intra := Link{Name: "shm"}
 	if rep.Intra != nil {
@@ -272,13 +341,16 @@ func Scaling(args []string, connect func() (mpi.Comm, error), out io.Writer) (er
 	if len(inter) == 0 {
 		return cli.Usage(fmt.Errorf("no inter-node link: give -link-gbps, or run under mpirun across nodes to measure one"))
 	}
-	if rpn > 1 {
+	switch {
+	case rpn > 1 && *coll == "shm":
+		fmt.Fprintf(info, "# the node's shared sum of n bytes: %.1f us + n / %.2f Gbit/s (%s), then between nodes one all-reduce of n bytes per node\n", intra.AlphaUS, intra.Gbps, intra.Source)
+	case rpn > 1:
 		fmt.Fprintf(info, "# intra-node: alpha %.1f us, %.2f Gbit/s (%s)\n", intra.AlphaUS, intra.Gbps, intra.Source)
 	}
 	fmt.Fprintf(info, "# inter-node alpha %.1f us for -link-gbps; efficiency = compute-only step / predicted step\n", alpha)
 	for _, l := range inter {
 		for _, n := range nodes {
-			t := Topo{Nodes: n, PerNode: rpn, Intra: intra, Inter: l}
+			t := Topo{Nodes: n, PerNode: rpn, Intra: intra, Inter: l, Shared: *coll == "shm"}
 			pr := predict(rep.Compute, t)
 			rep.Rows = append(rep.Rows, ScalingRow{
 				Nodes: n, RanksPerNode: rpn, Ranks: t.Ranks(), Link: l.Name, LinkGbps: l.Gbps, AlphaUS: l.AlphaUS,
@@ -449,13 +521,17 @@ func gatherRanks(c mpi.Comm, v float64) ([]float64, error) {
 }
 
 // sweepAllreduce times the gradient all-reduce as training calls it
-// (IallreduceSum, then Wait) for each of sizes (bytes, multiples of 4): per
+// (IallreduceSum, then Wait) for each of sizes (bytes, multiples of 4), on
+// a prefix of buf (node memory, for the node-shared all-reduce) or, when
+// buf is nil, of the rank's own memory: per
 // size, 5 rounds of a block of calls, ranks in lock-step, each call after
 // between (training's compute step between its all-reduces: the network
 // idle, the cores busy); the time is the median over rounds of the mean
 // over ranks of the calls' alone.
-func sweepAllreduce(c mpi.Comm, sizes []int, between func()) ([]SweepPoint, error) {
-	buf := make([]float32, slices.Max(sizes)/4)
+func sweepAllreduce(c mpi.Comm, sizes []int, buf []float32, between func()) ([]SweepPoint, error) {
+	if buf == nil {
+		buf = make([]float32, slices.Max(sizes)/4)
+	}
 	var req mpi.Request
 	var spent time.Duration // in the calls, not between them
 	call := func(b []float32) error {
@@ -535,7 +611,7 @@ func linkLabel(r ScalingRow) string {
 // link.
 func scalingPNG(path string, rep ScalingReport) error {
 	eff, rate := plot.New(), plot.New()
-	eff.Title.Text = fmt.Sprintf("%s, batch %d/rank, %d rank(s)/node: efficiency", rep.Model, rep.Batch, firstRPN(rep.Rows))
+	eff.Title.Text = fmt.Sprintf("%s, batch %d/rank, %d rank(s)/node, %s: efficiency", rep.Model, rep.Batch, firstRPN(rep.Rows), rep.Collective)
 	rate.Title.Text = "samples/s (predicted)"
 	eff.Y.Label.Text = "efficiency (compute step / step)"
 	rate.Y.Label.Text = "samples/s"

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"slices"
+	"strings"
 )
 
 // The analytic side of `hpctrain bench scaling`: the cost of an all-reduce
@@ -14,7 +16,10 @@ import (
 // figures and a hop between nodes the network link's; and the training
 // step that those all-reduces fit into, with the engine's gradient buckets
 // overlapped with backward (train/buckets.go). docs/scaling.md states the
-// formulas and their blind spots.
+// formulas and their blind spots. With the node-shared all-reduce
+// (-collective shm, training's default on the CPU) the node's ranks first
+// sum through shared memory, a cost measured whole, and only then does the
+// network carry each rank's share.
 
 // Link is one kind of hop: a message of n bytes takes Alpha + n/bandwidth.
 type Link struct {
@@ -44,6 +49,10 @@ func slowest(a, b Link) Link {
 type Topo struct {
 	Nodes, PerNode int
 	Intra, Inter   Link
+	// Shared: the all-reduce is the node-shared one (mpi.Comm.NodeBuffer),
+	// and Intra is not a hop but the node's whole sum of n bytes in
+	// shared memory: Intra.msg(n), barriers, the sum and the copy back.
+	Shared bool
 }
 
 // Ranks is the job's size.
@@ -123,6 +132,24 @@ func treeTime(n float64, t Topo) float64 {
 	return s
 }
 
+// sharedTime is the node-shared all-reduce (mpi/shm.go): the node's sum in
+// shared memory, then, with more than one node, the R ranks of each node
+// all-reduce their shares of n/R bytes at once, rank k with node rank k of
+// every other node. The R all-reduces run side by side over the node's one
+// link, so each step of any of the algorithms carries R messages of 1/R of
+// what it carries for one all-reduce of n: together they cost what one
+// all-reduce of n bytes over N ranks, one per node, costs. With one rank
+// per node there is nothing to share and training falls back to
+// MPI_Allreduce, as this does.
+func sharedTime(n float64, t Topo) (string, float64) {
+	node := t.Intra.msg(n)
+	if t.Nodes == 1 {
+		return "shm", node
+	}
+	alg, s := allreduceTime(n, Topo{Nodes: t.Nodes, PerNode: 1, Inter: t.Inter})
+	return "shm+" + alg, node + s
+}
+
 // algorithms are the all-reduces the model chooses from.
 var algorithms = []struct {
 	name string
@@ -134,6 +161,9 @@ var algorithms = []struct {
 func allreduceTime(n float64, t Topo) (string, float64) {
 	if t.Ranks() <= 1 {
 		return "", 0
+	}
+	if t.Shared && t.PerNode > 1 {
+		return sharedTime(n, t)
 	}
 	best, bt := "", math.Inf(1)
 	for _, a := range algorithms {
@@ -191,7 +221,7 @@ func (p Profile) scaled(f float64) Profile {
 
 // Prediction is one configuration's predicted step.
 type Prediction struct {
-	Algorithm string  // of the largest bucket; "a+b" when the buckets differ
+	Algorithm string  // the buckets' algorithms, "ring,rd" when they differ; "shm+ring": the node-shared sum, then a ring between nodes
 	CommMS    float64 // all buckets' all-reduces, back to back
 	ExposedMS float64 // the part after the end of backward
 	StepMS    float64
@@ -205,38 +235,41 @@ type Prediction struct {
 func predict(prof Profile, t Topo) Prediction {
 	var pr Prediction
 	end := 0.0 // ms after the start of backward when the last all-reduce ends
-	biggest := -1
-	algs := map[string]bool{}
+	var algs []string
 	for _, b := range prof.Buckets {
 		alg, sec := allreduceTime(float64(b.Bytes), t)
 		ms := 1e3 * sec
 		start := math.Max(b.ReadyMS, end)
 		end = start + ms
 		pr.CommMS += ms
-		if alg != "" {
-			algs[alg] = true
-			if b.Bytes > biggest {
-				biggest, pr.Algorithm = b.Bytes, alg
-			}
+		if alg != "" && !slices.Contains(algs, alg) {
+			algs = append(algs, alg)
 		}
 	}
-	if len(algs) > 1 {
-		pr.Algorithm = ""
-		for _, a := range algorithms {
-			if algs[a.name] {
-				if pr.Algorithm != "" {
-					pr.Algorithm += "+"
-				}
-				pr.Algorithm += a.name
-			}
-		}
-	}
+	// The algorithms in the model's order ("shm+" ones after the others).
+	slices.SortStableFunc(algs, func(a, b string) int { return algRank(a) - algRank(b) })
+	pr.Algorithm = strings.Join(algs, ",")
 	if pr.Algorithm == "" {
 		pr.Algorithm = "-"
 	}
 	pr.ExposedMS = math.Max(0, end-prof.BackwardMS)
 	pr.StepMS = prof.StepMS() + pr.ExposedMS
 	return pr
+}
+
+// algRank orders algorithm names: ring, rd, tree, then shm and shm+ ring,
+// rd, tree.
+func algRank(name string) int {
+	r := 0
+	if base, ok := strings.CutPrefix(name, "shm"); ok {
+		r, name = len(algorithms)+1, strings.TrimPrefix(base, "+")
+	}
+	for i, a := range algorithms {
+		if a.name == name {
+			return r + i + 1
+		}
+	}
+	return r
 }
 
 // fitLine fits t = a + b*x by least squares weighted by 1/t^2 (relative
@@ -280,4 +313,24 @@ func fitLine(x, t []float64) (a, b float64, err error) {
 // ring (b = 2(p-1)/p / bw). For p = 2 both algorithms give the same pair.
 func linkFromFit(a, b float64, p int) Link {
 	return Link{AlphaUS: 1e6 * a / float64(rdSteps(p)), Gbps: 8 * 2 * float64(p-1) / float64(p) / b / 1e9}
+}
+
+// sumFromFit turns a fit t = a + b*bytes of the node-shared all-reduce on
+// one node into the node's sum: a latency a and a bandwidth 1/b, the
+// whole sum of n bytes being a + n*b.
+func sumFromFit(a, b float64) Link {
+	return Link{AlphaUS: 1e6 * a, Gbps: 8 / b / 1e9}
+}
+
+// interFromSharedFit is the network link of a job of nodes nodes whose
+// node-shared all-reduce fitted t = a + b*bytes, given the node's sum: what
+// is left once the sum is taken away is an all-reduce over one rank per
+// node (sharedTime), fitted as linkFromFit does.
+func interFromSharedFit(a, b float64, sum Link, nodes int) (Link, error) {
+	ra, rb := a-sum.alpha(), b-1/sum.bw()
+	if ra <= 0 || rb <= 0 {
+		return Link{}, fmt.Errorf("the node-shared all-reduce across %d nodes (%.1f us + %.3g us/MB) is no slower than the node's sum alone (%.1f us, %.2f Gbit/s): nothing left to fit the network from",
+			nodes, 1e6*a, 1e6*b*(1<<20), sum.AlphaUS, sum.Gbps)
+	}
+	return linkFromFit(ra, rb, nodes), nil
 }

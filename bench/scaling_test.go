@@ -82,6 +82,72 @@ func TestScalingFormulas(t *testing.T) {
 	}
 }
 
+// TestScalingShared: the node-shared all-reduce, its Intra being the
+// node's whole sum (testShm: 1 us + n / 1e10 B/s = 101 us for 1 MB).
+func TestScalingShared(t *testing.T) {
+	const n = 1e6
+	shared := func(nodes, per int) Topo {
+		return Topo{Nodes: nodes, PerNode: per, Intra: testShm, Inter: testNet, Shared: true}
+	}
+	for _, c := range []struct {
+		name string
+		t    Topo
+		alg  string
+		want float64
+	}{
+		// One node: the sum alone, whatever the node's size.
+		{"1x2", shared(1, 2), "shm", 101e-6},
+		{"1x8", shared(1, 8), "shm", 101e-6},
+		// 2 nodes x 2: the sum, then the 2 shares of 0.5 MB cross the link
+		// side by side: one all-reduce of 1 MB over 2 ranks, rd's 10 us + 1
+		// ms (the ring's 2 (10 us + 0.5 ms) is 10 us dearer).
+		{"2x2", shared(2, 2), "shm+rd", 101e-6 + 1010e-6},
+		// 4 nodes x 8: the ring over 4 of 1 MB, 6 (10 us + 250 us).
+		{"4x8", shared(4, 8), "shm+ring", 101e-6 + 6*260e-6},
+		// One rank per node: nothing to share, MPI_Allreduce as training
+		// falls back to (rd over 2: 10 us + 1 ms).
+		{"2x1", shared(2, 1), "rd", 1010e-6},
+	} {
+		alg, got := allreduceTime(n, c.t)
+		if alg != c.alg || !near(got, c.want) {
+			t.Errorf("%s: %s %.9g s, want %s %.9g s", c.name, alg, got, c.alg, c.want)
+		}
+	}
+	// Within a node the shared sum beats MPI's ring over the same figures
+	// (2 (1 us + 50 us) = 102 us on 1x2), and across nodes it sends a
+	// node's bytes once where the flat ring's steps wait on the network.
+	for _, tp := range []Topo{shared(1, 2), shared(4, 8)} {
+		flat := tp
+		flat.Shared = false
+		if _, s := allreduceTime(n, tp); s >= ringTime(n, flat) {
+			t.Errorf("%dx%d: shared %.9g s not below the ring's %.9g s", tp.Nodes, tp.PerNode, s, ringTime(n, flat))
+		}
+	}
+
+	// The fits: a one-node sweep is the sum; across nodes the sum is taken
+	// away and the rest is an all-reduce over one rank per node.
+	if l := sumFromFit(1e-6, 1e-10); !near(l.AlphaUS, 1) || !near(l.Gbps, 80) {
+		t.Errorf("sum from fit: %+v", l)
+	}
+	for _, nodes := range []int{2, 4} {
+		// What sharedTime predicts for testNet, as a line in n.
+		a := testShm.alpha() + float64(rdSteps(nodes))*testNet.alpha()
+		b := 1/testShm.bw() + 2*float64(nodes-1)/float64(nodes)/testNet.bw()
+		l, err := interFromSharedFit(a, b, testShm, nodes)
+		if err != nil || !near(l.AlphaUS, testNet.AlphaUS) || !near(l.Gbps, testNet.Gbps) {
+			t.Errorf("%d nodes: %+v %v, want %+v", nodes, l, err, testNet)
+		}
+	}
+	if _, err := interFromSharedFit(0.5e-6, 2e-10, testShm, 2); err == nil || !strings.Contains(err.Error(), "no slower than the node's sum") {
+		t.Errorf("a fit below the sum: %v", err)
+	}
+	// The table names each bucket's algorithm once, in the model's order.
+	prof := Profile{BackwardMS: 1, Buckets: []BucketTiming{{Bytes: 1 << 20}, {Bytes: 1 << 10}, {Bytes: 1 << 20}}}
+	if pr := predict(prof, Topo{Nodes: 4, PerNode: 1, Inter: testNet}); pr.Algorithm != "ring,rd" {
+		t.Errorf("mixed buckets: %q, want ring,rd", pr.Algorithm)
+	}
+}
+
 // TestScalingOverlap: the engine's buckets against the backward they hide
 // behind.
 func TestScalingOverlap(t *testing.T) {
@@ -182,7 +248,7 @@ func TestScalingFit(t *testing.T) {
 	}
 }
 
-var scalingRow = regexp.MustCompile(`(?m)^\s+(\d+)\s+(\d+)\s+(\S+)\s+([a-z+]+|-)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\d+)\s+([\d.]+)$`)
+var scalingRow = regexp.MustCompile(`(?m)^\s+(\d+)\s+(\d+)\s+(\S+)\s+([a-z+,]+|-)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\d+)\s+([\d.]+)$`)
 
 // TestScalingCommand: bench scaling in-process as a job of one, with the
 // links and the shared-memory figures given: the table, the JSON and the
@@ -209,7 +275,7 @@ func TestScalingCommand(t *testing.T) {
 	if err := json.Unmarshal(b, &rep); err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Rows) != 8 || rep.GradBytes != 4*61706 || len(rep.Compute.Buckets) < 2 || len(rep.Layers) == 0 || rep.Intra == nil || rep.Intra.Source != "flag" {
+	if len(rep.Rows) != 8 || rep.GradBytes != 4*61706 || len(rep.Compute.Buckets) < 2 || len(rep.Layers) == 0 || rep.Intra == nil || rep.Intra.Source != "flag" || rep.Intra.Name != "shm-sum" || rep.Collective != "shm" {
 		t.Fatalf("report: %d rows, %d grad bytes, %d buckets, %d layers, intra %+v", len(rep.Rows), rep.GradBytes, len(rep.Compute.Buckets), len(rep.Layers), rep.Intra)
 	}
 	// The engine's buckets: each starts during backward, the last (the first
@@ -228,6 +294,27 @@ func TestScalingCommand(t *testing.T) {
 	}
 	if rep.Rows[3].Efficiency >= rep.Rows[7].Efficiency {
 		t.Errorf("64 nodes: 1G link %.3f not below 100G %.3f", rep.Rows[3].Efficiency, rep.Rows[7].Efficiency)
+	}
+	if a := rep.Rows[0].Algorithm; a != "shm" {
+		t.Errorf("1 node x 2, collective auto: algorithm %q, want shm", a)
+	}
+	// -collective mpi with the same figures as a hop, on nodes of 4: one
+	// node's all-reduce costs more than the shared sum (which does not
+	// depend on the node's size): recursive doubling makes 2 exchanges of
+	// the whole vector, 2 (1 us + n / bw), against 1 us + n / bw, and the
+	// rows name MPI's algorithms.
+	var mout bytes.Buffer
+	mjs := filepath.Join(dir, "m.json")
+	if err := Scaling([]string{"-model", "lenet5", "-steps", "3", "-bucket-mb", "0.05", "-nodes", "1,2,4,64", "-ranks-per-node", "4", "-collective", "mpi",
+		"-link-gbps", "1,100", "-alpha-us", "5", "-shm-alpha-us", "1", "-shm-gbps", "80", "-json", mjs}, single, &mout); err != nil {
+		t.Fatalf("%v\n%s", err, mout.String())
+	}
+	var mrep ScalingReport
+	if b, err := os.ReadFile(mjs); err != nil || json.Unmarshal(b, &mrep) != nil || len(mrep.Rows) != 8 {
+		t.Fatalf("-collective mpi report: %v %+v", err, mrep)
+	}
+	if m, s := mrep.Rows[0], rep.Rows[0]; m.CommMS <= s.CommMS || strings.HasPrefix(m.Algorithm, "shm") || mrep.Intra.Name != "shm" {
+		t.Errorf("1 node: mpi x 4 %s %.4f ms against shm %s %.4f ms; intra %+v", m.Algorithm, m.CommMS, s.Algorithm, s.CommMS, mrep.Intra)
 	}
 	f, err := os.Open(pngPath)
 	if err != nil {
@@ -276,10 +363,13 @@ func TestScalingMPI(t *testing.T) {
 	if err := json.Unmarshal(b, &rep); err != nil {
 		t.Fatal(err)
 	}
-	if rep.JobRanks != 2 || rep.JobNodes != 1 || rep.Intra == nil || rep.Intra.Source != "measured" || !(rep.Intra.Gbps > 0) || len(rep.Sweep) < 2 || len(rep.RankStepMS) != 2 {
+	// The default collective sums through shared memory: the sweep runs
+	// on node memory and measures the node's whole sum.
+	if rep.JobRanks != 2 || rep.JobNodes != 1 || rep.Intra == nil || rep.Intra.Source != "measured" || rep.Intra.Name != "shm-sum" || !rep.SweepShared ||
+		!(rep.Intra.Gbps > 0) || len(rep.Sweep) < 2 || len(rep.RankStepMS) != 2 {
 		t.Fatalf("report: %+v", rep)
 	}
-	if r := rep.Rows[0]; r.Nodes != 1 || r.Ranks != 2 || r.CommMS <= 0 {
+	if r := rep.Rows[0]; r.Nodes != 1 || r.Ranks != 2 || r.CommMS <= 0 || r.Algorithm != "shm" {
 		t.Errorf("1 node x 2 ranks: %+v", r)
 	}
 }

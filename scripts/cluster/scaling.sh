@@ -1,18 +1,23 @@
 #!/usr/bin/env bash
 # scaling.sh: check `hpctrain bench scaling` against real training on the
 # local test cluster (up.sh), as root. For each link rate (tc tbf on every
-# host's eth0, netem.sh rate) and each number of hosts (1 rank per host):
+# host's eth0, netem.sh rate) and each layout H or HxR (H hosts, R ranks
+# per host, 1 when not given):
 #   1. hpctrain bench scaling under mpirun on those hosts: the compute step
 #      of every rank measured at once (they share this machine's cores as
 #      the training ranks will), the all-reduce swept over the limited link
 #      and fitted; the prediction for that job with the measured link and
-#      with the nominal rate (latency: measured on the unlimited link);
+#      with the nominal rate (latency: measured on the unlimited link).
+#      With R > 1 the all-reduce is training's default, the node-shared one:
+#      the node's sum is measured first by one host of R ranks, and a job
+#      across hosts takes it away from its sweep to fit the network;
 #   2. hpctrain train on the same hosts, same batch, threads and buckets,
-#      on Fashion-MNIST: samples/s from its final metrics line.
+#      on Fashion-MNIST: samples/s from its final metrics line; with R > 1
+#      also with -collective mpi (MPI_Allreduce alone), for comparison.
 # Writes $OUT/scaling_validation.json and .md, and puts the table into
 # docs/scaling.md between its validation markers.
 #
-# Environment: HOSTS (default "1 2 4"), RATES in Mbit/s (default "1000 200"),
+# Environment: HOSTS (default "1 2 4 1x2 2x2"), RATES in Mbit/s (default "1000 200"),
 # STEPS training steps (default 40), BATCH (64), MODEL (cnn), BUCKET_MB (0),
 # BIN (default: build ./hpctrain from the repository into a temporary dir),
 # OUT (default docs/), DATA (default /usr/share/datasets/fashion-mnist).
@@ -26,7 +31,7 @@ die() { echo "cluster scaling.sh: $*" >&2; exit 1; }
 [ "$(id -u)" -eq 0 ] || die "must run as root"
 for c in jq mpirun tc; do command -v "$c" >/dev/null 2>&1 || die "$c missing (scripts/setup.sh installs it)"; done
 
-HOSTS=${HOSTS:-"1 2 4"}
+HOSTS=${HOSTS:-"1 2 4 1x2 2x2"}
 RATES=${RATES:-"1000 200"}
 STEPS=${STEPS:-40}
 BATCH=${BATCH:-64}
@@ -40,7 +45,19 @@ if [ -z "${BIN:-}" ]; then
 	BIN=$work/hpctrain
 	(cd "$repo" && GOTOOLCHAIN=${GOTOOLCHAIN:-auto} go build -o "$BIN" .) || die "go build failed"
 fi
-maxh=$(printf '%s\n' $HOSTS 2 | sort -n | tail -1)
+# layout TOKEN: "H R" from H or HxR.
+layout() {
+	case "$1" in
+	*x*) echo "${1%%x*} ${1#*x}" ;;
+	*) echo "$1 1" ;;
+	esac
+}
+for tok in $HOSTS; do
+	read -r h r <<<"$(layout "$tok")"
+	case "$h$r" in '' | *[!0-9]*) die "HOSTS: $tok is not H or HxR" ;; esac
+	{ [ "$h" -ge 1 ] && [ "$r" -ge 1 ]; } || die "HOSTS: $tok is not H or HxR"
+done
+maxh=$(for tok in $HOSTS 2; do layout "$tok"; done | awk '{print $1}' | sort -n | tail -1)
 
 "$here/up.sh" "$maxh" >/dev/null
 cleanup() {
@@ -57,41 +74,67 @@ if [ "$rc" -eq 3 ]; then
 fi
 [ "$rc" -eq 0 ] || die "netem.sh check-rate failed"
 
-hostlist() { seq -f 'node%g' 1 "$1" | paste -sd,; }
+hostlist() { seq -f "node%g:$2" 1 "$1" | paste -sd,; }
 common=(-model "$MODEL" -batch "$BATCH" -threads 1 -bind none -bucket-mb "$BUCKET_MB")
-run_job() { # hosts args...: hpctrain on that many hosts, one rank each
-	local h=$1
-	shift
-	"$here/mpirun.sh" -np "$h" --host "$(hostlist "$h")" "$BIN" "$@"
+run_job() { # hosts ranks-per-host args...: hpctrain on that many hosts
+	local h=$1 r=$2
+	shift 2
+	"$here/mpirun.sh" -np $((h * r)) --host "$(hostlist "$h" "$r")" "$BIN" "$@"
 }
 
 # Latency of the unlimited link (veth, bridge, TCP): the alpha of the
 # nominal-rate predictions.
 "$here/netem.sh" off >/dev/null
-run_job 2 bench scaling "${common[@]}" -q -nodes 2 -link-gbps "" -json "$work/alpha.json" >/dev/null
+run_job 2 1 bench scaling "${common[@]}" -q -nodes 2 -link-gbps "" -json "$work/alpha.json" >/dev/null
 alpha=$(jq '.inter_node_measured.alpha_us' "$work/alpha.json")
 echo "cluster scaling.sh: unlimited link: alpha $alpha us, $(jq '.inter_node_measured.gbit_s' "$work/alpha.json") Gbit/s"
+
+# The node's shared sum for each R > 1: one host of R ranks (no link in
+# it, so measured once, on the unlimited one).
+declare -A sum
+for tok in $HOSTS; do
+	read -r h r <<<"$(layout "$tok")"
+	[ "$r" -gt 1 ] && [ -z "${sum[$r]:-}" ] || continue
+	run_job 1 "$r" bench scaling "${common[@]}" -q -nodes 1 -link-gbps 1 -json "$work/sum_$r.json" >/dev/null
+	sum[$r]="-shm-alpha-us $(jq '.intra_node.alpha_us' "$work/sum_$r.json") -shm-gbps $(jq '.intra_node.gbit_s' "$work/sum_$r.json")"
+	echo "cluster scaling.sh: the node-shared sum on one host of $r ranks: ${sum[$r]}"
+done
 
 results=$work/results.jsonl
 for rate in $RATES; do
 	gbps=$(awk -v r="$rate" 'BEGIN { printf "%g", r / 1000 }')
 	"$here/netem.sh" rate "${rate}mbit" >/dev/null
-	for h in $HOSTS; do
-		pred=$work/pred_${rate}_$h.json
-		run_job "$h" bench scaling "${common[@]}" -nodes "$h" -ranks-per-node 1 -link-gbps "$gbps" -alpha-us "$alpha" -json "$pred" |
-			sed "s/^/[${rate}M x$h bench] /"
-		m=$work/train_${rate}_$h.jsonl
-		run_job "$h" train "${common[@]}" -data-dir "$DATA" -epochs 1 -steps "$STEPS" -test-limit 500 -metrics "$m" 2>&1 |
-			grep -E '^(final|communication)' | sed "s/^/[${rate}M x$h train] /"
-		jq -c --argjson rate "$rate" --argjson h "$h" --slurpfile m "$m" '
+	for tok in $HOSTS; do
+		read -r h r <<<"$(layout "$tok")"
+		pred=$work/pred_${rate}_$tok.json
+		given=() # across hosts, the node's sum to take away from the sweep
+		if [ "$h" -gt 1 ] && [ "$r" -gt 1 ]; then read -ra given <<<"${sum[$r]}"; fi
+		run_job "$h" "$r" bench scaling "${common[@]}" -nodes "$h" -ranks-per-node "$r" -link-gbps "$gbps" -alpha-us "$alpha" \
+			"${given[@]}" -json "$pred" | sed "s/^/[${rate}M $h x $r bench] /"
+		m=$work/train_${rate}_$tok.jsonl
+		run_job "$h" "$r" train "${common[@]}" -data-dir "$DATA" -epochs 1 -steps "$STEPS" -test-limit 500 -metrics "$m" 2>&1 |
+			grep -E '^(final|communication)' | sed "s/^/[${rate}M $h x $r train] /"
+		mm=$work/train_mpi_${rate}_$tok.jsonl
+		if [ "$r" -gt 1 ]; then
+			run_job "$h" "$r" train "${common[@]}" -collective mpi -data-dir "$DATA" -epochs 1 -steps "$STEPS" -test-limit 500 -metrics "$mm" 2>&1 |
+				grep -E '^final' | sed "s/^/[${rate}M $h x $r train -collective mpi] /"
+		else
+			: >"$mm"
+		fi
+		jq -c --argjson rate "$rate" --argjson h "$h" --argjson r "$r" --slurpfile m "$m" --slurpfile mm "$mm" '
 			($m | map(select(.final)) | .[0]) as $f
+			| ($mm | map(select(.final)) | .[0]) as $fm
 			| (.rows | map(select(.link == "measured")) | .[0]) as $pm
 			| (.rows | map(select(.link != "measured")) | .[0]) as $pn
-			| {rate_mbit: $rate, hosts: $h, ranks: $h, compute_ms: .compute_step_ms,
+			| {rate_mbit: $rate, hosts: $h, ranks_per_host: $r, ranks: ($h * $r), collective: .collective, algorithm: $pn.algorithm,
+			   compute_ms: .compute_step_ms,
+			   node_sum_alpha_us: (if .collective == "shm" and $r > 1 then .intra_node.alpha_us else null end),
+			   node_sum_gbit_s: (if .collective == "shm" and $r > 1 then .intra_node.gbit_s else null end),
 			   measured_alpha_us: (.inter_node_measured.alpha_us // null), measured_gbit_s: (.inter_node_measured.gbit_s // null),
 			   pred_measured: ($pm.samples_per_second // $pn.samples_per_second), pred_nominal: $pn.samples_per_second,
 			   pred_comm_ms: ($pm.comm_exposed_ms // $pn.comm_exposed_ms),
-			   train: $f.samples_per_second, train_comm_ms: (if $f.step > 0 then 1000 * $f.comm_wait_seconds / $f.step else 0 end)}' "$pred" >>"$results"
+			   train: $f.samples_per_second, train_comm_ms: (if $f.step > 0 then 1000 * $f.comm_wait_seconds / $f.step else 0 end),
+			   train_mpi: ($fm.samples_per_second // null)}' "$pred" >>"$results"
 	done
 done
 "$here/netem.sh" off >/dev/null
@@ -108,13 +151,15 @@ jq -s --arg commit "$commit" --arg cpu "$cpu" --arg cpus "$cpus" --arg kernel "$
 md=$work/table.md
 {
 	echo "Generated by \`$cmd\` at commit $commit on $cpu ($cpus CPUs, kernel $kernel),"
-	echo "model $MODEL, batch $BATCH per rank, 1 thread per rank, bucket_mb $BUCKET_MB, $STEPS training steps, one rank per host;"
+	echo "model $MODEL, batch $BATCH per rank, 1 thread per rank, bucket_mb $BUCKET_MB, $STEPS training steps, training's default all-reduce"
+	echo "(node-shared sum, then MPI between hosts; MPI_Allreduce alone with one rank per host);"
 	echo "every host shares this machine's $cpus CPUs. Nominal: the tbf rate with the unlimited link's latency ($alpha us);"
-	echo "measured: the all-reduce swept over the limited link by the same \`bench scaling\` run. Error: predicted (measured link) / trained - 1."
+	echo "measured: the all-reduce swept over the limited link by the same \`bench scaling\` run (with R ranks per host, less the node's sum"
+	echo "measured by one host of R ranks). Error: predicted (measured link) / trained - 1. Last column: the same training with \`-collective mpi\`."
 	echo
-	echo "| link | hosts x ranks | compute ms | fitted link (alpha us, Gbit/s) | predicted samples/s (nominal) | predicted samples/s (measured link) | trained samples/s | error | comm exposed ms, predicted / trained |"
-	echo "|---|---|---|---|---|---|---|---|---|"
-	jq -r '"| \(.rate_mbit) Mbit/s | \(.hosts) x 1 | \(.compute_ms * 100 | round / 100) | \(if .measured_gbit_s then "\(.measured_alpha_us | round), \(.measured_gbit_s * 1000 | round / 1000)" else "-" end) | \(.pred_nominal | round) | \(.pred_measured | round) | \(.train | round) | \((.pred_measured / .train - 1) * 100 | round)% | \(.pred_comm_ms | round) / \(.train_comm_ms | round) |"' "$results"
+	echo "| link | hosts x ranks | model | compute ms | fitted link (alpha us, Gbit/s) | predicted samples/s (nominal) | predicted samples/s (measured link) | trained samples/s | error | comm exposed ms, predicted / trained | trained, -collective mpi |"
+	echo "|---|---|---|---|---|---|---|---|---|---|---|"
+	jq -r '"| \(.rate_mbit) Mbit/s | \(.hosts) x \(.ranks_per_host) | \(.algorithm) | \(.compute_ms * 100 | round / 100) | \(if .measured_gbit_s then "\(.measured_alpha_us | round), \(.measured_gbit_s * 1000 | round / 1000)" else "-" end) | \(.pred_nominal | round) | \(.pred_measured | round) | \(.train | round) | \((.pred_measured / .train - 1) * 100 | round)% | \(.pred_comm_ms | round) / \(.train_comm_ms | round) | \(if .train_mpi then .train_mpi | round else "-" end) |"' "$results"
 } >"$md"
 cp "$md" "$OUT/scaling_validation.md"
 doc=$repo/docs/scaling.md
