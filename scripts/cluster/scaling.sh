@@ -20,7 +20,9 @@
 # Environment: HOSTS (default "1 2 4 1x2 2x2"), RATES in Mbit/s (default "1000 200"),
 # STEPS training steps (default 40), BATCH (64), MODEL (cnn), BUCKET_MB (0),
 # BIN (default: build ./hpctrain from the repository into a temporary dir),
-# OUT (default docs/), DATA (default /usr/share/datasets/fashion-mnist).
+# OUT (default docs/), DATA (default /usr/share/datasets/fashion-mnist),
+# HPCT_BTL (default vader,tcp,self: MPI's shared-memory transport between
+# ranks of one host, as on a real cluster; mpirun.sh's own default is TCP).
 # Exit 3: the kernel has no tbf (nothing to validate against); 1: failure.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -38,6 +40,7 @@ BATCH=${BATCH:-64}
 MODEL=${MODEL:-cnn}
 BUCKET_MB=${BUCKET_MB:-0}
 OUT=${OUT:-$repo/docs}
+export HPCT_BTL=${HPCT_BTL:-vader,tcp,self}
 DATA=${DATA:-/usr/share/datasets/fashion-mnist}
 [ -d "$DATA" ] || die "no data set at $DATA"
 work=$(mktemp -d /tmp/hpct-scaling.XXXXXX)
@@ -143,7 +146,7 @@ commit=$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)
 cpu=$(lscpu | awk -F: '/^Model name/ { gsub(/^ +/, "", $2); print $2; exit }')
 cpus=$(lscpu | awk -F: '/^CPU\(s\)/ { gsub(/ /, "", $2); print $2; exit }')
 kernel=$(uname -r)
-cmd="HOSTS=\"$HOSTS\" RATES=\"$RATES\" STEPS=$STEPS BATCH=$BATCH MODEL=$MODEL BUCKET_MB=$BUCKET_MB scripts/cluster/scaling.sh"
+cmd="HPCT_BTL=$HPCT_BTL HOSTS=\"$HOSTS\" RATES=\"$RATES\" STEPS=$STEPS BATCH=$BATCH MODEL=$MODEL BUCKET_MB=$BUCKET_MB scripts/cluster/scaling.sh"
 jq -s --arg commit "$commit" --arg cpu "$cpu" --arg cpus "$cpus" --arg kernel "$kernel" --arg cmd "$cmd" --argjson alpha "$alpha" \
 	'{command: $cmd, commit: $commit, cpu: $cpu, cpus: ($cpus | tonumber), kernel: $kernel, unlimited_alpha_us: $alpha, rows: .}' \
 	"$results" >"$OUT/scaling_validation.json"
