@@ -492,14 +492,9 @@ func measureCompute(r ScalingReport, c mpi.Comm, steps int) (prof Profile, layer
 		p.Buckets = append(p.Buckets, BucketTiming{Bytes: bytes[k], ReadyMS: min(ms(ready[k]), p.BackwardMS)})
 	}
 	// Per layer, as bench step reports it.
-	lf := make([]time.Duration, len(net.Layers))
-	lb := make([]time.Duration, len(net.Layers))
-	const reps = 3
-	for i := 0; i < reps; i++ {
-		net.TimeLayers(r.Batch, labels, lf, lb)
-	}
+	lf, lb := layerTimes(net, r.Batch, labels, 5)
 	for i, l := range net.Layers {
-		layers = append(layers, LayerTime{Name: l.Name(), ForwardMS: 1e3 * lf[i].Seconds() / reps, BackwardMS: 1e3 * lb[i].Seconds() / reps})
+		layers = append(layers, LayerTime{Name: l.Name(), ForwardMS: 1e3 * lf[i].Seconds(), BackwardMS: 1e3 * lb[i].Seconds()})
 	}
 	st.Load(x, labels)
 	step = func() {

@@ -188,12 +188,7 @@ func StepRateKernels(k model.Kernels, name string, in model.Shape, classes, batc
 		ts[i] = time.Since(t)
 	}
 	med := median(ts)
-	fwd := make([]time.Duration, len(net.Layers))
-	bwd := make([]time.Duration, len(net.Layers))
-	const prof = 5
-	for i := 0; i < prof; i++ {
-		net.TimeLayers(batch, labels, fwd, bwd)
-	}
+	fwd, bwd := layerTimes(net, batch, labels, 15)
 	w.Close() // OpenBLAS's threads get the cores, the caller its mask back
 	sgemm, err := SgemmRate(threads, 3)
 	if err != nil {
@@ -207,11 +202,37 @@ func StepRateKernels(k model.Kernels, name string, in model.Shape, classes, batc
 	}
 	rep.FractionOfSgemm = rep.GFLOPS / rep.SgemmGFLOPS
 	for i, l := range net.Layers {
-		lt := LayerTime{Name: l.Name(), ForwardMS: 1e3 * fwd[i].Seconds() / prof, BackwardMS: 1e3 * bwd[i].Seconds() / prof}
+		lt := LayerTime{Name: l.Name(), ForwardMS: 1e3 * fwd[i].Seconds(), BackwardMS: 1e3 * bwd[i].Seconds()}
 		if l.MACs() > 0 {
-			lt.ForwardGFLOPS = 2 * float64(l.MACs()) * float64(batch) / (fwd[i].Seconds() / prof) / 1e9
+			lt.ForwardGFLOPS = 2 * float64(l.MACs()) * float64(batch) / fwd[i].Seconds() / 1e9
 		}
 		rep.Layers = append(rep.Layers, lt)
 	}
 	return rep, nil
+}
+
+// layerTimes is each layer's forward and backward time over a batch of nb,
+// the median of passes passes after two unmeasured ones (the first pass
+// after a training step finds the weights just written by the optimizer
+// and the layers' buffers cold).
+func layerTimes(net *model.Net, nb int, labels []int32, passes int) (fwd, bwd []time.Duration) {
+	n := len(net.Layers)
+	f, b := make([][]time.Duration, n), make([][]time.Duration, n)
+	pf, pb := make([]time.Duration, n), make([]time.Duration, n)
+	for p := -2; p < passes; p++ {
+		clear(pf)
+		clear(pb)
+		net.TimeLayers(nb, labels, pf, pb)
+		if p < 0 {
+			continue
+		}
+		for i := range n {
+			f[i], b[i] = append(f[i], pf[i]), append(b[i], pb[i])
+		}
+	}
+	fwd, bwd = make([]time.Duration, n), make([]time.Duration, n)
+	for i := range n {
+		fwd[i], bwd[i] = median(f[i]), median(b[i])
+	}
+	return fwd, bwd
 }
