@@ -20,7 +20,9 @@ exit status 1, before anything is written.
 What a file renders as is chosen from its content by RENDERERS, a list of
 (name, test, render) entries: the first whose test accepts the JSON
 renders it. To render another kind of JSON, add an entry. --kind NAME
-forces one. Today: "compare", bench/compare_pytorch.sh's output (config,
+forces one. Today: "scaling_validation", scripts/cluster/scaling.sh's
+docs/scaling_validation.json (predicted against trained per layout and
+link rate); "cpu_precision", bench/cpu_precision.sh's; "compare", bench/compare_pytorch.sh's output (config,
 precision, PyTorch and hpctrain samples/s as the medians over the rounds,
 their ratio, each round's ratio; then one line with the command, commit,
 machine and statistic).
@@ -157,9 +159,48 @@ def accuracy_summary(acc):
     return out
 
 
+# --- scaling_validation: scripts/cluster/scaling.sh ------------------------
+
+def is_scaling_validation(d):
+    return isinstance(d, dict) and "rows" in d and all("pred_measured" in r and "train" in r for r in d["rows"])
+
+
+def render_scaling_validation(docs):
+    """Predicted (with the link the run measured) against trained, one row
+    per layout, the link rates side by side."""
+    out = []
+    for d in docs:
+        rates = sorted({r["rate_mbit"] for r in d["rows"]}, reverse=True)
+        layouts = []
+        for r in d["rows"]:
+            k = (r["hosts"], r.get("ranks_per_host", 1))
+            if k not in layouts:
+                layouts.append(k)
+        by = {(r["hosts"], r.get("ranks_per_host", 1), r["rate_mbit"]): r for r in d["rows"]}
+        head = ["hosts x ranks", "model"] + ["%g Mbit/s: predicted / trained samples/s" % q for q in rates] + [
+            "trained with `-collective mpi` (%s Mbit/s)" % ", ".join("%g" % q for q in rates)]
+        out += ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+        for h, rp in sorted(layouts, key=lambda k: (-k[1], k[0] * k[1])):
+            rows = [by.get((h, rp, q)) for q in rates]
+            alg = next((r.get("algorithm") for r in rows if r and r.get("algorithm")), "-")
+            cells = ["%d x %d" % (h, rp), alg]
+            for r in rows:
+                cells.append("-" if not r else "%s / %s (%+.0f%%)" % (
+                    num(r["pred_measured"]), num(r["train"]), 100 * (r["pred_measured"] / r["train"] - 1)))
+            mpi = [num(r["train_mpi"]) for r in rows if r and r.get("train_mpi")]
+            cells.append(", ".join(mpi) if mpi else "-")
+            out.append("| " + " | ".join(cells) + " |")
+        out += ["", "`sudo %s`; commit %s; %s, %s CPUs, kernel %s; predicted: `bench scaling` with the link its own sweep "
+                "measured; trained: `hpctrain train`'s final samples/s, %s." % (
+                    d.get("command", "scripts/cluster/scaling.sh"), d.get("commit", "?"), d.get("cpu", "?"),
+                    d.get("cpus", "?"), d.get("kernel", "?"), "one run each")]
+    return out
+
+
 RENDERERS = [  # (name, test of one JSON document, render of a list of them -> lines)
     ("compare", is_compare, render_compare),
     ("cpu_precision", is_cpu_precision, render_cpu_precision),
+    ("scaling_validation", is_scaling_validation, render_scaling_validation),
 ]
 
 
