@@ -317,8 +317,12 @@ func Scaling(args []string, connect func() (mpi.Comm, error), out io.Writer) (er
 	}
 	// The node-shared figures describe the node-shared sum and the hop's
 	// MPI_Allreduce: one cannot stand for the other.
-	if rpn > 1 && (rep.Intra.Name == "shm-sum") != (*coll == "shm") {
-		return cli.Usage(fmt.Errorf("-collective %s, but the intra-node figures are the %s's: measure them with the same -collective", *coll, map[bool]string{true: "node-shared sum", false: "MPI_Allreduce hop"}[rep.Intra.Name == "shm-sum"]))
+	if isSum := rep.Intra != nil && rep.Intra.Name == "shm-sum"; rpn > 1 && isSum != (*coll == "shm") {
+		what := "an MPI_Allreduce hop's"
+		if isSum {
+			what = "the node-shared sum's"
+		}
+		return cli.Usage(fmt.Errorf("-collective %s, but the intra-node figures are %s: measure them with the same -collective", *coll, what))
 	}
 	intra := Link{Name: "shm"}
 	if rep.Intra != nil {

@@ -151,10 +151,13 @@ func sharedTime(n float64, t Topo) (string, float64) {
 }
 
 // algorithms are the all-reduces the model chooses from.
-var algorithms = []struct {
+var algorithms = []algorithm{{"ring", ringTime}, {"rd", rdTime}, {"tree", treeTime}}
+
+// algorithm is an all-reduce of the model: its name and its cost.
+type algorithm struct {
 	name string
 	time func(float64, Topo) float64
-}{{"ring", ringTime}, {"rd", rdTime}, {"tree", treeTime}}
+}
 
 // allreduceTime is the time of an all-reduce of n bytes by the fastest of
 // the algorithms, and its name ("" for a job of one rank: no all-reduce).
@@ -246,8 +249,8 @@ func predict(prof Profile, t Topo) Prediction {
 			algs = append(algs, alg)
 		}
 	}
-	// The algorithms in the model's order ("shm+" ones after the others).
-	slices.SortStableFunc(algs, func(a, b string) int { return algRank(a) - algRank(b) })
+	// In the model's order.
+	slices.SortFunc(algs, func(a, b string) int { return algIndex(a) - algIndex(b) })
 	pr.Algorithm = strings.Join(algs, ",")
 	if pr.Algorithm == "" {
 		pr.Algorithm = "-"
@@ -257,19 +260,12 @@ func predict(prof Profile, t Topo) Prediction {
 	return pr
 }
 
-// algRank orders algorithm names: ring, rd, tree, then shm and shm+ ring,
-// rd, tree.
-func algRank(name string) int {
-	r := 0
-	if base, ok := strings.CutPrefix(name, "shm"); ok {
-		r, name = len(algorithms)+1, strings.TrimPrefix(base, "+")
-	}
-	for i, a := range algorithms {
-		if a.name == name {
-			return r + i + 1
-		}
-	}
-	return r
+// algIndex is where an algorithm name's last part ("ring" of "shm+ring")
+// stands in algorithms; -1 for "shm" alone. The buckets of one topology
+// are all "shm+..." or none, so this orders them.
+func algIndex(name string) int {
+	base := name[strings.LastIndex(name, "+")+1:]
+	return slices.IndexFunc(algorithms, func(a algorithm) bool { return a.name == base })
 }
 
 // fitLine fits t = a + b*x by least squares weighted by 1/t^2 (relative
