@@ -57,7 +57,8 @@ func setThread(tid int, s CPUSet) error {
 // 300 resnet8 steps at 2 threads on a 2-core VM made 270-280K context
 // switches with GOMAXPROCS 2 and 72-75K with 3, and ran at 1,519-1,753
 // against 1,841-1,983 samples/s. The spare P runs what else the rank has
-// (the MPI hand-off, signal handling), confined to the rank's cores.
+// (the MPI hand-off, signal handling), confined to the rank's cores. The
+// other half of keeping sysmon quiet is Workers.Run's periodic yield.
 func Procs(threads int) int { return threads + 1 }
 
 // Apply binds the process to p: every thread that exists now, Go's and any

@@ -30,6 +30,13 @@
 // are told their thread count and per-thread CPUs through OMP_NUM_THREADS,
 // OPENBLAS_NUM_THREADS, GOMP_CPU_AFFINITY and KMP_AFFINITY.
 //
+// Sharing the rank's cores with those threads has one cost to watch: Go's
+// sysmon. It wakes every 20 µs while it finds Ps to take from long C calls,
+// each time preempting a compute thread. Two things keep it asleep: a
+// spare P (Procs), and Run letting the goroutine that leads be rescheduled
+// about once a millisecond (a Gosched), so that Go never takes it for a
+// goroutine hogging its P for 10 ms and starts taking its P away.
+//
 // # Invariants
 //
 //   - A CPUSet is sorted and free of duplicates; its text form is the

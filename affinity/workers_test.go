@@ -82,6 +82,39 @@ func TestWorkersRunAllocatesNothing(t *testing.T) {
 	}
 }
 
+// spinTask busy-waits for d in Go code, as a C call holds its thread.
+type spinTask time.Duration
+
+func (d spinTask) Run(w, lo, hi int) {
+	for end := time.Now().Add(time.Duration(d)); time.Now().Before(end); {
+	}
+}
+
+// TestWorkersRunYields checks that a goroutine that does nothing but Run
+// tasks still lets Go reschedule it now and then (Workers.yield): with one
+// P, a goroutine made runnable during a loop of Runs gets to run within a
+// few yieldEvery, long before the 10 ms after which Go would preempt the
+// caller itself.
+func TestWorkersRunYields(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	w := NewUnpinnedWorkers(1)
+	if err := w.Lead(); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	task := spinTask(50 * time.Microsecond)
+	w.Run(1, task) // the first Run yields at once
+	var ran atomic.Bool
+	go ran.Store(true)
+	start := time.Now()
+	for !ran.Load() && time.Since(start) < 5*yieldEvery {
+		w.Run(1, task)
+	}
+	if !ran.Load() {
+		t.Fatalf("a runnable goroutine did not run during %v of Runs on one P: Run does not yield", time.Since(start))
+	}
+}
+
 // cpuSampler spins for a while on each worker, recording CurrentCPU.
 type cpuSampler struct {
 	bad  []int // bad[w]: samples off the worker's cpu
