@@ -34,7 +34,7 @@
 // sysmon. It wakes every 20 µs while it finds Ps to take from long C calls,
 // each time preempting a compute thread. Two things keep it asleep: a
 // spare P (Procs), and Run letting the goroutine that leads be rescheduled
-// about once a millisecond (a Gosched), so that Go never takes it for a
+// every few milliseconds (a Gosched), so that Go never takes it for a
 // goroutine hogging its P for 10 ms and starts taking its P away.
 //
 // # Invariants

@@ -201,8 +201,9 @@ func (w *Workers) CPU(i int) int {
 
 // yieldEvery is how often, at most, Run lets the caller's goroutine be
 // rescheduled: well under the 10 ms after which Go's sysmon forcibly
-// preempts a goroutine (see yield).
-const yieldEvery = time.Millisecond
+// preempts a goroutine (see yield), allowing for the C calls and waits
+// between two Runs.
+const yieldEvery = 4 * time.Millisecond
 
 var yieldEpoch = time.Now()
 
@@ -216,11 +217,12 @@ var yieldEpoch = time.Now()
 // taking the P of C calls. On a rank's own core each poll preempts the
 // compute thread: 2 ranks x 1 thread training the reference CNN made
 // 1,950 sysmon passes and 310-390 forced preemptions a second, and 5,300
-// context switches. A reschedule every millisecond or so restarts the
-// goroutine's time slice: 100 sysmon passes, no preemption, 2,900 switches,
-// and 4-8% more samples/s. For a goroutine locked to its thread (Lead), a
-// Gosched hands the P to another thread and back, some microseconds:
-// hence at most once per yieldEvery rather than on every Run.
+// context switches. A reschedule every few milliseconds restarts the
+// goroutine's time slice: 100 sysmon passes, no preemption, 1,300
+// switches, and about 7% more samples/s. A Gosched of a goroutine locked
+// to its thread (Lead) hands the P to another thread and back: 5.5-7 µs
+// where the process has one core, 16-32 µs where it has two
+// (BenchmarkGoschedLocked), hence not on every Run.
 func (w *Workers) yield() {
 	if now := time.Since(yieldEpoch); now-w.yielded >= yieldEvery {
 		runtime.Gosched()

@@ -223,6 +223,17 @@ func BenchmarkWorkersRunLed(b *testing.B) {
 	}
 }
 
+// BenchmarkGoschedLocked is what Workers.yield costs a led Run: a Gosched
+// of a goroutine locked to its thread, which hands its P to another thread
+// and back (run under taskset -c 0 for a one-core rank).
+func BenchmarkGoschedLocked(b *testing.B) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	for b.Loop() {
+		runtime.Gosched()
+	}
+}
+
 // BenchmarkFutexPingPong is the floor under BenchmarkWorkersRun: one futex
 // round trip between the caller and a locked goroutine, as Run makes.
 func BenchmarkFutexPingPong(b *testing.B) {
