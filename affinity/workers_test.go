@@ -92,10 +92,13 @@ func (d spinTask) Run(w, lo, hi int) {
 
 // TestWorkersRunYields checks that a goroutine that does nothing but Run
 // tasks still lets Go reschedule it now and then (Workers.yield): with one
-// P, a goroutine made runnable during a loop of Runs gets to run within a
-// few yieldEvery, long before the 10 ms after which Go would preempt the
-// caller itself.
+// P, a goroutine made runnable during a loop of Runs gets to run within
+// twice yieldEvery, before the 10 ms after which Go would preempt the
+// caller itself (so that the test fails without the yield).
 func TestWorkersRunYields(t *testing.T) {
+	if 2*yieldEvery >= 10*time.Millisecond {
+		t.Fatalf("yieldEvery %v: twice it must stay under Go's 10 ms preemption slice", yieldEvery)
+	}
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	w := NewUnpinnedWorkers(1)
 	if err := w.Lead(); err != nil {
@@ -107,7 +110,7 @@ func TestWorkersRunYields(t *testing.T) {
 	var ran atomic.Bool
 	go ran.Store(true)
 	start := time.Now()
-	for !ran.Load() && time.Since(start) < 5*yieldEvery {
+	for !ran.Load() && time.Since(start) < 2*yieldEvery {
 		w.Run(1, task)
 	}
 	if !ran.Load() {
