@@ -84,7 +84,38 @@ func (n *Net) SetKernels(k Kernels) error {
 	}
 	n.x.closeKernels()
 	n.x.kern = k
+	n.x.p16ok = false
 	return nil
+}
+
+// Weights16 is the buffer the linear layers read their weights from in
+// bfloat16, laid out as Params, for an optimizer to write each parameter's
+// new value into as it updates it (optim.BF16Copier); nil when the network
+// does not compute in bf16. Without it every training forward converts
+// each linear layer's W, reading all of W again from memory (the CNN's
+// fc1: 1.6 million values, 0.52 ms of a 15 ms step on one Zen 4 core).
+// With it, SGD's update kernel converts each block of parameters it has
+// just written, for about a tenth of that, and the caller says so with
+// WeightsUpdated. The same bits either way.
+func (n *Net) Weights16() []uint16 {
+	if !n.x.gemmBF16() {
+		return nil
+	}
+	if len(n.x.p16) < len(n.Params) {
+		n.x.p16, n.x.p16ok = make([]uint16, len(n.Params)), false
+	}
+	return n.x.p16
+}
+
+// WeightsUpdated says that Weights16 holds every parameter's current value
+// (an optimizer has written them all since Params last changed), so the
+// next forward reads them instead of converting its weights. The word holds
+// until the next training forward has run (evaluation forwards before it
+// use it too): Params must not change in between.
+func (n *Net) WeightsUpdated() {
+	if n.x.p16 != nil {
+		n.x.p16ok = true
+	}
 }
 
 // Kernels reports the kernels the network computes with.

@@ -11,7 +11,8 @@ import (
 // bias). On oneDNN's bf16 kernels, forward converts x and W to bfloat16
 // once, and backward uses those conversions (and dy's, made once) in both
 // of its products, instead of each block of each product converting its
-// operands.
+// operands. W's conversion is skipped where the optimizer has already
+// written it (Net.Weights16).
 //
 // On oneDNN, forward computes y^T = W x^T into a scratch (O, N) and writes
 // its transpose (plus the bias) to y: blocks of W's rows stream W once,
@@ -26,7 +27,8 @@ type Linear struct {
 	dw, db []float32
 	x      *exec
 	batch  int
-	xh, wh []uint16  // bf16 x (N, I) and W (O, I) of the last forward
+	off    int       // where W starts in the network's parameters
+	xh, wh []uint16  // bf16 x (N, I) and W (O, I) of the last forward (wh: in exec's p16)
 	dyh    []uint16  // bf16 dy (N, O)
 	yt     []float32 // y^T (O, N): oneDNN's forward product
 }
@@ -74,6 +76,7 @@ func (l *Linear) bind(s slot) {
 	l.w, l.b = s.p[:nw], s.p[nw:nw+l.nb()]
 	l.dw, l.db = s.g[:nw], s.g[nw:nw+l.nb()]
 	l.batch = s.n
+	l.off = s.off
 }
 
 func (l *Linear) initParams(rng *rand.Rand) {
@@ -99,11 +102,11 @@ func (l *Linear) forward(x, y []float32, n int) {
 	}
 	yt := l.yt[:l.o*n]
 	if l.x.gemmBF16() {
-		if l.wh == nil {
-			l.xh, l.wh, l.dyh = make([]uint16, l.batch*l.in), make([]uint16, len(l.w)), make([]uint16, l.batch*l.o)
+		if l.xh == nil {
+			l.xh, l.dyh = make([]uint16, l.batch*l.in), make([]uint16, l.batch*l.o)
 		}
 		l.x.toBF16(l.xh[:n*l.in], x[:n*l.in])
-		l.x.toBF16(l.wh, l.w)
+		l.wh = l.x.weights16(l.off, l.w)
 		l.x.gemm16(noT, tr, l.o, n, l.in, l.wh, l.in, l.xh, l.in, 0, yt, n)
 	} else {
 		l.x.gemm(noT, tr, l.o, n, l.in, 1, l.w, l.in, x, l.in, 0, yt, n)

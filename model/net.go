@@ -119,6 +119,7 @@ func newNet(in Shape, batch int, seed uint64, layers []Layer, opts ...Option) (*
 		nb += numBuffers(l)
 	}
 	n.Params = make([]float32, np)
+	n.x.params = n.Params
 	if n.Grads = o.grads; n.Grads == nil {
 		n.Grads = make([]float32, np)
 	} else if len(n.Grads) != np {
@@ -417,6 +418,12 @@ func (n *Net) Forward(nb int) []float32 {
 	}
 	n.n = nb
 	n.x.wgen++
+	// A training forward uses up WeightsUpdated's word: the update after
+	// it must give it again. Evaluation leaves the parameters as they are.
+	n.x.p16use = n.x.p16ok
+	if n.x.train {
+		n.x.p16ok = false
+	}
 	n.body.forward(nb)
 	if n.x.train {
 		n.x.pass++
@@ -592,6 +599,7 @@ func (n *Net) TimeLayers(nb int, labels []int32, fwd, bwd []time.Duration) {
 		panic("model: batch outside [1, Net.Batch()]")
 	}
 	n.n = nb
+	n.x.p16use = n.x.p16ok // no update here: the weights stay as they are
 	c := &n.body
 	for i, l := range n.Layers {
 		t := time.Now()

@@ -3,6 +3,8 @@ package optim
 import (
 	"fmt"
 	"sort"
+
+	"hpctrain/internal/kernels"
 )
 
 // Task is one parallel loop: Run handles elements [lo, hi) as worker w.
@@ -55,6 +57,12 @@ type base struct {
 	partial []float64
 	p, g    []float32
 	lr      float64
+	// h is SetBF16Copy's buffer (nil: none); copyTask runs task and then
+	// converts its range into h, for optimizers whose kernels do not write
+	// h themselves (selfCopy).
+	h        []uint16
+	copyTask Task
+	selfCopy bool
 }
 
 func newBase(groups []Group, n int) (base, error) {
@@ -170,13 +178,45 @@ func (b *base) begin(params, grads []float32, lr float64) int {
 // end drops the step's buffers so the optimizer does not pin them.
 func (b *base) end() { b.p, b.g = nil, nil }
 
-// run runs the kernel over [0, n), through the Parallel when worthwhile.
+// SetBF16Copy implements BF16Copier.
+func (b *base) SetBF16Copy(h []uint16) {
+	if h != nil && len(h) != b.n {
+		panic(fmt.Sprintf("optim: bf16 copy of %d values for %d parameters", len(h), b.n))
+	}
+	b.h = h
+	if b.copyTask == nil {
+		b.copyTask = taskFunc(b.runCopy) // once: Step then allocates nothing
+	}
+}
+
+// runCopy is the copying Task: the kernel on [lo, hi), then the range's
+// conversion, while this worker has it in cache.
+func (b *base) runCopy(w, lo, hi int) {
+	b.task.Run(w, lo, hi)
+	kernels.ToBF16(b.h[lo:hi], b.p[lo:hi])
+}
+
+// run runs the kernel over [0, n), through the Parallel when worthwhile:
+// the pass of a Step that gives the parameters their new values, and
+// their bf16 copy where asked for.
 func (b *base) run() {
+	t := b.task
+	if b.h != nil && !b.selfCopy {
+		t = b.copyTask
+	}
+	b.runTask(t)
+}
+
+// runNorms runs the kernel without the copy: LARS's and LAMB's first pass,
+// which only sums norms.
+func (b *base) runNorms() { b.runTask(b.task) }
+
+func (b *base) runTask(t Task) {
 	if b.par == nil || b.n < parallelMin || b.par.Workers() <= 1 {
-		b.task.Run(0, 0, b.n)
+		t.Run(0, 0, b.n)
 		return
 	}
-	b.par.Run(b.n, b.task)
+	b.par.Run(b.n, t)
 }
 
 // groupAt is the index of the group holding element i (groups tile [0, n)).

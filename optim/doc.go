@@ -24,6 +24,10 @@
 //   - Arithmetic is float64 per element, storage float32. Every
 //     optimizer's element loop (but LARS's norms) is a native kernel of
 //     internal/kernels, the same bits as its Go twin there.
+//   - With SetBF16Copy (BF16Copier), a Step also leaves every parameter's
+//     new value rounded to bfloat16 in the caller's buffer, and changes
+//     nothing else: the parameters and state have the bits they have
+//     without it.
 //
 // The tests compare three steps of every optimizer with a float64
 // re-statement of its formula (ref_test.go) and with torch.optim's values

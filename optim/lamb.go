@@ -52,7 +52,7 @@ func (o *LAMB) Step(params, grads []float32, lr float64) {
 	t := float64(o.begin(params, grads, lr))
 	o.bc1, o.bc2 = 1-math.Pow(o.b1, t), 1-math.Pow(o.b2, t)
 	o.phase = 0
-	o.run()
+	o.runNorms()
 	o.reduce()
 	for gi := range o.groups {
 		sq := o.partial[2*gi : 2*gi+2]

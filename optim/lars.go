@@ -49,7 +49,7 @@ func (o *LARS) Name() string { return "lars" }
 func (o *LARS) Step(params, grads []float32, lr float64) {
 	o.first = o.begin(params, grads, lr) == 1
 	o.phase = 0
-	o.run()
+	o.runNorms()
 	o.reduce()
 	for gi := range o.groups {
 		sq := o.partial[2*gi : 2*gi+2]
@@ -80,7 +80,7 @@ func (o *LARS) kernel(w, lo, hi int) {
 			if o.v != 0 {
 				v = o.state[o.v][lo:end]
 			}
-			sgdUpdate(o.p[lo:end], o.g[lo:end], v, o.lr, decay(o.c.WeightDecay, g), o.ratio[gi], o.c, o.first)
+			sgdUpdate(o.p[lo:end], o.g[lo:end], v, nil, o.lr, decay(o.c.WeightDecay, g), o.ratio[gi], o.c, o.first)
 		}
 		lo = end
 	}

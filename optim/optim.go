@@ -39,6 +39,20 @@ type Optimizer interface {
 	SetParallel(p Parallel)
 }
 
+// BF16Copier is an Optimizer that also writes its parameters in
+// bfloat16: after SetBF16Copy(h) (len(h) == n), every Step leaves each
+// parameter's new value rounded to bfloat16 in h (kernels.GoToBF16's
+// rounding: to nearest even, as oneDNN converts), written while the value
+// is still in cache. A network whose layers multiply bf16 weights
+// (model.Net.Weights16) then need not read and convert every parameter
+// again before its next forward. SGD with momentum converts inside its
+// update kernel, a few hundred values at a time; the others convert each
+// worker's range after updating it. nil stops it. Every optimizer of this
+// package is one.
+type BF16Copier interface {
+	SetBF16Copy(h []uint16)
+}
+
 // Config holds every optimizer's hyperparameters; each optimizer reads the
 // fields it uses.
 //

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"hpctrain/internal/kernels"
 )
 
 // goldenCase is one case of testdata/golden_<name>.json (gen_golden.py).
@@ -462,4 +464,60 @@ func TestStepMisusePanics(t *testing.T) {
 		}
 	}()
 	o.Step(make([]float32, 2), make([]float32, 2), 1e-3)
+}
+
+// Every optimizer is a BF16Copier: after each Step, serial and across
+// workers, the copy holds every parameter's new value rounded to bf16; the
+// update is the same bits as without the copy, and a Step with it still
+// allocates nothing. Several workers' ranges and SGD's blocks of 256 are
+// crossed (n is not a multiple of either).
+func TestBF16Copy(t *testing.T) {
+	par := newPool(3)
+	defer par.close()
+	n := 3*parallelMin + 7
+	for _, c := range fullConfigs() {
+		for _, pp := range []Parallel{nil, par} {
+			p, g, gs := testBuffers(n)
+			ref := append([]float32(nil), p...)
+			o, err := New(c, gs, n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			o2, _ := New(c, gs, n)
+			o.SetParallel(pp)
+			o2.SetParallel(pp)
+			bc, ok := o.(BF16Copier)
+			if !ok {
+				t.Fatalf("%s is not a BF16Copier", c.Name)
+			}
+			h := make([]uint16, n)
+			want := make([]uint16, n)
+			bc.SetBF16Copy(h)
+			for step := 1; step <= 3; step++ {
+				clear(h)
+				o.Step(p, g, 1e-2)
+				o2.Step(ref, g, 1e-2)
+				kernels.GoToBF16(want, p)
+				for i := range p {
+					if math.Float32bits(p[i]) != math.Float32bits(ref[i]) {
+						t.Fatalf("%s (parallel %v) step %d: param %d is %v with the copy, %v without", c.Name, pp != nil, step, i, p[i], ref[i])
+					}
+					if h[i] != want[i] {
+						t.Fatalf("%s (parallel %v) step %d: copy[%d] = %#x, want %#x (param %v)", c.Name, pp != nil, step, i, h[i], want[i], p[i])
+					}
+				}
+			}
+			if a := testing.AllocsPerRun(5, func() { o.Step(p, g, 1e-3) }); a != 0 {
+				t.Errorf("%s (parallel %v): %v allocations per Step with the copy, want 0", c.Name, pp != nil, a)
+			}
+			bc.SetBF16Copy(nil)
+			clear(h)
+			o.Step(p, g, 1e-3)
+			for i := range h {
+				if h[i] != 0 {
+					t.Fatalf("%s: the copy was written after SetBF16Copy(nil)", c.Name)
+				}
+			}
+		}
+	}
 }

@@ -32,6 +32,7 @@ func newSGD(c Config, b base) (Optimizer, error) {
 		o.v = o.addState(0)
 	}
 	o.task = taskFunc(o.kernel)
+	o.selfCopy = true // update writes the bf16 copy
 	return o, nil
 }
 
@@ -57,7 +58,11 @@ func (o *SGD) update(lo, hi int, noDecay bool) {
 	if noDecay {
 		wd = 0
 	}
-	sgdUpdate(o.p[lo:hi], o.g[lo:hi], o.velocity(lo, hi), o.lr, wd, 1, o.c, o.first)
+	var h []uint16
+	if o.h != nil {
+		h = o.h[lo:hi]
+	}
+	sgdUpdate(o.p[lo:hi], o.g[lo:hi], o.velocity(lo, hi), h, o.lr, wd, 1, o.c, o.first)
 }
 
 func (o *SGD) velocity(lo, hi int) []float32 {
@@ -68,30 +73,38 @@ func (o *SGD) velocity(lo, hi int) []float32 {
 }
 
 // sgdUpdate is the SGD update on one range, with the gradient (after weight
-// decay) scaled by ratio: shared by SGD (ratio 1) and LARS.
-func sgdUpdate(p, gr, v []float32, lr, wd, ratio float64, c Config, first bool) {
+// decay) scaled by ratio: shared by SGD (ratio 1) and LARS. With h, it also
+// writes the new p in bfloat16 into h (see BF16Copier).
+func sgdUpdate(p, gr, v []float32, h []uint16, lr, wd, ratio float64, c Config, first bool) {
 	m, damp := c.Momentum, 1-c.Dampening
+	if v != nil && !first {
+		// Every step but the first (which sets v = d), vectorised.
+		v, gr = v[:len(p)], gr[:len(p)]
+		if h != nil {
+			kernels.SGDMomentumBF16(p, gr, v, h, lr, m, damp, wd, ratio, c.Nesterov)
+		} else {
+			kernels.SGDMomentum(p, gr, v, lr, m, damp, wd, ratio, c.Nesterov)
+		}
+		return
+	}
 	if v == nil {
 		for i := range p {
 			d := (float64(gr[i]) + wd*float64(p[i])) * ratio
 			p[i] = float32(float64(p[i]) - lr*d)
 		}
-		return
-	}
-	v = v[:len(p)]
-	gr = gr[:len(p)]
-	if !first {
-		// Every step but the first (which sets v = d), vectorised.
-		kernels.SGDMomentum(p, gr, v, lr, m, damp, wd, ratio, c.Nesterov)
-		return
-	}
-	// The first step sets v = d (PyTorch's initialisation of the buffer).
-	for i := range p {
-		d := (float64(gr[i]) + wd*float64(p[i])) * ratio
-		v[i] = float32(d)
-		if c.Nesterov {
-			d += m * d
+	} else {
+		// The first step sets v = d (PyTorch's initialisation of the buffer).
+		v, gr = v[:len(p)], gr[:len(p)]
+		for i := range p {
+			d := (float64(gr[i]) + wd*float64(p[i])) * ratio
+			v[i] = float32(d)
+			if c.Nesterov {
+				d += m * d
+			}
+			p[i] = float32(float64(p[i]) - lr*d)
 		}
-		p[i] = float32(float64(p[i]) - lr*d)
+	}
+	if h != nil {
+		kernels.ToBF16(h, p)
 	}
 }

@@ -32,6 +32,7 @@ type Step struct {
 	first  int // global index of this rank's first sample in a batch (dropout)
 	step   int // the step being run (the watchdog's report)
 	flt    faults
+	hooked bool // opt writes the network's bf16 weights (hookWeights)
 
 	// Marks are the ends of the last Run's phases, and Comm the time its
 	// all-reduces took on the communicator's thread: for the timeline, the
@@ -62,7 +63,24 @@ func NewStep(net *model.Net, opt optim.Optimizer, sched optim.Schedule, c mpi.Co
 	s := &Step{rep: net, opt: opt, sched: sched, labels: make([]int32, net.Batch()), inv: 1 / float32(c.Size())}
 	s.bk = newBuckets(c, net.Grads, layerStarts(net), bucketBytes, nil)
 	s.red = s.bk
+	s.hookWeights()
 	return s
+}
+
+// hookWeights has the optimizer write the network's bfloat16 weights as it
+// updates each block of parameters, while it is in cache, where the next
+// forward would otherwise convert them again (model.Net.Weights16): on the
+// CPU, with bf16 kernels.
+func (s *Step) hookWeights() {
+	net, ok := s.rep.(*model.Net)
+	if !ok || s.opt == nil {
+		return
+	}
+	c, ok := s.opt.(optim.BF16Copier)
+	if h := net.Weights16(); ok && h != nil {
+		c.SetBF16Copy(h)
+		s.hooked = true
+	}
 }
 
 // Load copies a batch of len(y) samples into the replica's input: x is
@@ -149,6 +167,11 @@ func (s *Step) Run(step int) (loss float64, err error) {
 		if err := s.rep.Push(); err != nil {
 			return loss, err
 		}
+	} else if s.hooked && s.opt != nil {
+		// The optimizer wrote every parameter's new value in bf16, and
+		// nothing changed them since (a perturbed step leaves the next
+		// forward to convert).
+		s.rep.Host().WeightsUpdated()
 	}
 	s.Marks.Updated = time.Now()
 	return loss, nil

@@ -253,6 +253,7 @@ func (r *run) newStep() error {
 	if err == nil && cfg.Precision == "fp16" {
 		r.st.scaler, err = optim.NewLossScaler(optim.ScalerConfig{Init: cfg.LossScale, Interval: cfg.LossScaleInterval})
 	}
+	r.st.hookWeights()
 	return agree(c, "setting up the gradient all-reduce", err)
 }
 

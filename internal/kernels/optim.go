@@ -7,6 +7,25 @@ import "math"
 // optim documents for it (the native kernels keep that order, so both
 // give the same bits). wd is the L2 coefficient added to the gradient.
 
+// GoToBF16 writes each value of p rounded to bfloat16 into h: to nearest,
+// ties to even, as oneDNN and AVX512-BF16's vcvtneps2bf16 round, with NaN
+// kept a (quiet) NaN and subnormal inputs flushed to a zero of their sign,
+// as that instruction does; internal/dnnl's conversion gives the same bits.
+func GoToBF16(h []uint16, p []float32) {
+	h = h[:len(p)]
+	for i, f := range p {
+		u := math.Float32bits(f)
+		if u&0x7fffffff > 0x7f800000 {
+			h[i] = uint16(u>>16) | 0x40
+			continue
+		}
+		if u&0x7f800000 == 0 {
+			u &= 0x80000000
+		}
+		h[i] = uint16((u + 0x7fff + (u>>16)&1) >> 16)
+	}
+}
+
 // GoSGDMomentum is SGD's update with momentum m, dampening 1-damp, weight
 // decay wd, the gradient scaled by ratio (LARS's trust ratio; 1 for SGD)
 // and Nesterov's look-ahead when nesterov, in float64 and rounded to
@@ -205,6 +224,12 @@ func GoAdadelta(p, g, sq, acc []float32, rho, wd, lr, eps float64) {
 
 // checkState panics unless every buffer of bufs that is not nil is as long
 // as p.
+func checkBF16(p []float32, h []uint16) {
+	if len(h) < len(p) {
+		panic("kernels: bf16 copy shorter than p")
+	}
+}
+
 func checkState(what string, p []float32, bufs ...[]float32) {
 	for _, b := range bufs {
 		if b != nil && len(b) < len(p) {

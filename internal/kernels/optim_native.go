@@ -5,6 +5,7 @@ package kernels
 /*
 #cgo CFLAGS: -O3
 #cgo LDFLAGS: -lm
+#include <stdint.h>
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define OPT_AVX2 1
@@ -59,9 +60,9 @@ static inline double gomax(double a, double b) {
 // In double, each operation rounded on its own (no fused multiply-add):
 // the same bits as GoSGDMomentum. Plain SGD (ratio 1, no Nesterov) has a
 // loop of its own without the multiplication by 1, which is exact.
-OPT_CLONES __attribute__((optimize("fp-contract=off")))
-static void sgd_momentum(float *restrict p, const float *restrict g, float *restrict v, long n,
-		double lr, double m, double damp, double wd, double ratio, int nesterov) {
+static inline __attribute__((always_inline, optimize("fp-contract=off"))) void sgd_core(float *restrict p,
+		const float *restrict g, float *restrict v, long n, double lr, double m, double damp, double wd,
+		double ratio, int nesterov) {
 	if (ratio == 1 && !nesterov) {
 		for (long i = 0; i < n; i++) {
 			double vi = m * (double)v[i] + damp * ((double)g[i] + wd * (double)p[i]);
@@ -76,6 +77,76 @@ static void sgd_momentum(float *restrict p, const float *restrict g, float *rest
 		v[i] = (float)vi;
 		d = nesterov ? d + m * vi : vi;
 		p[i] = (float)((double)p[i] - lr * d);
+	}
+}
+
+OPT_CLONES __attribute__((optimize("fp-contract=off")))
+static void sgd_momentum(float *restrict p, const float *restrict g, float *restrict v, long n,
+		double lr, double m, double damp, double wd, double ratio, int nesterov) {
+	sgd_core(p, g, v, n, lr, m, damp, wd, ratio, nesterov);
+}
+
+// to_bf16_core is GoToBF16, branch-free so that the compiler vectorises it.
+static inline __attribute__((always_inline)) void to_bf16_core(uint16_t *restrict h, const float *restrict p,
+		long n) {
+	for (long i = 0; i < n; i++) {
+		uint32_t u;
+		__builtin_memcpy(&u, p + i, 4);
+		uint32_t z = (u & 0x7f800000u) == 0 ? (u & 0x80000000u) : u;
+		uint16_t r = (uint16_t)((z + 0x7fffu + ((z >> 16) & 1)) >> 16);
+		h[i] = (u & 0x7fffffffu) > 0x7f800000u ? (uint16_t)((u >> 16) | 0x40) : r;
+	}
+}
+
+OPT_CLONES static void to_bf16_plain(uint16_t *restrict h, const float *restrict p, long n) { to_bf16_core(h, p, n); }
+
+#ifdef OPT_AVX2
+// to_bf16_vcvt is to_bf16_core in AVX512-BF16's vcvtne2ps2bf16, which
+// rounds the same way (nearest even, NaN quieted, subnormals to zero) and
+// runs twice as fast as the compiler's vectorisation of the plain loop.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) static void to_bf16_vcvt(uint16_t *restrict h,
+		const float *restrict p, long n) {
+	long i = 0;
+	for (; i + 32 <= n; i += 32) {
+		__m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(p + i + 16), _mm512_loadu_ps(p + i));
+		_mm512_storeu_si512((void *)(h + i), (__m512i)v);
+	}
+	to_bf16_core(h + i, p + i, n - i);
+}
+#endif
+
+static int has_vcvt(void) {
+#ifdef OPT_AVX2
+	static int c = -1;
+	if (c < 0) c = __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw");
+	return c;
+#else
+	return 0;
+#endif
+}
+
+static void to_bf16(uint16_t *restrict h, const float *restrict p, long n) {
+#ifdef OPT_AVX2
+	if (has_vcvt()) {
+		to_bf16_vcvt(h, p, n);
+		return;
+	}
+#endif
+	to_bf16_plain(h, p, n);
+}
+
+// sgd_momentum_bf16 is sgd_momentum, then to_bf16 of p, bf16_block values
+// at a time: each block's new values are converted while they are still in
+// L1. On the CNN's 1.63 million parameters, one Zen 4 core: SGD 0.78 ms,
+// with the copy 0.83-0.92 ms; a separate conversion 0.12-0.14 ms when p is
+// in cache, 0.5 ms in the training step's forward, where it is not.
+#define bf16_block 256
+static void sgd_momentum_bf16(float *restrict p, const float *restrict g, float *restrict v, uint16_t *restrict h,
+		long n, double lr, double m, double damp, double wd, double ratio, int nesterov) {
+	for (long lo = 0; lo < n; lo += bf16_block) {
+		long k = n - lo < bf16_block ? n - lo : bf16_block;
+		sgd_momentum(p + lo, g + lo, v + lo, k, lr, m, damp, wd, ratio, nesterov);
+		to_bf16(h + lo, p + lo, k);
 	}
 }
 
@@ -492,6 +563,30 @@ func SGDMomentum(p, g, v []float32, lr, m, damp, wd, ratio float64, nesterov boo
 	}
 	C.sgd_momentum(f32(p), f32(g), f32(v), C.long(len(p)), C.double(lr), C.double(m), C.double(damp), C.double(wd),
 		C.double(ratio), nest)
+}
+
+// SGDMomentumBF16 is SGDMomentum that also writes p's new values rounded
+// to bfloat16 (GoToBF16) into h, a block at a time while they are in cache.
+func SGDMomentumBF16(p, g, v []float32, h []uint16, lr, m, damp, wd, ratio float64, nesterov bool) {
+	checkState("SGDMomentumBF16", p, g, v)
+	checkBF16(p, h)
+	if len(p) == 0 {
+		return
+	}
+	nest := C.int(0)
+	if nesterov {
+		nest = 1
+	}
+	C.sgd_momentum_bf16(f32(p), f32(g), f32(v), (*C.uint16_t)(unsafe.Pointer(&h[0])), C.long(len(p)), C.double(lr),
+		C.double(m), C.double(damp), C.double(wd), C.double(ratio), nest)
+}
+
+// ToBF16 is GoToBF16 in C.
+func ToBF16(h []uint16, p []float32) {
+	checkBF16(p, h)
+	if len(p) > 0 {
+		C.to_bf16((*C.uint16_t)(unsafe.Pointer(&h[0])), f32(p), C.long(len(p)))
+	}
 }
 
 // Adam is GoAdam in C.

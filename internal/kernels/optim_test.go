@@ -125,6 +125,81 @@ func TestSGDMomentum(t *testing.T) {
 	}
 }
 
+// bf16Ref is bfloat16 rounding written from its definition: the float32
+// value's upper 16 bits, plus one where the lower 16 exceed half a unit in
+// the last place, or equal it and the upper bits are odd; NaN stays NaN;
+// subnormals flush to zero first.
+func bf16Ref(f float32) uint16 {
+	u := math.Float32bits(f)
+	switch {
+	case f != f:
+		return uint16(u>>16) | 0x40
+	case u&0x7f800000 == 0:
+		u &= 0x80000000
+	}
+	hi, lo := u>>16, u&0xffff
+	if lo > 0x8000 || lo == 0x8000 && hi&1 == 1 {
+		hi++
+	}
+	return uint16(hi)
+}
+
+// ToBF16 and GoToBF16 round as the definition does, on random values and
+// on every special case: zeros, subnormals, ties of both parities, values
+// that round up to infinity, infinities and NaNs.
+func TestToBF16(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	special := []uint32{0, 0x80000000, 1, 0x807fffff, 0x00800000, 0x3f808000, 0x3f818000, 0x3f808001,
+		0x7f7fffff, 0xff7fffff, 0x7f800000, 0xff800000, 0x7fc00000, 0x7f800001, 0xffbfffff}
+	for _, n := range []int{0, 1, 15, 33, 257, 1000} {
+		p := randf(rng, n)
+		for i := range p {
+			if i < len(special) {
+				p[i] = math.Float32frombits(special[i])
+			} else if i%3 == 0 {
+				p[i] = math.Float32frombits(rng.Uint32())
+			}
+		}
+		h, hg := make([]uint16, n+1), make([]uint16, n+1)
+		h[n], hg[n] = 0xbeef, 0xbeef
+		ToBF16(h, p)
+		GoToBF16(hg, p)
+		for i, f := range p {
+			if want := bf16Ref(f); h[i] != want || hg[i] != want {
+				t.Fatalf("n %d: %#x -> %#x (Go %#x), want %#x", n, math.Float32bits(f), h[i], hg[i], want)
+			}
+		}
+		if h[n] != 0xbeef || hg[n] != 0xbeef {
+			t.Fatalf("n %d: wrote past the end", n)
+		}
+	}
+}
+
+// SGDMomentumBF16 updates p and v with SGDMomentum's bits and leaves the
+// rounding of every new p in h, across the blocks it converts in.
+func TestSGDMomentumBF16(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	for _, n := range []int{1, 255, 256, 257, 1000, 4099} {
+		for _, nesterov := range []bool{false, true} {
+			p, g, v := randf(rng, n), randf(rng, n), randf(rng, n)
+			pr, vr := append([]float32(nil), p...), append([]float32(nil), v...)
+			h := make([]uint16, n)
+			for step := 0; step < 2; step++ {
+				SGDMomentumBF16(p, g, v, h, 0.01, 0.9, 0.9, 1e-4, 1, nesterov)
+				SGDMomentum(pr, g, vr, 0.01, 0.9, 0.9, 1e-4, 1, nesterov)
+			}
+			what := fmt.Sprintf("sgd bf16 n %d nesterov %v", n, nesterov)
+			equal(t, what+" p", p, pr)
+			equal(t, what+" v", v, vr)
+			for i := range p {
+				if want := bf16Ref(p[i]); h[i] != want {
+					t.Fatalf("%s: h[%d] = %#x, want %#x (p %v)", what, i, h[i], want, p[i])
+				}
+			}
+		}
+	}
+}
+
 // The Adam update is bit for bit GoAdam's, with and without AMSGrad's
 // maximum, L2 decay or AdamW's shrink, at lengths that leave vector
 // remainders; special values (zeros of both signs, NaN, infinities)

@@ -46,6 +46,19 @@ func SGDMomentum(p, g, v []float32, lr, m, damp, wd, ratio float64, nesterov boo
 	GoSGDMomentum(p, g, v, lr, m, damp, wd, ratio, nesterov)
 }
 
+// SGDMomentumBF16 is GoSGDMomentum, then GoToBF16 of p into h.
+func SGDMomentumBF16(p, g, v []float32, h []uint16, lr, m, damp, wd, ratio float64, nesterov bool) {
+	checkBF16(p, h)
+	GoSGDMomentum(p, g, v, lr, m, damp, wd, ratio, nesterov)
+	GoToBF16(h, p)
+}
+
+// ToBF16 is GoToBF16.
+func ToBF16(h []uint16, p []float32) {
+	checkBF16(p, h)
+	GoToBF16(h, p)
+}
+
 // Adam is GoAdam.
 func Adam(p, g, m, v, vmax []float32, a AdamArgs) {
 	checkState("Adam", p, g, m, v, vmax)
