@@ -40,13 +40,13 @@ type exec struct {
 	cvf    []float32
 	cvTask samples
 	// The parameters in bfloat16 for the linear layers on oneDNN's bf16
-	// kernels (see weights16 and Net.Weights16): p16 has Params' layout
-	// (nil until needed), params is Net.Params. p16ok: an optimizer has
-	// just written all of p16 from Params (Net.WeightsUpdated); p16use:
-	// this forward's layers read p16 as it is instead of converting their
-	// weights into it.
+	// kernels (see weights16 and Net.Weights16): p16 has Params' layout,
+	// nil until needed, as long as Params once Net.Weights16 has made it
+	// (before that, as far as the layers that converted into it). p16ok:
+	// an optimizer has just written all of p16 from Params
+	// (Net.WeightsUpdated); p16use: this forward's layers read p16 as it
+	// is instead of converting their weights into it.
 	p16           []uint16
-	params        []float32
 	p16ok, p16use bool
 }
 
@@ -54,8 +54,8 @@ type exec struct {
 // the network's parameters: converted now, unless an optimizer wrote it
 // with the last update (p16use).
 func (x *exec) weights16(off int, w []float32) []uint16 {
-	if len(x.p16) < off+len(w) { // the first bf16 forward (or a layer bound alone, in tests)
-		p16 := make([]uint16, max(len(x.params), off+len(w)))
+	if len(x.p16) < off+len(w) { // a first bf16 forward before Net.Weights16 (or a layer bound alone, in tests)
+		p16 := make([]uint16, off+len(w))
 		copy(p16, x.p16)
 		x.p16, x.p16use, x.p16ok = p16, false, false
 	}

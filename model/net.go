@@ -119,7 +119,6 @@ func newNet(in Shape, batch int, seed uint64, layers []Layer, opts ...Option) (*
 		nb += numBuffers(l)
 	}
 	n.Params = make([]float32, np)
-	n.x.params = n.Params
 	if n.Grads = o.grads; n.Grads == nil {
 		n.Grads = make([]float32, np)
 	} else if len(n.Grads) != np {
