@@ -32,6 +32,17 @@
 #   KERNELS    hpctrain's CPU kernels: empty (default: hpctrain's own default),
 #              dnnl or blas (today's im2col + OpenBLAS); passed as -kernels to
 #              bench step and -cpu-kernels to train. blas is fp32 only.
+#   ISA        caps the instruction set on both sides, to see what a CPU
+#              without AVX-512 (or without bf16) would get: avx2 or
+#              avx512_core. It sets DNNL_MAX_CPU_ISA for oneDNN, which both
+#              sides load (Debian's torch links the system's libdnnl.so.2, as
+#              hpctrain does), and with avx2 OPENBLAS_CORETYPE=Haswell for
+#              OpenBLAS (PyTorch's fp32 linear layers, hpctrain's SGEMM
+#              reference). hpctrain's own C kernels go no further than AVX2
+#              but for the optimizer's memory-bound AVX-512 clone; PyTorch's
+#              own (ATen) report their level as pytorch_build.cpu_capability.
+#              The JSON records the cap and the ISA oneDNN ran on each side.
+#              fp32 only (bf16 needs avx512_core_bf16).
 #   LIMIT      samples of the 2x1 rows (default 12800). The issue's figure
 #              (#16) is LIMIT=25600: 2 x 1 threads, batch 64 per rank, 25,600
 #              samples, 1 epoch, end-to-end train samples/s.
@@ -50,6 +61,7 @@
 # Needs python3-torch (scripts/setup.sh --torch) and ./hpctrain (make build).
 #   PRECISION=bf16 LIMIT=25600 bench/compare_pytorch.sh cnn 3
 #   KERNELS=blas bench/compare_pytorch.sh resnet8 3
+#   ISA=avx2 LIMIT=25600 bench/compare_pytorch.sh cnn 5
 set -euo pipefail
 model=${1:-cnn}
 rounds=${2:-3}
@@ -58,6 +70,7 @@ steps=${STEPS:-40}
 limit=${LIMIT:-12800}
 precision=${PRECISION:-fp32}
 kernels=${KERNELS:-}
+isa=${ISA:-}
 py=/usr/bin/python3
 cd "$(dirname "$0")/.."
 hp=${HPCTRAIN:-./hpctrain}
@@ -65,6 +78,16 @@ case $precision in fp32 | bf16) ;; *) echo "compare: PRECISION=$precision: want 
 case $kernels in '' | dnnl | blas) ;; *) echo "compare: KERNELS=$kernels: want dnnl, blas or empty" >&2; exit 2 ;; esac
 if [ "$precision" = bf16 ] && [ "$kernels" = blas ]; then
 	echo "compare: PRECISION=bf16 needs the oneDNN kernels (KERNELS=dnnl or empty): OpenBLAS has no bf16 GEMM" >&2
+	exit 2
+fi
+case $isa in
+'') ;;
+avx2) export DNNL_MAX_CPU_ISA=AVX2 OPENBLAS_CORETYPE=Haswell ;;
+avx512_core) export DNNL_MAX_CPU_ISA=AVX512_CORE ;;
+*) echo "compare: ISA=$isa: want avx2, avx512_core or empty" >&2; exit 2 ;;
+esac
+if [ -n "$isa" ] && [ "$precision" = bf16 ]; then
+	echo "compare: ISA=$isa caps oneDNN below bf16's avx512_core_bf16: PRECISION=bf16 cannot run" >&2
 	exit 2
 fi
 $py -c 'import torch' 2>/dev/null || { echo "compare: python3-torch missing (scripts/setup.sh --torch)" >&2; exit 1; }
@@ -98,6 +121,7 @@ mkdir -p out
 json=out/compare_$model
 [ "$input" = 28x28x1 ] || json+=_$input
 [ -z "$kernels" ] || json+=_$kernels
+[ -z "$isa" ] || json+=_$isa
 [ "$precision" = fp32 ] || json+=_$precision
 json+=.json
 json=${JSON:-$json}
@@ -119,6 +143,15 @@ logged() { # key command...: runs the command, recording its first use under key
 logged summary "$hp" summary -model "$model" -input "$input" -json >"$tmp/summary.json"
 check=$(logged check $py bench/pytorch_models.py --model "$model" --input "$input" --check "$tmp/summary.json" --steps 0 "${pt_flags[@]}")
 $py -c 'import json,sys; d=json.loads(sys.argv[1]); print("%s %s: parameters PyTorch %d, hpctrain %d (layer by layer equal)" % (d["model"], d["input"], d["params"], d["hpctrain_params"]))' "$check"
+
+# The ISA oneDNN runs on each side: with ISA set, both must be at the cap.
+hp_isa=$("$hp" topo 2>/dev/null | sed -n 's/.*oneDNN: \([a-z0-9_]*\).*/\1/p' | head -n 1)
+pt_isa=$($py -c 'import json,sys; print((json.loads(sys.argv[1]).get("pytorch_build") or {}).get("onednn_isa"))' "$check")
+if [ -n "$isa" ] && { [ "$hp_isa" != "$isa" ] || [ "$pt_isa" != "$isa" ]; }; then
+	echo "compare: ISA=$isa, but oneDNN runs $hp_isa in hpctrain and $pt_isa in PyTorch" >&2
+	exit 1
+fi
+echo "oneDNN ISA: hpctrain ${hp_isa:-?}, PyTorch $pt_isa${isa:+ (capped: DNNL_MAX_CPU_ISA=$DNNL_MAX_CPU_ISA${OPENBLAS_CORETYPE:+ OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE})}"
 
 rows=$tmp/rows.jsonl
 : >"$rows"
@@ -181,9 +214,9 @@ for r in $(seq "$rounds"); do
 	fi
 done
 
-$py - "$rows" "$json" "$model" "$input" "$steps" "$limit" "$check" "$precision" "$kernels" "$cmds" "$ddp" "$hp" <<'PY'
+$py - "$rows" "$json" "$model" "$input" "$steps" "$limit" "$check" "$precision" "$kernels" "$cmds" "$ddp" "$hp" "$isa" "$hp_isa" <<'PY'
 import json, os, statistics, subprocess, sys
-rows_path, out, model, inp, steps, limit, check, precision, kernels, cmds_path, ddp, hp = sys.argv[1:13]
+rows_path, out, model, inp, steps, limit, check, precision, kernels, cmds_path, ddp, hp, isa, hp_isa = sys.argv[1:15]
 rows = [json.loads(l) for l in open(rows_path)]
 def sh(cmd):
     try:
@@ -207,11 +240,15 @@ commands = {}
 for l in open(cmds_path):
     k, v = l.rstrip("\n").split("\t", 1)
     commands.setdefault(k, v)
-argv = "PRECISION=%s%s STEPS=%s LIMIT=%s DDP=%s%s bench/compare_pytorch.sh %s %s %s" % (
-    precision, " KERNELS=" + kernels if kernels else "", steps, limit, ddp, "" if hp == "./hpctrain" else " HPCTRAIN=" + hp,
+argv = "PRECISION=%s%s%s STEPS=%s LIMIT=%s DDP=%s%s bench/compare_pytorch.sh %s %s %s" % (
+    precision, " KERNELS=" + kernels if kernels else "", " ISA=" + isa if isa else "", steps, limit, ddp,
+    "" if hp == "./hpctrain" else " HPCTRAIN=" + hp,
     model, len(set(r["round"] for r in rows)), inp)
 doc = {"model": model, "input": inp, "batch": 64, "steps": int(steps), "precision": precision,
        "hpctrain_kernels": kernels or "default",
+       "isa_cap": {"isa": isa, "DNNL_MAX_CPU_ISA": os.environ.get("DNNL_MAX_CPU_ISA"),
+                   "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE")} if isa else None,
+       "onednn_isa": {"hpctrain": hp_isa or None, "pytorch": (c.get("pytorch_build") or {}).get("onednn_isa")},
        "precision_note": {"fp32": "fp32 throughout on both sides",
                           "bf16": "hpctrain: bf16 operands in convolutions and linear layers, fp32 accumulation, master weights "
                                   "and everything else fp32; PyTorch: torch.autocast('cpu', dtype=torch.bfloat16) around forward "

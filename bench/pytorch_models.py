@@ -30,7 +30,7 @@ layers stops the run.
 Modules are named as hpctrain names its layers (conv1, bn1, res2.proj.conv1,
 fc1), so --check compares them one by one.
 """
-import argparse, collections, gzip, json, os, re, statistics, sys, time
+import argparse, collections, ctypes, gzip, json, os, re, statistics, sys, time
 import numpy as np
 import torch
 import torch.nn as nn
@@ -151,7 +151,26 @@ def build_info():
     cfg = torch.__config__.show()
     pick = lambda pat: (re.search(pat, cfg) or [None, None])[1]
     return {"onednn": pick(r"MKL-DNN (v[\d.]+)"), "cpu_capability": pick(r"CPU capability usage: (\S+)"),
-            "blas": pick(r"BLAS_INFO=([^,\s]+)")}
+            "blas": pick(r"BLAS_INFO=([^,\s]+)"), "onednn_isa": onednn_isa()}
+
+
+# oneDNN's dnnl_cpu_isa_t values (dnnl_types.h, v2.6).
+ONEDNN_ISAS = {0x1: "sse41", 0x3: "avx", 0x7: "avx2", 0x407: "avx2_vnni", 0x27: "avx512_core",
+               0x67: "avx512_core_vnni", 0xe7: "avx512_core_bf16", 0x3e7: "avx512_core_amx"}
+
+
+def onednn_isa():
+    """The instruction set oneDNN runs in this process, DNNL_MAX_CPU_ISA
+    applied: asked of the libdnnl that torch loaded (Debian's torch links
+    the system's libdnnl.so.2, the one hpctrain links). None when no
+    libdnnl is mapped (a torch with oneDNN built in)."""
+    try:
+        with open("/proc/self/maps") as f:
+            path = next(l.split()[-1] for l in f if "/libdnnl.so" in l)
+        isa = ctypes.CDLL(path).dnnl_get_effective_cpu_isa()
+    except (StopIteration, OSError, AttributeError):
+        return None
+    return ONEDNN_ISAS.get(isa, hex(isa))
 
 
 def params(net):

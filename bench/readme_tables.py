@@ -56,6 +56,17 @@ def machine(d):
     return s + (" (" + ", ".join(marks) + ")" if marks else "")
 
 
+def cap(d):
+    """The instruction-set cap of an ISA= run, with what oneDNN ran on each side."""
+    c = d.get("isa_cap")
+    if not c:
+        return ""
+    env = " ".join("%s=%s" % (k, c[k]) for k in ("DNNL_MAX_CPU_ISA", "OPENBLAS_CORETYPE") if c.get(k))
+    isa = d.get("onednn_isa") or {}
+    return "; capped with %s (oneDNN ran %s in hpctrain, %s in PyTorch)" % (
+        env, isa.get("hpctrain") or "?", isa.get("pytorch") or "?")
+
+
 def command(d):
     if d.get("command"):
         return d["command"]
@@ -73,15 +84,16 @@ def render_compare(docs):
         kern = d.get("hpctrain_kernels")
         for s in d["summary"]:
             cells = ([d["model"], d.get("input", "28x28x1")] if many else []) + [
-                s["config"], s.get("precision", prec) + (" (hpctrain %s)" % kern if kern and kern != "default" else ""),
+                s["config"], s.get("precision", prec) + (" (hpctrain %s)" % kern if kern and kern != "default" else "")
+                + (" (%s cap)" % d["isa_cap"]["isa"].upper() if d.get("isa_cap") else ""),
                 num(s["pytorch_sps_median"]), num(s["hpctrain_sps_median"]), "%.2f" % s["ratio_of_medians"],
                 " / ".join("%.2f" % r for r in s["ratios"])]
             out.append("| " + " | ".join(cells) + " |")
     out.append("")
     for d in docs:
         dirty = " (work tree modified)" if d.get("worktree_dirty") else ""
-        out.append("`%s`; commit %s%s; %s; %s; statistic: %s." % (
-            command(d), d.get("commit", "?"), dirty, machine(d), d.get("pytorch", "PyTorch"),
+        out.append("`%s`; commit %s%s; %s%s; %s; statistic: %s." % (
+            command(d), d.get("commit", "?"), dirty, machine(d), cap(d), d.get("pytorch", "PyTorch"),
             d.get("statistic", "samples/s per side, ratio hpctrain / PyTorch").rstrip(".")))
         if len(docs) > 1:
             out.append("")
