@@ -102,7 +102,11 @@ func writeCPUKernels(w io.Writer) {
 	if ok, missing := dnnl.HasBF16(); !ok {
 		bf = "no: " + missing
 	}
-	fmt.Fprintf(w, "cpu kernels: %s, oneDNN: %s; -precision bf16: %s\n", k, dnnl.ISA(), bf)
+	wino := "oneDNN's F(4x4, 3x3)"
+	if !dnnl.HasWinograd() {
+		wino = "hpctrain's F(2x2, 3x3) (oneDNN has none on this ISA)"
+	}
+	fmt.Fprintf(w, "cpu kernels: %s, oneDNN: %s; -precision bf16: %s; fp32 3x3 Winograd: %s\n", k, dnnl.ISA(), bf, wino)
 }
 
 const benchUsage = `Usage: hpctrain bench <what> [flags]

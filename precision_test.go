@@ -97,3 +97,40 @@ func TestCPUBF16(t *testing.T) {
 		t.Errorf("bf16 losses depend on the thread count:\n1 thread  %v\n2 threads %v", one, two)
 	}
 }
+
+// TestOwnWinogradAVX2: on a CPU where oneDNN has no Winograd (held to AVX2
+// here with DNNL_MAX_CPU_ISA), the CNN's conv2 runs hpctrain's F(2x2, 3x3):
+// topo says so, the losses do not depend on the thread count, and they
+// follow those of the uncapped run (oneDNN's F(4x4, 3x3) on AVX-512, or
+// the same kernels elsewhere) within float32 rounding's drift (0.14%
+// apart after 18 steps on Zen 4; 1% allowed).
+func TestOwnWinogradAVX2(t *testing.T) {
+	if !dnnl.Native {
+		t.Skip("built without oneDNN (purego): no Winograd layers")
+	}
+	avx2 := []string{"DNNL_MAX_CPU_ISA=AVX2"}
+	r := hpctrainEnv(t, 0, time.Minute, avx2, "topo")
+	if want := "fp32 3x3 Winograd: hpctrain's F(2x2, 3x3)"; !strings.Contains(r.out, want) {
+		t.Errorf("topo under DNNL_MAX_CPU_ISA=AVX2 does not say %q:\n%s", want, r.out)
+	}
+	dir := t.TempDir()
+	run := func(name string, env []string, threads string) []float64 {
+		ll := filepath.Join(dir, name)
+		r := hpctrainEnv(t, 0, 3*time.Minute, env, "train", "-model", "cnn", "-device", "cpu", "-limit", "1280", "-test-limit", "200",
+			"-batch", "64", "-lr", "0.01", "-threads", threads, "-loss-log", ll)
+		if r.code != 0 {
+			t.Fatalf("%s: exit %d\n%s", name, r.code, r.out)
+		}
+		return readLosses(t, ll)
+	}
+	one, two := run("avx2-1", avx2, "1"), run("avx2-2", avx2, "2")
+	if len(one) != 20 || fmt.Sprint(one) != fmt.Sprint(two) {
+		t.Errorf("losses under AVX2 (%d steps) depend on the thread count:\n1 thread  %v\n2 threads %v", len(one), one, two)
+	}
+	ref := run("uncapped", nil, "1")
+	for i := range ref {
+		if d := math.Abs(one[i]-ref[i]) / ref[i]; !(d < 1e-2) {
+			t.Errorf("step %d: loss %v under AVX2, %v uncapped (%.2g apart)", i, one[i], ref[i], d)
+		}
+	}
+}

@@ -248,7 +248,7 @@ func (l *Conv2D) fwd(w, lo, hi int) {
 		case l.bf16():
 			x16 := l.x16[s0*size:][:ns*size]
 			dnnl.ToBF16(x16, x)
-			l.x.dnnlConv(l, w, ns).ForwardGen16(x16, l.w, y, l.x.wgen)
+			l.x.dnnlConv16(l, w, ns).ForwardGen16(x16, l.w, y, l.x.wgen)
 		case l.dnnl:
 			l.x.dnnlConv(l, w, ns).ForwardGen(x, l.w, y, l.x.wgen)
 		case l.pooled():
@@ -319,7 +319,7 @@ func (l *Conv2D) bwd(w, lo, hi int) {
 		case l.bf16():
 			dy16 = l.dy16[w][:m*o]
 			dnnl.ToBF16(dy16, dy)
-			l.x.dnnlConv(l, w, ns).BackwardWeights16(l.x16[s0*size:][:ns*size], dy16, part[:nw])
+			l.x.dnnlConv16(l, w, ns).BackwardWeights16(l.x16[s0*size:][:ns*size], dy16, part[:nw])
 		case l.dnnl:
 			l.x.dnnlConv(l, w, ns).BackwardWeights(x, dy, part[:nw])
 		case l.direct:
@@ -337,7 +337,7 @@ func (l *Conv2D) bwd(w, lo, hi int) {
 		}
 		dx := l.cdx[s0*size:][:ns*size]
 		if dy16 != nil {
-			l.x.dnnlConv(l, w, ns).BackwardDataGen16(dy16, l.w, dx, l.x.wgen)
+			l.x.dnnlConv16(l, w, ns).BackwardDataGen16(dy16, l.w, dx, l.x.wgen)
 			continue
 		}
 		if l.dnnl {

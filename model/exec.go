@@ -34,7 +34,7 @@ type exec struct {
 	// with oneDNN, gemms and convs are each worker's primitives.
 	kern  Kernels
 	gemms []*dnnl.Gemms
-	convs []map[convKey]*dnnl.Conv
+	convs []map[convKey]convImpl
 	// toBF16's current buffers and its task.
 	cv16   []uint16
 	cvf    []float32

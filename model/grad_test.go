@@ -188,7 +188,8 @@ func testKernels(t *testing.T) []Kernels {
 	}
 	// dnnl runs Winograd where a layer allows it and oneDNN has it; dnnl
 	// direct keeps the direct convolutions checked too.
-	ks = append(ks, Kernels{DNNL: true}, Kernels{DNNL: true, Direct: true})
+	// dnnl wino-f2 checks hpctrain's own Winograd on the same layers.
+	ks = append(ks, Kernels{DNNL: true}, Kernels{DNNL: true, Direct: true}, Kernels{DNNL: true, OwnWinograd: true})
 	if ok, missing := dnnl.HasBF16(); ok {
 		ks = append(ks, Kernels{DNNL: true, BF16: true})
 	} else {

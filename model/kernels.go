@@ -6,6 +6,7 @@ import (
 	"gonum.org/v1/gonum/blas"
 
 	"hpctrain/internal/dnnl"
+	"hpctrain/internal/kernels"
 )
 
 // Kernels is how a Net's convolutions and linear layers compute on the
@@ -22,14 +23,21 @@ type Kernels struct {
 	BF16 bool
 	// Direct keeps oneDNN's float32 convolutions direct. Without it, a
 	// 3x3, stride-1 convolution with 32 or more input channels, input and
-	// output channels in 16s, runs Winograd's F(4x4, 3x3) where oneDNN
-	// has it (AVX-512 CPUs): fewer multiplications, rounded differently
-	// (see dnnl.NewConvWinograd). bf16 is always direct.
+	// output channels in 16s, runs Winograd: oneDNN's F(4x4, 3x3) where
+	// oneDNN has it (AVX-512 CPUs), elsewhere hpctrain's F(2x2, 3x3)
+	// (kernels.Wino): fewer multiplications, rounded differently (see
+	// dnnl.NewConvWinograd). bf16 is always direct.
 	Direct bool
+	// OwnWinograd runs the layers that take Winograd on hpctrain's own
+	// F(2x2, 3x3) (kernels.Wino) even where oneDNN has its F(4x4, 3x3):
+	// for comparing the two on one machine, and for testing ours on a CPU
+	// where oneDNN's would be chosen. Where oneDNN has none (CPUs without
+	// AVX-512) those layers run ours without it.
+	OwnWinograd bool
 }
 
-// String names k as the command line does: "blas", "dnnl", "dnnl direct"
-// or "dnnl bf16".
+// String names k as the command line does: "blas", "dnnl", "dnnl direct",
+// "dnnl wino-f2" or "dnnl bf16".
 func (k Kernels) String() string {
 	switch {
 	case !k.DNNL:
@@ -38,6 +46,8 @@ func (k Kernels) String() string {
 		return "dnnl bf16"
 	case k.Direct:
 		return "dnnl direct"
+	case k.OwnWinograd:
+		return "dnnl wino-f2"
 	}
 	return "dnnl"
 }
@@ -134,7 +144,7 @@ func (x *exec) perWorkerKernels() {
 	}
 	for len(x.gemms) < x.par.Workers() {
 		x.gemms = append(x.gemms, dnnl.NewGemms(x.kern.typ()))
-		x.convs = append(x.convs, make(map[convKey]*dnnl.Conv))
+		x.convs = append(x.convs, make(map[convKey]convImpl))
 	}
 }
 
@@ -180,26 +190,50 @@ type convKey struct {
 	n     int
 }
 
-// dnnlConv returns worker w's oneDNN convolution of l for n samples,
-// making it on first use.
-func (x *exec) dnnlConv(l *Conv2D, w, n int) *dnnl.Conv {
+// A convImpl is one of a worker's float32 convolutions for a number of
+// samples: oneDNN's (*dnnl.Conv, direct or Winograd, bf16 too) or, where a
+// layer runs Winograd and oneDNN has none for it, kernels.Wino.
+type convImpl interface {
+	ForwardGen(x, w, y []float32, gen uint64)
+	BackwardDataGen(dy, w, dx []float32, gen uint64)
+	BackwardWeights(x, dy, dw []float32)
+	Close()
+}
+
+// dnnlConv returns worker w's convolution of l for n samples, making it on
+// first use: oneDNN's, except for a layer that runs Winograd (Kernels.
+// winograd) on a CPU where oneDNN has no Winograd for it (oneDNN 2.6's is
+// AVX-512 only): there kernels.Wino, our F(2x2, 3x3).
+func (x *exec) dnnlConv(l *Conv2D, w, n int) convImpl {
 	key := convKey{l, n}
 	if c, ok := x.convs[w][key]; ok {
 		return c
 	}
 	g := l.win
 	s := dnnl.ConvShape{N: n, H: g.H, W: g.W, C: g.C, O: l.out.C, K: g.K, S: g.S, P: g.P}
-	var c *dnnl.Conv
+	var c convImpl
 	if x.kern.winograd(l) {
-		c, _ = dnnl.NewConvWinograd(s) // nil where oneDNN has none: direct then
+		if !x.kern.OwnWinograd {
+			if d, err := dnnl.NewConvWinograd(s); err == nil {
+				c = d
+			}
+		}
+		if c == nil && kernels.WinoFits(g, l.out.C) {
+			c, _ = kernels.NewWino(g, l.out.C)
+		}
 	}
-	var err error
 	if c == nil {
-		c, err = dnnl.NewConv(s, x.kern.typ())
-	}
-	if err != nil {
-		panic(fmt.Sprintf("model: %s: %v", l.name, err))
+		d, err := dnnl.NewConv(s, x.kern.typ())
+		if err != nil {
+			panic(fmt.Sprintf("model: %s: %v", l.name, err))
+		}
+		c = d
 	}
 	x.convs[w][key] = c
 	return c
+}
+
+// dnnlConv16 is dnnlConv for a layer on the bf16 kernels: always oneDNN's.
+func (x *exec) dnnlConv16(l *Conv2D, w, n int) *dnnl.Conv {
+	return x.dnnlConv(l, w, n).(*dnnl.Conv)
 }

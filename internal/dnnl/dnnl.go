@@ -52,6 +52,18 @@ func HasBF16() (ok bool, missing string) {
 	}
 }
 
+// HasWinograd reports whether oneDNN has float32 Winograd convolutions on
+// this CPU (2.6: AVX-512 only), by building one of 16 channels; where it
+// has none, the model runs hpctrain's own (kernels.Wino).
+func HasWinograd() bool {
+	c, err := NewConvWinograd(ConvShape{N: 1, H: 4, W: 4, C: 16, O: 16, K: 3, S: 1, P: 1})
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
+}
+
 // ISA is oneDNN's effective ISA (dnnl_get_effective_cpu_isa) as a short
 // name, e.g. "avx512_core_bf16", followed by the bf16 instructions cpuid
 // shows: "avx512_core_bf16 (cpuid bf16: avx512_bf16)".

@@ -2,7 +2,9 @@
 // col2im, max-pooling with a fused bias and ReLU, column sums, ReLU, batch
 // normalisation's per-channel statistics and affine maps, and the residual
 // add, on channels-last (NHWC) float32 samples; and the element-wise
-// updates of package optim's optimizers.
+// updates of package optim's optimizers. One compute kernel is here too:
+// Winograd's F(2x2, 3x3) convolution (Wino), for the CPUs where oneDNN
+// has no Winograd of its own (below AVX-512).
 //
 // Each kernel exists twice: in plain Go (the reference, always compiled,
 // named with a Go prefix) and in C compiled by cgo, vectorised by the
