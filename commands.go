@@ -14,6 +14,7 @@ import (
 	"hpctrain/gpu"
 	"hpctrain/internal/cli"
 	"hpctrain/internal/dnnl"
+	"hpctrain/internal/kernels"
 	"hpctrain/model"
 	"hpctrain/mpi"
 	"hpctrain/slurm"
@@ -105,6 +106,13 @@ func writeCPUKernels(w io.Writer) {
 	wino := "oneDNN's F(4x4, 3x3)"
 	if !dnnl.HasWinograd() {
 		wino = "hpctrain's F(2x2, 3x3) (oneDNN has none on this ISA)"
+	}
+	if bf == "yes" {
+		if kernels.HasWino16() {
+			wino += "; bf16 3x3 Winograd: hpctrain's F(2x2, 3x3) (AVX512-BF16)"
+		} else {
+			wino += "; bf16 3x3 Winograd: none (no AVX512-BF16: oneDNN's direct)"
+		}
 	}
 	fmt.Fprintf(w, "cpu kernels: %s, oneDNN: %s; -precision bf16: %s; fp32 3x3 Winograd: %s\n", k, dnnl.ISA(), bf, wino)
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"hpctrain/internal/dnnl"
+	"hpctrain/internal/kernels"
 )
 
 // CPU bf16 end to end: the real binary under the real mpirun on real
@@ -54,6 +55,14 @@ func TestCPUBF16Refused(t *testing.T) {
 func TestCPUBF16(t *testing.T) {
 	if ok, missing := dnnl.HasBF16(); !ok {
 		t.Skipf("this CPU cannot run bf16 (%s): only the refusal is tested (TestCPUBF16Refused)", missing)
+	}
+	// The CNN's conv2 runs hpctrain's bf16 Winograd where the CPU has
+	// AVX512-BF16 (every CPU oneDNN runs bf16 on but an AMX-only one).
+	if kernels.HasWino16() {
+		r := hpctrain(t, 0, time.Minute, "topo")
+		if want := "bf16 3x3 Winograd: hpctrain's F(2x2, 3x3)"; !strings.Contains(r.out, want) {
+			t.Errorf("topo does not say %q:\n%s", want, r.out)
+		}
 	}
 	dir := t.TempDir()
 	run := func(name string, np int, extra ...string) []float64 {

@@ -56,7 +56,7 @@ func Step(args []string, out io.Writer) error {
 	threads := fs.Int("threads", 1, "compute threads (pinned to the first cores of the mask)")
 	steps := fs.Int("steps", 30, "timed steps")
 	opt := fs.String("optimizer", "sgd", "update in each step, lr 0.01 and, for sgd, momentum 0.9 (the PyTorch comparison's recipe): "+fmt.Sprint(optim.Names())+" or none")
-	kern := fs.String("kernels", "", "convolution and linear kernels, a comma list measured side by side: blas, dnnl, dnnl-direct (no Winograd), dnnl-wino-f2 (Winograd layers on hpctrain's F(2x2, 3x3) even where oneDNN has its own), dnnl-bf16 (default: dnnl where linked in, else blas); with several, -json writes a list")
+	kern := fs.String("kernels", "", "convolution and linear kernels, a comma list measured side by side: blas, dnnl, dnnl-direct (no Winograd), dnnl-wino-f2 (Winograd layers on hpctrain's F(2x2, 3x3) even where oneDNN has its own), dnnl-bf16 (3x3 stride-1 layers on hpctrain's bf16 Winograd F(2x2, 3x3)), dnnl-bf16-direct (bf16, every convolution on oneDNN direct); default: dnnl where linked in, else blas; with several, -json writes a list")
 	js := fs.String("json", "", "also write the report as JSON to `FILE`")
 	if err := cli.Parse(fs, args, os.Stderr, false); err != nil {
 		return err
@@ -78,8 +78,10 @@ func Step(args []string, out io.Writer) error {
 			kerns = append(kerns, model.Kernels{DNNL: true, OwnWinograd: true})
 		case "dnnl-bf16":
 			kerns = append(kerns, model.Kernels{DNNL: true, BF16: true})
+		case "dnnl-bf16-direct":
+			kerns = append(kerns, model.Kernels{DNNL: true, BF16: true, Direct: true})
 		default:
-			return cli.Usage(fmt.Errorf("-kernels: %q is not blas, dnnl, dnnl-direct, dnnl-wino-f2 or dnnl-bf16", k))
+			return cli.Usage(fmt.Errorf("-kernels: %q is not blas, dnnl, dnnl-direct, dnnl-wino-f2, dnnl-bf16 or dnnl-bf16-direct", k))
 		}
 	}
 	if *batch < 1 || *threads < 1 || *steps < 1 || *classes < 1 {

@@ -32,9 +32,10 @@ type exec struct {
 	drops uint64 // dropout layers bound so far: each draws its own stream
 	// kern is how convolutions and linear layers compute (SetKernels);
 	// with oneDNN, gemms and convs are each worker's primitives.
-	kern  Kernels
-	gemms []*dnnl.Gemms
-	convs []map[convKey]convImpl
+	kern    Kernels
+	gemms   []*dnnl.Gemms
+	convs   []map[convKey]convImpl
+	convs16 []map[convKey]conv16Impl
 	// toBF16's current buffers and its task.
 	cv16   []uint16
 	cvf    []float32

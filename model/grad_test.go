@@ -243,11 +243,20 @@ func checkLayerKernels(t *testing.T, k Kernels, spec Spec, in Shape, n int, trai
 	}
 	var bound []float64
 	if bf16 {
-		bound = ref(abs(x64), abs(p64))
+		bound = scaled(bf16Bound, ref(abs(x64), abs(p64)))
+	}
+	// A bf16 Winograd convolution rounds transforms of the operands
+	// instead: its bounds are its own (winoBounds).
+	c, wino := l.(*Conv2D)
+	wino = wino && bf16 && k.winograd(c)
+	r := to64(randSlice(rng, len(y)))
+	var wy, wdx, wdw []float64
+	if wino {
+		wy, wdx, wdw = winoBounds(c, n, abs(x64), abs(p64), abs(r))
+		bound = wy
 	}
 	assertCloseBound(t, what("forward"), y, ref(x64, p64), 1e-5, bound)
 
-	r := to64(randSlice(rng, len(y)))
 	dy := make([]float32, len(y))
 	for i, v := range r {
 		dy[i] = float32(v)
@@ -261,7 +270,11 @@ func checkLayerKernels(t *testing.T, k Kernels, spec Spec, in Shape, n int, trai
 	fAbs := func() float64 { return dot(ref(abs(x64), abs(p64)), abs(r)) }
 	var dxBound, dpBound []float64
 	if bf16 {
-		dxBound, dpBound = abs(numGrad(x64, fAbs)), abs(numGrad(p64, fAbs))
+		dxBound, dpBound = scaled(bf16Bound, abs(numGrad(x64, fAbs))), scaled(bf16Bound, abs(numGrad(p64, fAbs)))
+	}
+	if wino {
+		dxBound = wdx
+		copy(dpBound, wdw) // the biases' gradients stay float32 sums of dy
 	}
 	assertCloseBound(t, what("dx"), dx, numGrad(x64, f), 1e-4, dxBound)
 	if len(p) > 0 {
@@ -278,8 +291,16 @@ func checkLayerKernels(t *testing.T, k Kernels, spec Spec, in Shape, n int, trai
 	}
 }
 
+// scaled returns v times f.
+func scaled(f float64, v []float64) []float64 {
+	for i := range v {
+		v[i] *= f
+	}
+	return v
+}
+
 // assertCloseBound is assertClose with, where bound is not nil, each
-// element also allowed bf16Bound*bound[i].
+// element also allowed bound[i].
 func assertCloseBound(t *testing.T, what string, got []float32, want []float64, tol float64, bound []float64) {
 	t.Helper()
 	if bound == nil {
@@ -293,8 +314,8 @@ func assertCloseBound(t *testing.T, what string, got []float32, want []float64, 
 	exact := true
 	for i := range want {
 		d := math.Abs(float64(got[i]) - want[i])
-		if d > tol*math.Max(scale, 1)+bf16Bound*bound[i] {
-			t.Fatalf("%s[%d] = %v, want %v (|diff| %.3g, bf16 bound %.3g)", what, i, got[i], want[i], d, bf16Bound*bound[i])
+		if d > tol*math.Max(scale, 1)+bound[i] {
+			t.Fatalf("%s[%d] = %v, want %v (|diff| %.3g, bf16 bound %.3g)", what, i, got[i], want[i], d, bound[i])
 		}
 		exact = exact && d <= tol*math.Max(scale, 1)
 	}

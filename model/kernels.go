@@ -21,12 +21,14 @@ type Kernels struct {
 	// gradients, activations between layers and every other layer stay
 	// float32.
 	BF16 bool
-	// Direct keeps oneDNN's float32 convolutions direct. Without it, a
+	// Direct keeps the convolutions direct (oneDNN's). Without it, a
 	// 3x3, stride-1 convolution with 32 or more input channels, input and
-	// output channels in 16s, runs Winograd: oneDNN's F(4x4, 3x3) where
-	// oneDNN has it (AVX-512 CPUs), elsewhere hpctrain's F(2x2, 3x3)
-	// (kernels.Wino): fewer multiplications, rounded differently (see
-	// dnnl.NewConvWinograd). bf16 is always direct.
+	// output channels in 16s, runs Winograd: in float32 oneDNN's F(4x4,
+	// 3x3) where oneDNN has it (AVX-512 CPUs), elsewhere hpctrain's F(2x2,
+	// 3x3) (kernels.Wino); in bf16 hpctrain's F(2x2, 3x3) on AVX512-BF16
+	// (kernels.Wino16; oneDNN 2.6 has no bf16 Winograd). Fewer
+	// multiplications, rounded differently (see dnnl.NewConvWinograd and
+	// kernels.Wino16).
 	Direct bool
 	// OwnWinograd runs the layers that take Winograd on hpctrain's own
 	// F(2x2, 3x3) (kernels.Wino) even where oneDNN has its F(4x4, 3x3):
@@ -37,11 +39,13 @@ type Kernels struct {
 }
 
 // String names k as the command line does: "blas", "dnnl", "dnnl direct",
-// "dnnl wino-f2" or "dnnl bf16".
+// "dnnl wino-f2", "dnnl bf16" or "dnnl bf16 direct".
 func (k Kernels) String() string {
 	switch {
 	case !k.DNNL:
 		return "blas"
+	case k.BF16 && k.Direct:
+		return "dnnl bf16 direct"
 	case k.BF16:
 		return "dnnl bf16"
 	case k.Direct:
@@ -59,7 +63,7 @@ func (k Kernels) String() string {
 // ONEDNN_VERBOSE) and its forward gains 10%, a loss overall.
 func (k Kernels) winograd(l *Conv2D) bool {
 	g := l.win
-	return k.DNNL && !k.BF16 && !k.Direct && g.K == 3 && g.S == 1 && g.C >= 32 && g.C%16 == 0 && l.out.C%16 == 0
+	return k.DNNL && !k.Direct && g.K == 3 && g.S == 1 && g.C >= 32 && g.C%16 == 0 && l.out.C%16 == 0
 }
 
 // typ is oneDNN's operand type for k.
@@ -145,6 +149,7 @@ func (x *exec) perWorkerKernels() {
 	for len(x.gemms) < x.par.Workers() {
 		x.gemms = append(x.gemms, dnnl.NewGemms(x.kern.typ()))
 		x.convs = append(x.convs, make(map[convKey]convImpl))
+		x.convs16 = append(x.convs16, make(map[convKey]conv16Impl))
 	}
 }
 
@@ -160,6 +165,12 @@ func (x *exec) closeKernels() {
 		}
 	}
 	x.convs = nil
+	for _, m := range x.convs16 {
+		for _, c := range m {
+			c.Close()
+		}
+	}
+	x.convs16 = nil
 }
 
 // blockGemm computes one worker's block of C = alpha*op(A)*op(B) +
@@ -233,7 +244,43 @@ func (x *exec) dnnlConv(l *Conv2D, w, n int) convImpl {
 	return c
 }
 
-// dnnlConv16 is dnnlConv for a layer on the bf16 kernels: always oneDNN's.
-func (x *exec) dnnlConv16(l *Conv2D, w, n int) *dnnl.Conv {
-	return x.dnnlConv(l, w, n).(*dnnl.Conv)
+// A conv16Impl is one of a worker's bf16 convolutions for a number of
+// samples (inputs x and dy in bf16, weights and outputs float32):
+// oneDNN's direct one or, for a layer that runs Winograd, kernels.Wino16.
+type conv16Impl interface {
+	ForwardGen16(x []uint16, w, y []float32, gen uint64)
+	BackwardDataGen16(dy []uint16, w, dx []float32, gen uint64)
+	BackwardWeights16(x, dy []uint16, dw []float32)
+	Close()
+}
+
+// dnnlConv16 is dnnlConv for a layer on the bf16 kernels: hpctrain's
+// Winograd (kernels.Wino16) for a layer that runs Winograd, else (or
+// without AVX512-BF16: a CPU with AMX-BF16 alone) oneDNN's direct
+// convolution. A Wino16 takes any number of samples: a worker has one per
+// layer, filed under n 0.
+func (x *exec) dnnlConv16(l *Conv2D, w, n int) conv16Impl {
+	if c, ok := x.convs16[w][convKey{l, 0}]; ok {
+		return c
+	}
+	key := convKey{l, n}
+	if c, ok := x.convs16[w][key]; ok {
+		return c
+	}
+	var c conv16Impl
+	if x.kern.winograd(l) && kernels.WinoFits(l.win, l.out.C) {
+		if k, err := kernels.NewWino16(l.win, l.out.C); err == nil {
+			c, key.n = k, 0
+		}
+	}
+	if c == nil {
+		g := l.win
+		d, err := dnnl.NewConv(dnnl.ConvShape{N: n, H: g.H, W: g.W, C: g.C, O: l.out.C, K: g.K, S: g.S, P: g.P}, dnnl.BF16)
+		if err != nil {
+			panic(fmt.Sprintf("model: %s: %v", l.name, err))
+		}
+		c = d
+	}
+	x.convs16[w][key] = c
+	return c
 }

@@ -2,9 +2,11 @@
 // col2im, max-pooling with a fused bias and ReLU, column sums, ReLU, batch
 // normalisation's per-channel statistics and affine maps, and the residual
 // add, on channels-last (NHWC) float32 samples; and the element-wise
-// updates of package optim's optimizers. One compute kernel is here too:
-// Winograd's F(2x2, 3x3) convolution (Wino), for the CPUs where oneDNN
-// has no Winograd of its own (below AVX-512).
+// updates of package optim's optimizers. One compute kernel is here too,
+// in two precisions: Winograd's F(2x2, 3x3) convolution, in float32 (Wino)
+// for the CPUs where oneDNN has no Winograd of its own (below AVX-512),
+// and on bf16 operands (Wino16, AVX512-BF16), which oneDNN 2.6 has none
+// of anywhere. Wino16 alone has no Go twin: bf16 needs oneDNN, so cgo.
 //
 // Each kernel exists twice: in plain Go (the reference, always compiled,
 // named with a Go prefix) and in C compiled by cgo, vectorised by the

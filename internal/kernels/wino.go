@@ -21,7 +21,7 @@ type Wino struct {
 	o            int
 	u, ub        []float32 // filters transformed for forward (16, C, O) and backward data (16, O, C)
 	ugen, ubgen  uint64    // the gen each was made for; 0 none
-	du           []float32 // (16, C, O) sums of the weight gradient
+	du           []float32 // sums of the weight gradient: (16, O, C); the Go twin's (16, C, O)
 	v, m         []float32 // a block of tiles' transforms (16, tiles, channels)
 	zeros, spill []float32 // a pixel of zeros to read, one to write
 }
