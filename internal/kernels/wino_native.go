@@ -162,26 +162,33 @@ static void gemm_blk(long rows, long n, long kk, const float *a, long ars, long 
 		}
 }
 
-// tile_in points d at tile t's 16 input pixels of x (n, H, W, C): rows
-// 2ty-1 .. 2ty+2, columns 2tx-1 .. 2tx+2, zero outside.
-static void tile_in(long t, long H, long W, long C, const float *x, const float *zero, const float **d) {
+// tile_px sets px to the pixel numbers in (n, H, W) of tile t's 16 input
+// pixels (rows 2ty-1 .. 2ty+2, columns 2tx-1 .. 2tx+2) or, with out, its
+// 2x2 output pixels; -1 outside the image.
+static void tile_px(long t, long H, long W, int out, long *px) {
 	long th = (H + 1) / 2, tw = (W + 1) / 2, s = t / (th * tw), r = t % (th * tw), ty = r / tw, tx = r % tw;
-	for (int i = 0; i < 4; i++)
-		for (int j = 0; j < 4; j++) {
-			long iy = 2 * ty - 1 + i, ix = 2 * tx - 1 + j;
-			d[4 * i + j] = iy >= 0 && iy < H && ix >= 0 && ix < W ? x + ((s * H + iy) * W + ix) * C : zero;
+	int k = out ? 2 : 4, o = out ? 0 : -1;
+	for (int i = 0; i < k; i++)
+		for (int j = 0; j < k; j++) {
+			long iy = 2 * ty + o + i, ix = 2 * tx + o + j;
+			px[k * i + j] = iy >= 0 && iy < H && ix >= 0 && ix < W ? (s * H + iy) * W + ix : -1;
 		}
+}
+
+// tile_in points d at tile t's 16 input pixels of x (n, H, W, C), zero
+// outside.
+static void tile_in(long t, long H, long W, long C, const float *x, const float *zero, const float **d) {
+	long px[16];
+	tile_px(t, H, W, 0, px);
+	for (int p = 0; p < 16; p++) d[p] = px[p] < 0 ? zero : x + px[p] * C;
 }
 
 // tile_out points y at tile t's 2x2 output pixels of y (n, H, W, O), or
 // at out (zeros to read, junk to write) outside.
 static void tile_out(long t, long H, long W, long O, float *y, float *out, float **p) {
-	long th = (H + 1) / 2, tw = (W + 1) / 2, s = t / (th * tw), r = t % (th * tw), ty = r / tw, tx = r % tw;
-	for (int i = 0; i < 2; i++)
-		for (int j = 0; j < 2; j++) {
-			long oy = 2 * ty + i, ox = 2 * tx + j;
-			p[2 * i + j] = oy < H && ox < W ? y + ((s * H + oy) * W + ox) * O : out;
-		}
+	long px[4];
+	tile_px(t, H, W, 1, px);
+	for (int q = 0; q < 4; q++) p[q] = px[q] < 0 ? out : y + px[q] * O;
 }
 
 // wino_conv sets y (n, H, W, O) to the 3x3, pad-1 convolution of x (n, H,
@@ -414,23 +421,17 @@ static void gemm16(long rows, long n, long kp, const int *a, long ars, long aks,
 
 // tile_in16 is tile_in for bf16 x.
 static void tile_in16(long t, long H, long W, long C, const uint16_t *x, const uint16_t *zero, const uint16_t **d) {
-	long th = (H + 1) / 2, tw = (W + 1) / 2, s = t / (th * tw), r = t % (th * tw), ty = r / tw, tx = r % tw;
-	for (int i = 0; i < 4; i++)
-		for (int j = 0; j < 4; j++) {
-			long iy = 2 * ty - 1 + i, ix = 2 * tx - 1 + j;
-			d[4 * i + j] = iy >= 0 && iy < H && ix >= 0 && ix < W ? x + ((s * H + iy) * W + ix) * C : zero;
-		}
+	long px[16];
+	tile_px(t, H, W, 0, px);
+	for (int p = 0; p < 16; p++) d[p] = px[p] < 0 ? zero : x + px[p] * C;
 }
 
 // tile_dy16 points q at tile t's 2x2 pixels of dy (n, H, W, O), zero
 // outside.
 static void tile_dy16(long t, long H, long W, long O, const uint16_t *dy, const uint16_t *zero, const uint16_t **q) {
-	long th = (H + 1) / 2, tw = (W + 1) / 2, s = t / (th * tw), r = t % (th * tw), ty = r / tw, tx = r % tw;
-	for (int i = 0; i < 2; i++)
-		for (int j = 0; j < 2; j++) {
-			long oy = 2 * ty + i, ox = 2 * tx + j;
-			q[2 * i + j] = oy < H && ox < W ? dy + ((s * H + oy) * W + ox) * O : zero;
-		}
+	long px[4];
+	tile_px(t, H, W, 1, px);
+	for (int p = 0; p < 4; p++) q[p] = px[p] < 0 ? zero : dy + px[p] * O;
 }
 
 // wino_pack16 sets u16 (16, K/2, N, 2) to f (16, K, N) rounded to bf16.
