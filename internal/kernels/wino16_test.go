@@ -79,20 +79,8 @@ func BenchmarkWino16(b *testing.B) {
 	dy, _ := bf16Round(randSlice(r, n*h*w*o))
 	wt := randSlice(r, o*9*c)
 	y, dx, dw := make([]float32, n*h*w*o), make([]float32, n*g.In()), make([]float32, o*9*c)
-	flop := float64(2 * n * h * w * o * 9 * c)
-	for _, p := range []struct {
-		name string
-		f    func()
-	}{
-		{"forward", func() { k.ForwardGen16(x, wt, y, 1) }},
-		{"backward-data", func() { k.BackwardDataGen16(dy, wt, dx, 1) }},
-		{"weights", func() { k.BackwardWeights16(x, dy, dw) }},
-	} {
-		b.Run(p.name, func(b *testing.B) {
-			for b.Loop() {
-				p.f()
-			}
-			b.ReportMetric(flop*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
-		})
-	}
+	benchWinoPasses(b, float64(2*n*h*w*o*9*c),
+		func() { k.ForwardGen16(x, wt, y, 1) },
+		func() { k.BackwardDataGen16(dy, wt, dx, 1) },
+		func() { k.BackwardWeights16(x, dy, dw) })
 }

@@ -130,15 +130,19 @@ func BenchmarkWino(b *testing.B) {
 	k, _ := NewWino(g, o)
 	x, wt, dy := randSlice(r, n*g.In()), randSlice(r, o*9*c), randSlice(r, n*h*w*o)
 	y, dx, dw := make([]float32, n*h*w*o), make([]float32, n*g.In()), make([]float32, o*9*c)
-	flop := float64(2 * n * h * w * o * 9 * c)
+	benchWinoPasses(b, float64(2*n*h*w*o*9*c),
+		func() { k.ForwardGen(x, wt, y, 1) },
+		func() { k.BackwardDataGen(dy, wt, dx, 1) },
+		func() { k.BackwardWeights(x, dy, dw) })
+}
+
+// benchWinoPasses times a convolution's forward, backward data and
+// weights passes as sub-benchmarks, reporting GFLOP/s for flop per call.
+func benchWinoPasses(b *testing.B, flop float64, fwd, bwdData, weights func()) {
 	for _, p := range []struct {
 		name string
 		f    func()
-	}{
-		{"forward", func() { k.ForwardGen(x, wt, y, 1) }},
-		{"backward-data", func() { k.BackwardDataGen(dy, wt, dx, 1) }},
-		{"weights", func() { k.BackwardWeights(x, dy, dw) }},
-	} {
+	}{{"forward", fwd}, {"backward-data", bwdData}, {"weights", weights}} {
 		b.Run(p.name, func(b *testing.B) {
 			for b.Loop() {
 				p.f()
