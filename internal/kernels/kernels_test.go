@@ -164,13 +164,15 @@ func TestConvSmall(t *testing.T) {
 // in turn: ConvPoolForward those of ConvSmallForward then PoolForward,
 // ConvPoolWeights those of PoolBackward, ConvSmallWeights and ColSums; and
 // so do their Go twins with the Go kernels. Channel counts cover both
-// block widths of the C kernels, and K*K*C above 9 (several tap groups).
+// block widths of the C kernels (8 and 16 channels; with AVX-512, 16 and
+// 32: 16, 32 and 48 take those forms, 8 and 24 the AVX2 ones), and K*K*C
+// above 9 (several tap groups).
 func TestConvPool(t *testing.T) {
 	rng := rand.New(rand.NewPCG(13, 14))
 	for _, c := range []struct {
 		g Window
 		o int
-	}{{conv(28, 28, 1, 3, 1, 1), 32}, {conv(8, 11, 3, 3, 2, 1), 24}, {conv(7, 9, 2, 2, 1, 0), 8}, {conv(10, 10, 1, 5, 1, 2), 16}} {
+	}{{conv(28, 28, 1, 3, 1, 1), 32}, {conv(8, 11, 3, 3, 2, 1), 24}, {conv(7, 9, 2, 2, 1, 0), 8}, {conv(10, 10, 1, 5, 1, 2), 16}, {conv(6, 8, 2, 3, 1, 1), 48}} {
 		for _, v := range []struct{ bias, relu bool }{{true, true}, {false, false}, {true, false}} {
 			g, o := c.g, c.o
 			const n = 3

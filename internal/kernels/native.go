@@ -267,6 +267,159 @@ CLONES static void conv_small_dw(window g, long n, const float *x, const float *
 	}
 }
 
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define POOL512 1
+// The AVX-512 forms of conv_pool_fwd and conv_pool_dw, for O a multiple of
+// 16: the same arithmetic in the same order lane by lane (so the same
+// bits), sixteen channels to a register and the pool done in registers,
+// without conv_pool_fwd's tile, 32 channels at a time where O allows.
+// BenchmarkConv1 (the CNN's conv1 and pool1, 4 samples) on one Zen 4 core:
+// forward 40-48 GFLOP/s before, 81-82 after; weight gradient 42-45
+// before, 65-75 after.
+#define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma")))
+
+static int has_pool512(void) {
+	static int has = -1;
+	if (has < 0) has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+	return has;
+}
+
+// pool16 is max4 on sixteen channels held in registers, then the bias and
+// ReLU of conv_pool_fwd.
+T512 static inline void pool16(__m512 r0, __m512 r1, __m512 r2, __m512 r3, const float *bias, int relu, float *y, uint8_t *arg) {
+	__m512 m = r0;
+	__m512i a = _mm512_setzero_si512();
+	__mmask16 k = _mm512_cmp_ps_mask(r1, m, _CMP_GT_OQ);
+	a = _mm512_mask_mov_epi32(a, k, _mm512_set1_epi32(1)); m = _mm512_mask_mov_ps(m, k, r1);
+	k = _mm512_cmp_ps_mask(r2, m, _CMP_GT_OQ);
+	a = _mm512_mask_mov_epi32(a, k, _mm512_set1_epi32(2)); m = _mm512_mask_mov_ps(m, k, r2);
+	k = _mm512_cmp_ps_mask(r3, m, _CMP_GT_OQ);
+	a = _mm512_mask_mov_epi32(a, k, _mm512_set1_epi32(3)); m = _mm512_mask_mov_ps(m, k, r3);
+	if (bias) m = _mm512_add_ps(m, _mm512_loadu_ps(bias));
+	if (relu) m = _mm512_mask_mov_ps(m, _mm512_cmp_ps_mask(m, _mm512_setzero_ps(), _CMP_LT_OQ), _mm512_setzero_ps());
+	_mm512_storeu_ps(y, m);
+	_mm_storeu_si128((__m128i *)arg, _mm512_cvtepi32_epi8(a));
+}
+
+T512 static void conv_pool_fwd512(window g, long n, const float *x, const float *restrict wT, long O,
+		const float *bias, int relu, float *y, uint8_t *arg, float *restrict xp) {
+	long C = g.C, K = g.K, Wp = g.W + 2 * g.P, kkc = K * K * C, Hq = g.Ho / 2, Wq = g.Wo / 2;
+	long off[32];
+	tap_offsets(g, off);
+	for (long i = 0; i < n; i++) {
+		pad(g, x + i * g.H * g.W * C, xp);
+		for (long ph = 0; ph < Hq; ph++)
+		for (long pw = 0; pw < Wq; pw++) {
+			long oh = 2 * ph, ow = 2 * pw, o = ((i * Hq + ph) * Wq + pw) * O;
+			const float *b0 = xp + (oh * g.S * Wp + ow * g.S) * C, *b1 = b0 + g.S * C;
+			const float *b2 = b0 + g.S * Wp * C, *b3 = b2 + g.S * C;
+			long j = 0;
+			for (; j + 32 <= O; j += 32) {
+				__m512 a0 = _mm512_setzero_ps(), a1 = a0, c0 = a0, c1 = a0, d0 = a0, d1 = a0, e0 = a0, e1 = a0;
+				for (long t = 0; t < kkc; t++) {
+					__m512 w0 = _mm512_loadu_ps(wT + t * O + j), w1 = _mm512_loadu_ps(wT + t * O + j + 16);
+					__m512 v = _mm512_set1_ps(b0[off[t]]);
+					a0 = _mm512_fmadd_ps(v, w0, a0); a1 = _mm512_fmadd_ps(v, w1, a1);
+					v = _mm512_set1_ps(b1[off[t]]);
+					c0 = _mm512_fmadd_ps(v, w0, c0); c1 = _mm512_fmadd_ps(v, w1, c1);
+					v = _mm512_set1_ps(b2[off[t]]);
+					d0 = _mm512_fmadd_ps(v, w0, d0); d1 = _mm512_fmadd_ps(v, w1, d1);
+					v = _mm512_set1_ps(b3[off[t]]);
+					e0 = _mm512_fmadd_ps(v, w0, e0); e1 = _mm512_fmadd_ps(v, w1, e1);
+				}
+				pool16(a0, c0, d0, e0, bias ? bias + j : 0, relu, y + o + j, arg + o + j);
+				pool16(a1, c1, d1, e1, bias ? bias + j + 16 : 0, relu, y + o + j + 16, arg + o + j + 16);
+			}
+			for (; j < O; j += 16) {
+				__m512 a0 = _mm512_setzero_ps(), c0 = a0, d0 = a0, e0 = a0;
+				for (long t = 0; t < kkc; t++) {
+					__m512 w0 = _mm512_loadu_ps(wT + t * O + j);
+					a0 = _mm512_fmadd_ps(_mm512_set1_ps(b0[off[t]]), w0, a0);
+					c0 = _mm512_fmadd_ps(_mm512_set1_ps(b1[off[t]]), w0, c0);
+					d0 = _mm512_fmadd_ps(_mm512_set1_ps(b2[off[t]]), w0, d0);
+					e0 = _mm512_fmadd_ps(_mm512_set1_ps(b3[off[t]]), w0, e0);
+				}
+				pool16(a0, c0, d0, e0, bias ? bias + j : 0, relu, y + o + j, arg + o + j);
+			}
+		}
+	}
+}
+
+// DW9 applies X to the nine taps of a group.
+#define DW9(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8)
+#define DW_DECL(k) __m512 s##k = _mm512_setzero_ps();
+#define DW_FMA(k) s##k = _mm512_fmadd_ps(_mm512_set1_ps(xs[tt[k]]), dv, s##k);
+#define DW_DECL2(k) __m512 u##k = _mm512_setzero_ps();
+#define DW_FMA2(k) { __m512 v = _mm512_set1_ps(xs[tt[k]]); s##k = _mm512_fmadd_ps(v, dv, s##k); u##k = _mm512_fmadd_ps(v, dv2, u##k); }
+#define DW_STORE2(k) if (t + k < kkc) _mm512_storeu_ps(dwT + (t + k) * O + j + 16, _mm512_add_ps(_mm512_loadu_ps(dwT + (t + k) * O + j + 16), u##k));
+#define DW_STORE(k) if (t + k < kkc) _mm512_storeu_ps(dwT + (t + k) * O + j, _mm512_add_ps(_mm512_loadu_ps(dwT + (t + k) * O + j), s##k));
+
+T512 static void conv_pool_dw512(window g, long n, const float *x, const float *restrict dy, const float *restrict y,
+		const uint8_t *restrict arg, int relu, long O, float *restrict dwT, float *restrict db, float *restrict xp,
+		float *restrict gm, float *restrict af) {
+	long C = g.C, K = g.K, Wp = g.W + 2 * g.P, kkc = K * K * C, Wq = g.Wo / 2, out = (g.Ho / 2) * Wq * O;
+	long off[32];
+	tap_offsets(g, off);
+	zero(dwT, kkc * O);
+	if (db) zero(db, O);
+	for (long i = 0; i < n; i++) {
+		pad(g, x + i * g.H * g.W * C, xp);
+		const float *dys = dy + i * out, *ys = y + i * out;
+		const uint8_t *as = arg + i * out;
+		for (long k = 0; k < out; k++) {
+			gm[k] = relu && ys[k] == 0 ? 0 : dys[k];
+			af[k] = (float)as[k];
+		}
+		for (long t = 0; t < kkc; t += 9) {
+			long tt[9];
+			for (int k = 0; k < 9; k++) tt[k] = off[t + k < kkc ? t + k : t];
+			int bias = db && t == 0;
+			long j = 0;
+			for (; j + 32 <= O; j += 32) {
+				DW9(DW_DECL) DW9(DW_DECL2)
+				__m512 sb = bias ? _mm512_loadu_ps(db + j) : _mm512_setzero_ps();
+				__m512 sb2 = bias ? _mm512_loadu_ps(db + j + 16) : _mm512_setzero_ps();
+				for (long oh = 0; oh < g.Ho; oh++) {
+					const float *row = xp + oh * g.S * Wp * C;
+					__m512 q = _mm512_set1_ps((float)((oh & 1) * 2)), q1 = _mm512_add_ps(q, _mm512_set1_ps(1));
+					const float *gr = gm + oh / 2 * Wq * O + j, *ar = af + oh / 2 * Wq * O + j;
+					for (long ow = 0; ow < g.Wo; ow++) {
+						long p = ow / 2 * O;
+						__m512 qq = ow & 1 ? q1 : q;
+						__m512 dv = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(_mm512_loadu_ps(ar + p), qq, _CMP_EQ_OQ), _mm512_loadu_ps(gr + p));
+						__m512 dv2 = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(_mm512_loadu_ps(ar + p + 16), qq, _CMP_EQ_OQ), _mm512_loadu_ps(gr + p + 16));
+						if (bias) { sb = _mm512_add_ps(sb, dv); sb2 = _mm512_add_ps(sb2, dv2); }
+						const float *xs = row + ow * g.S * C;
+						DW9(DW_FMA2)
+					}
+				}
+				DW9(DW_STORE) DW9(DW_STORE2)
+				if (bias) { _mm512_storeu_ps(db + j, sb); _mm512_storeu_ps(db + j + 16, sb2); }
+			}
+			for (; j < O; j += 16) {
+				DW9(DW_DECL)
+				__m512 sb = bias ? _mm512_loadu_ps(db + j) : _mm512_setzero_ps();
+				for (long oh = 0; oh < g.Ho; oh++) {
+					const float *row = xp + oh * g.S * Wp * C;
+					float q0 = (float)((oh & 1) * 2);
+					const float *gr = gm + oh / 2 * Wq * O + j, *ar = af + oh / 2 * Wq * O + j;
+					for (long ow = 0; ow < g.Wo; ow++) {
+						long p = ow / 2 * O;
+						__mmask16 keep = _mm512_cmp_ps_mask(_mm512_loadu_ps(ar + p), _mm512_set1_ps(q0 + (float)(ow & 1)), _CMP_EQ_OQ);
+						__m512 dv = _mm512_maskz_mov_ps(keep, _mm512_loadu_ps(gr + p));
+						if (bias) sb = _mm512_add_ps(sb, dv);
+						const float *xs = row + ow * g.S * C;
+						DW9(DW_FMA)
+					}
+				}
+				DW9(DW_STORE)
+				if (bias) _mm512_storeu_ps(db + j, sb);
+			}
+		}
+	}
+}
+#endif
+
 // conv_pool_fwd is conv_small_fwd followed by pool_fwd's 2x2, stride-2
 // max-pool (bias and ReLU after the pool), one pooling window at a time:
 // the window's four output pixels are computed into tile (4*O values, in
@@ -275,6 +428,12 @@ CLONES static void conv_small_dw(window g, long n, const float *x, const float *
 // Ho and Wo are even. The same bits as the two kernels in turn.
 CLONES static void conv_pool_fwd(window g, long n, const float *x, const float *restrict wT, long O,
 		const float *bias, int relu, float *y, uint8_t *arg, float *restrict xp, float *restrict tile) {
+#ifdef POOL512
+	if (O % 16 == 0 && has_pool512()) {
+		conv_pool_fwd512(g, n, x, wT, O, bias, relu, y, arg, xp);
+		return;
+	}
+#endif
 	long C = g.C, K = g.K, Wp = g.W + 2 * g.P, kkc = K * K * C, Hq = g.Ho / 2, Wq = g.Wo / 2;
 	long off[32];
 	tap_offsets(g, off);
@@ -335,6 +494,12 @@ CLONES static void conv_pool_fwd(window g, long n, const float *x, const float *
 CLONES static void conv_pool_dw(window g, long n, const float *x, const float *restrict dy, const float *restrict y,
 		const uint8_t *restrict arg, int relu, long O, float *restrict dwT, float *restrict db, float *restrict xp,
 		float *restrict gm, float *restrict af) {
+#ifdef POOL512
+	if (O % 16 == 0 && has_pool512()) {
+		conv_pool_dw512(g, n, x, dy, y, arg, relu, O, dwT, db, xp, gm, af);
+		return;
+	}
+#endif
 	long C = g.C, K = g.K, Wp = g.W + 2 * g.P, kkc = K * K * C, Wq = g.Wo / 2, out = (g.Ho / 2) * Wq * O;
 	long off[32];
 	tap_offsets(g, off);
