@@ -301,6 +301,28 @@ T512 static inline void pool16(__m512 r0, __m512 r1, __m512 r2, __m512 r3, const
 	_mm_storeu_si128((__m128i *)arg, _mm512_cvtepi32_epi8(a));
 }
 
+// fwd_window512 is one pooling window of conv_pool_fwd512 for channels
+// [j, j+16*nb), nb 1 or 2 registers (a constant where it is inlined).
+T512 static inline __attribute__((always_inline)) void fwd_window512(const float *b0, const float *b1, const float *b2,
+		const float *b3, const long *off, long kkc, const float *restrict wT, long O, long j, int nb,
+		const float *bias, int relu, float *y, uint8_t *arg) {
+	__m512 a0 = _mm512_setzero_ps(), a1 = a0, c0 = a0, c1 = a0, d0 = a0, d1 = a0, e0 = a0, e1 = a0;
+	for (long t = 0; t < kkc; t++) {
+		const float *w = wT + t * O + j;
+		__m512 w0 = _mm512_loadu_ps(w), w1 = nb == 2 ? _mm512_loadu_ps(w + 16) : w0;
+		__m512 v = _mm512_set1_ps(b0[off[t]]);
+		a0 = _mm512_fmadd_ps(v, w0, a0); if (nb == 2) a1 = _mm512_fmadd_ps(v, w1, a1);
+		v = _mm512_set1_ps(b1[off[t]]);
+		c0 = _mm512_fmadd_ps(v, w0, c0); if (nb == 2) c1 = _mm512_fmadd_ps(v, w1, c1);
+		v = _mm512_set1_ps(b2[off[t]]);
+		d0 = _mm512_fmadd_ps(v, w0, d0); if (nb == 2) d1 = _mm512_fmadd_ps(v, w1, d1);
+		v = _mm512_set1_ps(b3[off[t]]);
+		e0 = _mm512_fmadd_ps(v, w0, e0); if (nb == 2) e1 = _mm512_fmadd_ps(v, w1, e1);
+	}
+	pool16(a0, c0, d0, e0, bias ? bias + j : 0, relu, y + j, arg + j);
+	if (nb == 2) pool16(a1, c1, d1, e1, bias ? bias + j + 16 : 0, relu, y + j + 16, arg + j + 16);
+}
+
 T512 static void conv_pool_fwd512(window g, long n, const float *x, const float *restrict wT, long O,
 		const float *bias, int relu, float *y, uint8_t *arg, float *restrict xp) {
 	long C = g.C, K = g.K, Wp = g.W + 2 * g.P, kkc = K * K * C, Hq = g.Ho / 2, Wq = g.Wo / 2;
@@ -314,50 +336,54 @@ T512 static void conv_pool_fwd512(window g, long n, const float *x, const float 
 			const float *b0 = xp + (oh * g.S * Wp + ow * g.S) * C, *b1 = b0 + g.S * C;
 			const float *b2 = b0 + g.S * Wp * C, *b3 = b2 + g.S * C;
 			long j = 0;
-			for (; j + 32 <= O; j += 32) {
-				__m512 a0 = _mm512_setzero_ps(), a1 = a0, c0 = a0, c1 = a0, d0 = a0, d1 = a0, e0 = a0, e1 = a0;
-				for (long t = 0; t < kkc; t++) {
-					__m512 w0 = _mm512_loadu_ps(wT + t * O + j), w1 = _mm512_loadu_ps(wT + t * O + j + 16);
-					__m512 v = _mm512_set1_ps(b0[off[t]]);
-					a0 = _mm512_fmadd_ps(v, w0, a0); a1 = _mm512_fmadd_ps(v, w1, a1);
-					v = _mm512_set1_ps(b1[off[t]]);
-					c0 = _mm512_fmadd_ps(v, w0, c0); c1 = _mm512_fmadd_ps(v, w1, c1);
-					v = _mm512_set1_ps(b2[off[t]]);
-					d0 = _mm512_fmadd_ps(v, w0, d0); d1 = _mm512_fmadd_ps(v, w1, d1);
-					v = _mm512_set1_ps(b3[off[t]]);
-					e0 = _mm512_fmadd_ps(v, w0, e0); e1 = _mm512_fmadd_ps(v, w1, e1);
-				}
-				pool16(a0, c0, d0, e0, bias ? bias + j : 0, relu, y + o + j, arg + o + j);
-				pool16(a1, c1, d1, e1, bias ? bias + j + 16 : 0, relu, y + o + j + 16, arg + o + j + 16);
-			}
-			for (; j < O; j += 16) {
-				__m512 a0 = _mm512_setzero_ps(), c0 = a0, d0 = a0, e0 = a0;
-				for (long t = 0; t < kkc; t++) {
-					__m512 w0 = _mm512_loadu_ps(wT + t * O + j);
-					a0 = _mm512_fmadd_ps(_mm512_set1_ps(b0[off[t]]), w0, a0);
-					c0 = _mm512_fmadd_ps(_mm512_set1_ps(b1[off[t]]), w0, c0);
-					d0 = _mm512_fmadd_ps(_mm512_set1_ps(b2[off[t]]), w0, d0);
-					e0 = _mm512_fmadd_ps(_mm512_set1_ps(b3[off[t]]), w0, e0);
-				}
-				pool16(a0, c0, d0, e0, bias ? bias + j : 0, relu, y + o + j, arg + o + j);
-			}
+			for (; j + 32 <= O; j += 32) fwd_window512(b0, b1, b2, b3, off, kkc, wT, O, j, 2, bias, relu, y + o, arg + o);
+			if (j < O) fwd_window512(b0, b1, b2, b3, off, kkc, wT, O, j, 1, bias, relu, y + o, arg + o);
 		}
 	}
 }
 
-// DW9 applies X to the nine taps of a group.
+// dw_block512 is conv_pool_dw512 for one sample's taps tt (nine, from t)
+// and channels [j, j+16*nb), nb 1 or 2 registers (a constant where it is
+// inlined); bias: db is summed too.
 #define DW9(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8)
-#define DW_DECL(k) __m512 s##k = _mm512_setzero_ps();
-#define DW_FMA(k) s##k = _mm512_fmadd_ps(_mm512_set1_ps(xs[tt[k]]), dv, s##k);
-#define DW_DECL2(k) __m512 u##k = _mm512_setzero_ps();
-#define DW_FMA2(k) { __m512 v = _mm512_set1_ps(xs[tt[k]]); s##k = _mm512_fmadd_ps(v, dv, s##k); u##k = _mm512_fmadd_ps(v, dv2, u##k); }
-#define DW_STORE2(k) if (t + k < kkc) _mm512_storeu_ps(dwT + (t + k) * O + j + 16, _mm512_add_ps(_mm512_loadu_ps(dwT + (t + k) * O + j + 16), u##k));
-#define DW_STORE(k) if (t + k < kkc) _mm512_storeu_ps(dwT + (t + k) * O + j, _mm512_add_ps(_mm512_loadu_ps(dwT + (t + k) * O + j), s##k));
+#define DW_DECL(k) __m512 s##k = _mm512_setzero_ps(), u##k = s##k;
+#define DW_FMA(k) { __m512 v = _mm512_set1_ps(xs[tt[k]]); s##k = _mm512_fmadd_ps(v, dv, s##k); if (nb == 2) u##k = _mm512_fmadd_ps(v, dv2, u##k); }
+#define DW_ADD(d, r) _mm512_storeu_ps(d, _mm512_add_ps(_mm512_loadu_ps(d), r))
+#define DW_STORE(k) if (t + k < kkc) { DW_ADD(dwT + (t + k) * O + j, s##k); if (nb == 2) DW_ADD(dwT + (t + k) * O + j + 16, u##k); }
+
+T512 static inline __attribute__((always_inline)) void dw_block512(window g, const float *xp, const float *gm,
+		const float *af, const long *tt, long t, long kkc, long O, long j, int nb, int bias, float *restrict dwT,
+		float *restrict db) {
+	long C = g.C, Wp = g.W + 2 * g.P, Wq = g.Wo / 2;
+	DW9(DW_DECL)
+	__m512 sb = bias ? _mm512_loadu_ps(db + j) : _mm512_setzero_ps();
+	__m512 sb2 = bias && nb == 2 ? _mm512_loadu_ps(db + j + 16) : _mm512_setzero_ps();
+	for (long oh = 0; oh < g.Ho; oh++) {
+		const float *row = xp + oh * g.S * Wp * C;
+		__m512 q = _mm512_set1_ps((float)((oh & 1) * 2)), q1 = _mm512_add_ps(q, _mm512_set1_ps(1));
+		const float *gr = gm + oh / 2 * Wq * O + j, *ar = af + oh / 2 * Wq * O + j;
+		for (long ow = 0; ow < g.Wo; ow++) {
+			// The pixel's gradient: gm where the maximum came
+			// from it, else +0, as conv_pool_dw's mask makes it.
+			long p = ow / 2 * O;
+			__m512 qq = ow & 1 ? q1 : q;
+			__m512 dv = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(_mm512_loadu_ps(ar + p), qq, _CMP_EQ_OQ), _mm512_loadu_ps(gr + p));
+			__m512 dv2 = dv;
+			if (nb == 2) dv2 = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(_mm512_loadu_ps(ar + p + 16), qq, _CMP_EQ_OQ), _mm512_loadu_ps(gr + p + 16));
+			if (bias) { sb = _mm512_add_ps(sb, dv); if (nb == 2) sb2 = _mm512_add_ps(sb2, dv2); }
+			const float *xs = row + ow * g.S * C;
+			DW9(DW_FMA)
+		}
+	}
+	DW9(DW_STORE)
+	if (bias) _mm512_storeu_ps(db + j, sb);
+	if (bias && nb == 2) _mm512_storeu_ps(db + j + 16, sb2);
+}
 
 T512 static void conv_pool_dw512(window g, long n, const float *x, const float *restrict dy, const float *restrict y,
 		const uint8_t *restrict arg, int relu, long O, float *restrict dwT, float *restrict db, float *restrict xp,
 		float *restrict gm, float *restrict af) {
-	long C = g.C, K = g.K, Wp = g.W + 2 * g.P, kkc = K * K * C, Wq = g.Wo / 2, out = (g.Ho / 2) * Wq * O;
+	long C = g.C, K = g.K, kkc = K * K * C, out = (g.Ho / 2) * (g.Wo / 2) * O;
 	long off[32];
 	tap_offsets(g, off);
 	zero(dwT, kkc * O);
@@ -375,46 +401,8 @@ T512 static void conv_pool_dw512(window g, long n, const float *x, const float *
 			for (int k = 0; k < 9; k++) tt[k] = off[t + k < kkc ? t + k : t];
 			int bias = db && t == 0;
 			long j = 0;
-			for (; j + 32 <= O; j += 32) {
-				DW9(DW_DECL) DW9(DW_DECL2)
-				__m512 sb = bias ? _mm512_loadu_ps(db + j) : _mm512_setzero_ps();
-				__m512 sb2 = bias ? _mm512_loadu_ps(db + j + 16) : _mm512_setzero_ps();
-				for (long oh = 0; oh < g.Ho; oh++) {
-					const float *row = xp + oh * g.S * Wp * C;
-					__m512 q = _mm512_set1_ps((float)((oh & 1) * 2)), q1 = _mm512_add_ps(q, _mm512_set1_ps(1));
-					const float *gr = gm + oh / 2 * Wq * O + j, *ar = af + oh / 2 * Wq * O + j;
-					for (long ow = 0; ow < g.Wo; ow++) {
-						long p = ow / 2 * O;
-						__m512 qq = ow & 1 ? q1 : q;
-						__m512 dv = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(_mm512_loadu_ps(ar + p), qq, _CMP_EQ_OQ), _mm512_loadu_ps(gr + p));
-						__m512 dv2 = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(_mm512_loadu_ps(ar + p + 16), qq, _CMP_EQ_OQ), _mm512_loadu_ps(gr + p + 16));
-						if (bias) { sb = _mm512_add_ps(sb, dv); sb2 = _mm512_add_ps(sb2, dv2); }
-						const float *xs = row + ow * g.S * C;
-						DW9(DW_FMA2)
-					}
-				}
-				DW9(DW_STORE) DW9(DW_STORE2)
-				if (bias) { _mm512_storeu_ps(db + j, sb); _mm512_storeu_ps(db + j + 16, sb2); }
-			}
-			for (; j < O; j += 16) {
-				DW9(DW_DECL)
-				__m512 sb = bias ? _mm512_loadu_ps(db + j) : _mm512_setzero_ps();
-				for (long oh = 0; oh < g.Ho; oh++) {
-					const float *row = xp + oh * g.S * Wp * C;
-					float q0 = (float)((oh & 1) * 2);
-					const float *gr = gm + oh / 2 * Wq * O + j, *ar = af + oh / 2 * Wq * O + j;
-					for (long ow = 0; ow < g.Wo; ow++) {
-						long p = ow / 2 * O;
-						__mmask16 keep = _mm512_cmp_ps_mask(_mm512_loadu_ps(ar + p), _mm512_set1_ps(q0 + (float)(ow & 1)), _CMP_EQ_OQ);
-						__m512 dv = _mm512_maskz_mov_ps(keep, _mm512_loadu_ps(gr + p));
-						if (bias) sb = _mm512_add_ps(sb, dv);
-						const float *xs = row + ow * g.S * C;
-						DW9(DW_FMA)
-					}
-				}
-				DW9(DW_STORE)
-				if (bias) _mm512_storeu_ps(db + j, sb);
-			}
+			for (; j + 32 <= O; j += 32) dw_block512(g, xp, gm, af, tt, t, kkc, O, j, 2, bias, dwT, db);
+			if (j < O) dw_block512(g, xp, gm, af, tt, t, kkc, O, j, 1, bias, dwT, db);
 		}
 	}
 }
