@@ -114,7 +114,7 @@ func writeCPUKernels(w io.Writer) {
 			wino += "; bf16 3x3 Winograd: none (no AVX512-BF16: oneDNN's direct)"
 		}
 	}
-	fmt.Fprintf(w, "cpu kernels: %s, oneDNN: %s; -precision bf16: %s; fp32 3x3 Winograd: %s\n", k, dnnl.ISA(), bf, wino)
+	fmt.Fprintf(w, "cpu kernels: %s, oneDNN: %s; hpctrain's own: %s; -precision bf16: %s; fp32 3x3 Winograd: %s\n", k, dnnl.ISA(), kernels.ISA(), bf, wino)
 }
 
 const benchUsage = `Usage: hpctrain bench <what> [flags]

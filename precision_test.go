@@ -3,7 +3,9 @@ package main
 import (
 	"fmt"
 	"math"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -122,6 +124,17 @@ func TestOwnWinogradAVX2(t *testing.T) {
 	if want := "fp32 3x3 Winograd: hpctrain's F(2x2, 3x3)"; !strings.Contains(r.out, want) {
 		t.Errorf("topo under DNNL_MAX_CPU_ISA=AVX2 does not say %q:\n%s", want, r.out)
 	}
+	// The cap holds hpctrain's own kernels too, and only the cap: on an
+	// AVX-512 CPU they use it when nothing caps them.
+	if bad := "hpctrain's own: avx512"; strings.Contains(r.out, bad) {
+		t.Errorf("topo under DNNL_MAX_CPU_ISA=AVX2 says %q:\n%s", bad, r.out)
+	}
+	if cpuFlags(t, "avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl") {
+		r := hpctrainEnv(t, 0, time.Minute, nil, "topo")
+		if want := "hpctrain's own: avx512"; !strings.Contains(r.out, want) {
+			t.Errorf("topo on an AVX-512 CPU, uncapped, does not say %q:\n%s", want, r.out)
+		}
+	}
 	dir := t.TempDir()
 	run := func(name string, env []string, threads string) []float64 {
 		ll := filepath.Join(dir, name)
@@ -142,4 +155,27 @@ func TestOwnWinogradAVX2(t *testing.T) {
 			t.Errorf("step %d: loss %v under AVX2, %v uncapped (%.2g apart)", i, one[i], ref[i], d)
 		}
 	}
+}
+
+// cpuFlags reports whether /proc/cpuinfo lists every one of flags (false
+// where it cannot be read).
+func cpuFlags(t *testing.T, flags ...string) bool {
+	t.Helper()
+	info, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		t.Logf("cpuFlags: %v", err)
+		return false
+	}
+	for _, line := range strings.Split(string(info), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "flags" {
+			have := strings.Fields(v)
+			for _, f := range flags {
+				if !slices.Contains(have, f) {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	return false
 }

@@ -151,7 +151,13 @@ if [ -n "$isa" ] && { [ "$hp_isa" != "$isa" ] || [ "$pt_isa" != "$isa" ]; }; the
 	echo "compare: ISA=$isa, but oneDNN runs $hp_isa in hpctrain and $pt_isa in PyTorch" >&2
 	exit 1
 fi
-echo "oneDNN ISA: hpctrain ${hp_isa:-?}, PyTorch $pt_isa${isa:+ (capped: DNNL_MAX_CPU_ISA=$DNNL_MAX_CPU_ISA${OPENBLAS_CORETYPE:+ OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE})}"
+# hpctrain's own C kernels follow the same cap (DNNL_MAX_CPU_ISA).
+hp_own=$("$hp" topo 2>/dev/null | sed -n "s/.*hpctrain's own: \([a-z0-9_]*\).*/\1/p" | head -n 1)
+if [ "$isa" = avx2 ] && [ "$hp_own" = avx512 ]; then
+	echo "compare: ISA=avx2, but hpctrain's own kernels run avx512" >&2
+	exit 1
+fi
+echo "oneDNN ISA: hpctrain ${hp_isa:-?} (its own kernels ${hp_own:-?}), PyTorch $pt_isa${isa:+ (capped: DNNL_MAX_CPU_ISA=$DNNL_MAX_CPU_ISA${OPENBLAS_CORETYPE:+ OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE})}"
 
 rows=$tmp/rows.jsonl
 : >"$rows"
@@ -214,9 +220,9 @@ for r in $(seq "$rounds"); do
 	fi
 done
 
-$py - "$rows" "$json" "$model" "$input" "$steps" "$limit" "$check" "$precision" "$kernels" "$cmds" "$ddp" "$hp" "$isa" "$hp_isa" <<'PY'
+$py - "$rows" "$json" "$model" "$input" "$steps" "$limit" "$check" "$precision" "$kernels" "$cmds" "$ddp" "$hp" "$isa" "$hp_isa" "$hp_own" <<'PY'
 import json, os, statistics, subprocess, sys
-rows_path, out, model, inp, steps, limit, check, precision, kernels, cmds_path, ddp, hp, isa, hp_isa = sys.argv[1:15]
+rows_path, out, model, inp, steps, limit, check, precision, kernels, cmds_path, ddp, hp, isa, hp_isa, hp_own = sys.argv[1:16]
 rows = [json.loads(l) for l in open(rows_path)]
 def sh(cmd):
     try:
@@ -249,6 +255,7 @@ doc = {"model": model, "input": inp, "batch": 64, "steps": int(steps), "precisio
        "isa_cap": {"isa": isa, "DNNL_MAX_CPU_ISA": os.environ.get("DNNL_MAX_CPU_ISA"),
                    "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE")} if isa else None,
        "onednn_isa": {"hpctrain": hp_isa or None, "pytorch": (c.get("pytorch_build") or {}).get("onednn_isa")},
+       "hpctrain_own_kernels_isa": hp_own or None,
        "precision_note": {"fp32": "fp32 throughout on both sides",
                           "bf16": "hpctrain: bf16 operands in convolutions and linear layers, fp32 accumulation, master weights "
                                   "and everything else fp32; PyTorch: torch.autocast('cpu', dtype=torch.bfloat16) around forward "

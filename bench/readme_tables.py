@@ -63,8 +63,9 @@ def cap(d):
         return ""
     env = " ".join("%s=%s" % (k, c[k]) for k in ("DNNL_MAX_CPU_ISA", "OPENBLAS_CORETYPE") if c.get(k))
     isa = d.get("onednn_isa") or {}
-    return "; capped with %s (oneDNN ran %s in hpctrain, %s in PyTorch)" % (
-        env, isa.get("hpctrain") or "?", isa.get("pytorch") or "?")
+    own = d.get("hpctrain_own_kernels_isa")  # recorded since session 23
+    return "; capped with %s (oneDNN ran %s in hpctrain%s, %s in PyTorch)" % (
+        env, isa.get("hpctrain") or "?", ", its own kernels " + own if own else "", isa.get("pytorch") or "?")
 
 
 def command(d):

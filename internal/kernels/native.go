@@ -6,6 +6,7 @@ package kernels
 #cgo CFLAGS: -O3
 #include <stdint.h>
 #include <string.h>
+#include "isa.h"
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define MOMENTS_AVX2 1
@@ -270,19 +271,13 @@ CLONES static void conv_small_dw(window g, long n, const float *x, const float *
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define POOL512 1
 // The AVX-512 forms of conv_pool_fwd and conv_pool_dw, for O a multiple of
-// 16: the same arithmetic in the same order lane by lane (so the same
+// 16 (where hc_avx512 allows): the same arithmetic in the same order lane by lane (so the same
 // bits), sixteen channels to a register and the pool done in registers,
 // without conv_pool_fwd's tile, 32 channels at a time where O allows.
 // BenchmarkConv1 (the CNN's conv1 and pool1, 4 samples) on one Zen 4 core:
 // forward 40-48 GFLOP/s before, 81-82 after; weight gradient 42-45
 // before, 65-75 after.
 #define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma")))
-
-static int has_pool512(void) {
-	static int has = -1;
-	if (has < 0) has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
-	return has;
-}
 
 // pool16 is max4 on sixteen channels held in registers, then the bias and
 // ReLU of conv_pool_fwd.
@@ -417,7 +412,7 @@ T512 static void conv_pool_dw512(window g, long n, const float *x, const float *
 CLONES static void conv_pool_fwd(window g, long n, const float *x, const float *restrict wT, long O,
 		const float *bias, int relu, float *y, uint8_t *arg, float *restrict xp, float *restrict tile) {
 #ifdef POOL512
-	if (O % 16 == 0 && has_pool512()) {
+	if (O % 16 == 0 && hc_avx512()) {
 		conv_pool_fwd512(g, n, x, wT, O, bias, relu, y, arg, xp);
 		return;
 	}
@@ -483,7 +478,7 @@ CLONES static void conv_pool_dw(window g, long n, const float *x, const float *r
 		const uint8_t *restrict arg, int relu, long O, float *restrict dwT, float *restrict db, float *restrict xp,
 		float *restrict gm, float *restrict af) {
 #ifdef POOL512
-	if (O % 16 == 0 && has_pool512()) {
+	if (O % 16 == 0 && hc_avx512()) {
 		conv_pool_dw512(g, n, x, dy, y, arg, relu, O, dwT, db, xp, gm, af);
 		return;
 	}
@@ -788,6 +783,21 @@ import "unsafe"
 
 // Native reports whether the C kernels are in use (false under purego).
 const Native = true
+
+// ISA names the widest instruction set the C kernels use for float32
+// work on this CPU: "avx512" (x86-64-v4), "avx2" (x86-64-v3) or
+// "baseline". DNNL_MAX_CPU_ISA, where set below AVX-512, holds them to
+// AVX2 as it holds oneDNN (the bf16 kernels, which need AVX512-BF16, are
+// refused under such a cap anyway).
+func ISA() string {
+	switch {
+	case C.hc_avx512() != 0:
+		return "avx512"
+	case C.hc_avx2() != 0:
+		return "avx2"
+	}
+	return "baseline"
+}
 
 func (g Window) c() C.window {
 	return C.window{C.long(g.H), C.long(g.W), C.long(g.C), C.long(g.K), C.long(g.S), C.long(g.P), C.long(g.Ho), C.long(g.Wo)}

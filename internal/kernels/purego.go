@@ -5,6 +5,9 @@ package kernels
 // Native reports whether the C kernels are in use (false under purego).
 const Native = false
 
+// ISA is "go": the Go kernels, whatever the CPU.
+func ISA() string { return "go" }
+
 // Im2col is GoIm2col.
 func Im2col(g Window, n int, x, col []float32) {
 	g.check(n, len(x), n*g.In(), len(col), n*g.Cols())

@@ -10,10 +10,23 @@ package kernels
 #include <immintrin.h>
 #define WINO_AVX2 1
 #endif
+#include "isa.h"
+// WFORMS(name, params, args) makes name, which runs name_body compiled for
+// x86-64-v4 where hc_avx512 allows (so DNNL_MAX_CPU_ISA caps it as it
+// caps oneDNN), else for x86-64-v3 or the baseline, as the CPU has them.
+#define WBODY static inline __attribute__((always_inline)) void
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define WCLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#define WFORMS(name, params, args)                                                                 \
+	__attribute__((target("arch=x86-64-v4"))) static void name##_v4 params { name##_body args; } \
+	__attribute__((target_clones("arch=x86-64-v3", "default"))) static void name##_v3 params {  \
+		name##_body args;                                                                  \
+	}                                                                                          \
+	static void name params {                                                                  \
+		if (hc_avx512()) name##_v4 args;                                                   \
+		else name##_v3 args;                                                               \
+	}
 #else
-#define WCLONES
+#define WFORMS(name, params, args) static void name params { name##_body args; }
 #endif
 
 // Winograd's F(2x2, 3x3) (Lavin and Gray, "Fast Algorithms for
@@ -31,7 +44,7 @@ enum { WB = 48 }; // tiles per block, a multiple of the kernel's 4 rows
 
 // wino_in writes V of the tile whose 16 pixels are d[4*i+j] (C floats
 // each; a row of zeros outside the image) to v[p*ldv + k], k < C.
-WCLONES static void wino_in(const float *const *d, long C, float *restrict v, long ldv) {
+WBODY wino_in_body(const float *const *d, long C, float *restrict v, long ldv) {
 #pragma GCC ivdep
 	for (long k = 0; k < C; k++) {
 		float t[16];
@@ -51,10 +64,11 @@ WCLONES static void wino_in(const float *const *d, long C, float *restrict v, lo
 		}
 	}
 }
+WFORMS(wino_in, (const float *const *d, long C, float *restrict v, long ldv), (d, C, v, ldv))
 
 // wino_out writes Y = A^T M A, M[p] = m[p*ldm + k], to the 2x2 pixels
 // y[0..3] (O floats each; a junk row for those outside the image).
-WCLONES static void wino_out(const float *restrict m, long ldm, long O, float *const *y) {
+WBODY wino_out_body(const float *restrict m, long ldm, long O, float *const *y) {
 	float *y0 = y[0], *y1 = y[1], *y2 = y[2], *y3 = y[3];
 #pragma GCC ivdep
 	for (long k = 0; k < O; k++) {
@@ -70,10 +84,11 @@ WCLONES static void wino_out(const float *restrict m, long ldm, long O, float *c
 		y3[k] = r1[1] - r1[2] - r1[3];
 	}
 }
+WFORMS(wino_out, (const float *restrict m, long ldm, long O, float *const *y), (m, ldm, O, y))
 
 // wino_dy writes Z = A dY A^T of the 2x2 gradient tile dy[0..3] (O floats
 // each; zeros outside the image) to z[p*ldz + k].
-WCLONES static void wino_dy(const float *const *dy, long O, float *restrict z, long ldz) {
+WBODY wino_dy_body(const float *const *dy, long O, float *restrict z, long ldz) {
 	const float *q0 = dy[0], *q1 = dy[1], *q2 = dy[2], *q3 = dy[3];
 #pragma GCC ivdep
 	for (long k = 0; k < O; k++) {
@@ -88,6 +103,7 @@ WCLONES static void wino_dy(const float *const *dy, long O, float *restrict z, l
 		}
 	}
 }
+WFORMS(wino_dy, (const float *const *dy, long O, float *restrict z, long ldz), (dy, O, z, ldz))
 
 // mk sets (acc 0) or adds to (acc 1) the 4 x 16 block c[r*ldc + j] the
 // sum over k < kk of a[r*ars + k*aks] * b[k*ldb + j].
@@ -244,7 +260,7 @@ static void wino_filters(long C, long O, const float *w, int flip, float *u) {
 // wino_grad_out_oc sets dw (O, 3, 3, C) to G^T du G, du (16, O, C) the
 // products summed over tiles, or NULL for none (no tiles). du and dw are
 // both read and written along C, which the compiler vectorises.
-WCLONES static void wino_grad_out_oc(long C, long O, const float *du, float *dw) {
+WBODY wino_grad_out_oc_body(long C, long O, const float *du, float *dw) {
 	for (long o = 0; o < O; o++) {
 		float *g0 = dw + o * 9 * C;
 #pragma GCC ivdep
@@ -265,6 +281,7 @@ WCLONES static void wino_grad_out_oc(long C, long O, const float *du, float *dw)
 		}
 	}
 }
+WFORMS(wino_grad_out_oc, (long C, long O, const float *du, float *dw), (C, O, du, dw))
 
 // wino_wgrad sets dw (O, 3, 3, C) to the gradient of the filters of the
 // 3x3, pad-1 convolution of x (n, H, W, C) given dy (n, H, W, O): the
