@@ -270,10 +270,11 @@ CLONES static void conv_small_dw(window g, long n, const float *x, const float *
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define POOL512 1
-// The AVX-512 forms of conv_pool_fwd and conv_pool_dw, for O a multiple of
-// 16 (where hc_avx512 allows): the same arithmetic in the same order lane by lane (so the same
-// bits), sixteen channels to a register and the pool done in registers,
-// without conv_pool_fwd's tile, 32 channels at a time where O allows.
+// The AVX-512 forms of conv_pool_fwd and of conv_pool_dw's inner loops,
+// for O a multiple of 16 (where hc_avx512 allows): the same arithmetic in
+// the same order lane by lane (so the same bits), sixteen channels to a
+// register and the pool done in registers, without conv_pool_fwd's tile,
+// 32 channels at a time where O allows.
 // BenchmarkConv1 (the CNN's conv1 and pool1, 4 samples) on one Zen 4 core:
 // forward 40-48 GFLOP/s before, 81-82 after; weight gradient 42-45
 // before, 65-75 after.
@@ -337,9 +338,9 @@ T512 static void conv_pool_fwd512(window g, long n, const float *x, const float 
 	}
 }
 
-// dw_block512 is conv_pool_dw512 for one sample's taps tt (nine, from t)
-// and channels [j, j+16*nb), nb 1 or 2 registers (a constant where it is
-// inlined); bias: db is summed too.
+// dw_block512 is conv_pool_dw's inner loops for one sample's taps tt
+// (nine, from t) and channels [j, j+16*nb), nb 1 or 2 registers (a
+// constant where it is inlined); bias: db is summed too.
 #define DW9(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8)
 #define DW_DECL(k) __m512 s##k = _mm512_setzero_ps(), u##k = s##k;
 #define DW_FMA(k) { __m512 v = _mm512_set1_ps(xs[tt[k]]); s##k = _mm512_fmadd_ps(v, dv, s##k); if (nb == 2) u##k = _mm512_fmadd_ps(v, dv2, u##k); }
@@ -375,31 +376,13 @@ T512 static inline __attribute__((always_inline)) void dw_block512(window g, con
 	if (bias && nb == 2) _mm512_storeu_ps(db + j + 16, sb2);
 }
 
-T512 static void conv_pool_dw512(window g, long n, const float *x, const float *restrict dy, const float *restrict y,
-		const uint8_t *restrict arg, int relu, long O, float *restrict dwT, float *restrict db, float *restrict xp,
-		float *restrict gm, float *restrict af) {
-	long C = g.C, K = g.K, kkc = K * K * C, out = (g.Ho / 2) * (g.Wo / 2) * O;
-	long off[32];
-	tap_offsets(g, off);
-	zero(dwT, kkc * O);
-	if (db) zero(db, O);
-	for (long i = 0; i < n; i++) {
-		pad(g, x + i * g.H * g.W * C, xp);
-		const float *dys = dy + i * out, *ys = y + i * out;
-		const uint8_t *as = arg + i * out;
-		for (long k = 0; k < out; k++) {
-			gm[k] = relu && ys[k] == 0 ? 0 : dys[k];
-			af[k] = (float)as[k];
-		}
-		for (long t = 0; t < kkc; t += 9) {
-			long tt[9];
-			for (int k = 0; k < 9; k++) tt[k] = off[t + k < kkc ? t + k : t];
-			int bias = db && t == 0;
-			long j = 0;
-			for (; j + 32 <= O; j += 32) dw_block512(g, xp, gm, af, tt, t, kkc, O, j, 2, bias, dwT, db);
-			if (j < O) dw_block512(g, xp, gm, af, tt, t, kkc, O, j, 1, bias, dwT, db);
-		}
-	}
+// dw_blocks512 is one sample's tap group (tt, from t) of conv_pool_dw,
+// every channel, in dw_block512's 32- and 16-channel blocks.
+T512 static void dw_blocks512(window g, const float *xp, const float *gm, const float *af, const long *tt, long t, long kkc,
+		long O, int bias, float *restrict dwT, float *restrict db) {
+	long j = 0;
+	for (; j + 32 <= O; j += 32) dw_block512(g, xp, gm, af, tt, t, kkc, O, j, 2, bias, dwT, db);
+	if (j < O) dw_block512(g, xp, gm, af, tt, t, kkc, O, j, 1, bias, dwT, db);
 }
 #endif
 
@@ -477,13 +460,10 @@ CLONES static void conv_pool_fwd(window g, long n, const float *x, const float *
 CLONES static void conv_pool_dw(window g, long n, const float *x, const float *restrict dy, const float *restrict y,
 		const uint8_t *restrict arg, int relu, long O, float *restrict dwT, float *restrict db, float *restrict xp,
 		float *restrict gm, float *restrict af) {
-#ifdef POOL512
-	if (O % 16 == 0 && hc_avx512()) {
-		conv_pool_dw512(g, n, x, dy, y, arg, relu, O, dwT, db, xp, gm, af);
-		return;
-	}
-#endif
 	long C = g.C, K = g.K, Wp = g.W + 2 * g.P, kkc = K * K * C, Wq = g.Wo / 2, out = (g.Ho / 2) * Wq * O;
+#ifdef POOL512
+	int w512 = O % 16 == 0 && hc_avx512();
+#endif
 	long off[32];
 	tap_offsets(g, off);
 	zero(dwT, kkc * O);
@@ -503,6 +483,12 @@ CLONES static void conv_pool_dw(window g, long n, const float *x, const float *r
 			long tt[9];
 			for (int k = 0; k < 9; k++) tt[k] = off[t + k < kkc ? t + k : t];
 			int bias = db && t == 0;
+#ifdef POOL512
+			if (w512) {
+				dw_blocks512(g, xp, gm, af, tt, t, kkc, O, bias, dwT, db);
+				continue;
+			}
+#endif
 			for (long j = 0; j < O; j += 8) {
 				v8 s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0}, s4 = {0}, s5 = {0}, s6 = {0}, s7 = {0}, s8 = {0};
 				v8 sb = {0};
