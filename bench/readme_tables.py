@@ -80,13 +80,21 @@ def render_compare(docs):
     head = (["model", "input"] if many else []) + ["config", "precision", "PyTorch samples/s (median)",
                                                    "hpctrain samples/s (median)", "ratio of medians", "per-round ratios"]
     out = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+
+    def label(d):
+        kern = d.get("hpctrain_kernels")
+        return (d["model"], d.get("input", "28x28x1"), d.get("precision", "fp32")
+                + (" (hpctrain %s)" % kern if kern and kern != "default" else "")
+                + (" (%s cap)" % d["isa_cap"]["isa"].upper() if d.get("isa_cap") else ""))
+    # Runs of the same arm at two commits (before and after a change): the
+    # commit tells their rows apart.
+    repeat = len({label(d) for d in docs}) < len(docs)
     for d in docs:
         prec = d.get("precision", "fp32")
-        kern = d.get("hpctrain_kernels")
         for s in d["summary"]:
+            arm = label(d)[2] if s.get("precision", prec) == prec else s["precision"]
             cells = ([d["model"], d.get("input", "28x28x1")] if many else []) + [
-                s["config"], s.get("precision", prec) + (" (hpctrain %s)" % kern if kern and kern != "default" else "")
-                + (" (%s cap)" % d["isa_cap"]["isa"].upper() if d.get("isa_cap") else ""),
+                s["config"], arm + (", %s" % d.get("commit", "?") if repeat else ""),
                 num(s["pytorch_sps_median"]), num(s["hpctrain_sps_median"]), "%.2f" % s["ratio_of_medians"],
                 " / ".join("%.2f" % r for r in s["ratios"])]
             out.append("| " + " | ".join(cells) + " |")
