@@ -154,7 +154,8 @@ func (l *Conv2D) colBlocks() {
 	// is for (a first layer: oneDNN's backward weights with one input
 	// channel is slow); in bf16 too with the pool fused in (the CNN's
 	// conv1: 1.3-1.4 ms per step of 64 against oneDNN bf16's 1.7-1.9, on
-	// one Zen 4 core), so that layer stays fp32.
+	// one Zen 4 core) or in its AVX-512 form (resnet8's conv1, 16
+	// channels: 0.39-0.40 ms against 0.75-1.0), so that layer stays fp32.
 	if k := l.x.kern; l.chunk == 0 || l.dnnl != l.useDNNL(k) {
 		l.dnnl = l.useDNNL(k)
 		if l.dnnl {
@@ -211,7 +212,7 @@ func (l *Conv2D) bf16() bool { return l.dnnl && l.x.kern.BF16 }
 
 // useDNNL reports whether the layer runs on oneDNN with kernels k.
 func (l *Conv2D) useDNNL(k Kernels) bool {
-	return k.DNNL && !(l.direct && (!k.BF16 || l.poolTiles()))
+	return k.DNNL && !(l.direct && (!k.BF16 || l.poolTiles() || kernels.ConvSmallWide(l.out.C)))
 }
 
 // poolTiles reports whether a 2x2, stride-2 pool tiling the output

@@ -200,11 +200,192 @@ static void tap_offsets(window g, long *off) {
 			for (long c = 0; c < g.C; c++) off[t++] = (kh * Wp + kw) * g.C + c;
 }
 
+// tap_group sets tt to the nine taps from t (repeating t past the last).
+static void tap_group(const long *off, long t, long kkc, long *tt) {
+	for (int k = 0; k < 9; k++) tt[k] = off[t + k < kkc ? t + k : t];
+}
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define POOL512 1
+// The AVX-512 forms of conv_small_fwd and conv_pool_fwd, and of the inner
+// loops of conv_small_dw and conv_pool_dw, for O a multiple of 16 (where
+// hc_avx512 allows): the same arithmetic in
+// the same order lane by lane (so the same bits), sixteen channels to a
+// register and the pool done in registers, without conv_pool_fwd's tile,
+// 32 channels at a time where O allows.
+// BenchmarkConv1 (the CNN's conv1 and pool1, 4 samples) on one Zen 4 core:
+// forward 40-48 GFLOP/s before, 81-82 after; weight gradient 42-45
+// before, 65-75 after.
+#define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma")))
+
+// pool16 is max4 on sixteen channels held in registers, then the bias and
+// ReLU of conv_pool_fwd.
+T512 static inline void pool16(__m512 r0, __m512 r1, __m512 r2, __m512 r3, const float *bias, int relu, float *y, uint8_t *arg) {
+	__m512 m = r0;
+	__m512i a = _mm512_setzero_si512();
+	__mmask16 k = _mm512_cmp_ps_mask(r1, m, _CMP_GT_OQ);
+	a = _mm512_mask_mov_epi32(a, k, _mm512_set1_epi32(1)); m = _mm512_mask_mov_ps(m, k, r1);
+	k = _mm512_cmp_ps_mask(r2, m, _CMP_GT_OQ);
+	a = _mm512_mask_mov_epi32(a, k, _mm512_set1_epi32(2)); m = _mm512_mask_mov_ps(m, k, r2);
+	k = _mm512_cmp_ps_mask(r3, m, _CMP_GT_OQ);
+	a = _mm512_mask_mov_epi32(a, k, _mm512_set1_epi32(3)); m = _mm512_mask_mov_ps(m, k, r3);
+	if (bias) m = _mm512_add_ps(m, _mm512_loadu_ps(bias));
+	if (relu) m = _mm512_mask_mov_ps(m, _mm512_cmp_ps_mask(m, _mm512_setzero_ps(), _CMP_LT_OQ), _mm512_setzero_ps());
+	_mm512_storeu_ps(y, m);
+	_mm_storeu_si128((__m128i *)arg, _mm512_cvtepi32_epi8(a));
+}
+
+// fwd_px512 computes four output pixels, whose first inputs are b0..b3,
+// for channels [j, j+16*nb), nb 1 or 2 registers: with y1 NULL, pooled as
+// one window of conv_pool_fwd512 into y and arg; else written to y, y1, y2
+// and y3 (conv_small_fwd512). nb and the choice are constants where it is
+// inlined.
+T512 static inline __attribute__((always_inline)) void fwd_px512(const float *b0, const float *b1, const float *b2,
+		const float *b3, const long *off, long kkc, const float *restrict wT, long O, long j, int nb,
+		const float *bias, int relu, float *y, uint8_t *arg, float *y1, float *y2, float *y3) {
+	__m512 a0 = _mm512_setzero_ps(), a1 = a0, c0 = a0, c1 = a0, d0 = a0, d1 = a0, e0 = a0, e1 = a0;
+	for (long t = 0; t < kkc; t++) {
+		const float *w = wT + t * O + j;
+		__m512 w0 = _mm512_loadu_ps(w), w1 = nb == 2 ? _mm512_loadu_ps(w + 16) : w0;
+		__m512 v = _mm512_set1_ps(b0[off[t]]);
+		a0 = _mm512_fmadd_ps(v, w0, a0); if (nb == 2) a1 = _mm512_fmadd_ps(v, w1, a1);
+		v = _mm512_set1_ps(b1[off[t]]);
+		c0 = _mm512_fmadd_ps(v, w0, c0); if (nb == 2) c1 = _mm512_fmadd_ps(v, w1, c1);
+		v = _mm512_set1_ps(b2[off[t]]);
+		d0 = _mm512_fmadd_ps(v, w0, d0); if (nb == 2) d1 = _mm512_fmadd_ps(v, w1, d1);
+		v = _mm512_set1_ps(b3[off[t]]);
+		e0 = _mm512_fmadd_ps(v, w0, e0); if (nb == 2) e1 = _mm512_fmadd_ps(v, w1, e1);
+	}
+	if (y1) {
+		_mm512_storeu_ps(y + j, a0); _mm512_storeu_ps(y1 + j, c0); _mm512_storeu_ps(y2 + j, d0); _mm512_storeu_ps(y3 + j, e0);
+		if (nb == 2) {
+			_mm512_storeu_ps(y + j + 16, a1); _mm512_storeu_ps(y1 + j + 16, c1);
+			_mm512_storeu_ps(y2 + j + 16, d1); _mm512_storeu_ps(y3 + j + 16, e1);
+		}
+		return;
+	}
+	pool16(a0, c0, d0, e0, bias ? bias + j : 0, relu, y + j, arg + j);
+	if (nb == 2) pool16(a1, c1, d1, e1, bias ? bias + j + 16 : 0, relu, y + j + 16, arg + j + 16);
+}
+
+T512 static void conv_pool_fwd512(window g, long n, const float *x, const float *restrict wT, long O,
+		const float *bias, int relu, float *y, uint8_t *arg, float *restrict xp) {
+	long C = g.C, K = g.K, Wp = g.W + 2 * g.P, kkc = K * K * C, Hq = g.Ho / 2, Wq = g.Wo / 2;
+	long off[32];
+	tap_offsets(g, off);
+	for (long i = 0; i < n; i++) {
+		pad(g, x + i * g.H * g.W * C, xp);
+		for (long ph = 0; ph < Hq; ph++)
+		for (long pw = 0; pw < Wq; pw++) {
+			long oh = 2 * ph, ow = 2 * pw, o = ((i * Hq + ph) * Wq + pw) * O;
+			const float *b0 = xp + (oh * g.S * Wp + ow * g.S) * C, *b1 = b0 + g.S * C;
+			const float *b2 = b0 + g.S * Wp * C, *b3 = b2 + g.S * C;
+			long j = 0;
+			for (; j + 32 <= O; j += 32) fwd_px512(b0, b1, b2, b3, off, kkc, wT, O, j, 2, bias, relu, y + o, arg + o, 0, 0, 0);
+			if (j < O) fwd_px512(b0, b1, b2, b3, off, kkc, wT, O, j, 1, bias, relu, y + o, arg + o, 0, 0, 0);
+		}
+	}
+}
+
+// conv_small_fwd512 is conv_small_fwd four output pixels of a row at a
+// time (the row's last up to three as the first of four, the other three
+// copies of it written to the same place).
+T512 static void conv_small_fwd512(window g, long n, const float *x, const float *restrict wT, long O, float *restrict y,
+		float *restrict xp) {
+	long C = g.C, K = g.K, Wp = g.W + 2 * g.P, kkc = K * K * C;
+	long off[32];
+	tap_offsets(g, off);
+	for (long i = 0; i < n; i++) {
+		pad(g, x + i * g.H * g.W * C, xp);
+		for (long oh = 0; oh < g.Ho; oh++)
+		for (long ow = 0; ow < g.Wo;) {
+			long step = g.Wo - ow >= 4 ? 1 : 0; // the four pixels' spacing, in pixels
+			const float *b0 = xp + (oh * g.S * Wp + ow * g.S) * C, *b1 = b0 + step * g.S * C;
+			const float *b2 = b1 + step * g.S * C, *b3 = b2 + step * g.S * C;
+			float *y0 = y + ((i * g.Ho + oh) * g.Wo + ow) * O, *y1 = y0 + step * O, *y2 = y1 + step * O, *y3 = y2 + step * O;
+			long j = 0;
+			for (; j + 32 <= O; j += 32) fwd_px512(b0, b1, b2, b3, off, kkc, wT, O, j, 2, 0, 0, y0, 0, y1, y2, y3);
+			if (j < O) fwd_px512(b0, b1, b2, b3, off, kkc, wT, O, j, 1, 0, 0, y0, 0, y1, y2, y3);
+			ow += step ? 4 : 1;
+		}
+	}
+}
+
+// dw_block512 is conv_pool_dw's inner loops for one sample's taps tt
+// (nine, from t) and channels [j, j+16*nb), nb 1 or 2 registers; bias: db
+// is summed too. pooled: each pixel's gradient is routed from gm and af
+// as conv_pool_dw routes it; else it is read from gm, the sample's dy
+// (conv_small_dw). nb and pooled are constants where it is inlined.
+#define DW9(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8)
+#define DW_DECL(k) __m512 s##k = _mm512_setzero_ps(), u##k = s##k;
+#define DW_FMA(k) { __m512 v = _mm512_set1_ps(xs[tt[k]]); s##k = _mm512_fmadd_ps(v, dv, s##k); if (nb == 2) u##k = _mm512_fmadd_ps(v, dv2, u##k); }
+#define DW_ADD(d, r) _mm512_storeu_ps(d, _mm512_add_ps(_mm512_loadu_ps(d), r))
+#define DW_STORE(k) if (t + k < kkc) { DW_ADD(dwT + (t + k) * O + j, s##k); if (nb == 2) DW_ADD(dwT + (t + k) * O + j + 16, u##k); }
+
+T512 static inline __attribute__((always_inline)) void dw_block512(window g, const float *xp, const float *gm,
+		const float *af, const long *tt, long t, long kkc, long O, long j, int nb, int pooled, int bias,
+		float *restrict dwT, float *restrict db) {
+	long C = g.C, Wp = g.W + 2 * g.P, Wq = g.Wo / 2;
+	DW9(DW_DECL)
+	__m512 sb = bias ? _mm512_loadu_ps(db + j) : _mm512_setzero_ps();
+	__m512 sb2 = bias && nb == 2 ? _mm512_loadu_ps(db + j + 16) : _mm512_setzero_ps();
+	for (long oh = 0; oh < g.Ho; oh++) {
+		const float *row = xp + oh * g.S * Wp * C;
+		__m512 q = _mm512_set1_ps((float)((oh & 1) * 2)), q1 = _mm512_add_ps(q, _mm512_set1_ps(1));
+		const float *gr = gm + (pooled ? oh / 2 * Wq : oh * g.Wo) * O + j, *ar = pooled ? af + oh / 2 * Wq * O + j : 0;
+		for (long ow = 0; ow < g.Wo; ow++) {
+			__m512 dv, dv2;
+			if (pooled) {
+				// The pixel's gradient: gm where the maximum
+				// came from it, else +0, as conv_pool_dw's mask
+				// makes it.
+				long p = ow / 2 * O;
+				__m512 qq = ow & 1 ? q1 : q;
+				dv = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(_mm512_loadu_ps(ar + p), qq, _CMP_EQ_OQ), _mm512_loadu_ps(gr + p));
+				dv2 = dv;
+				if (nb == 2) dv2 = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(_mm512_loadu_ps(ar + p + 16), qq, _CMP_EQ_OQ), _mm512_loadu_ps(gr + p + 16));
+			} else {
+				dv = _mm512_loadu_ps(gr + ow * O);
+				dv2 = nb == 2 ? _mm512_loadu_ps(gr + ow * O + 16) : dv;
+			}
+			if (bias) { sb = _mm512_add_ps(sb, dv); if (nb == 2) sb2 = _mm512_add_ps(sb2, dv2); }
+			const float *xs = row + ow * g.S * C;
+			DW9(DW_FMA)
+		}
+	}
+	DW9(DW_STORE)
+	if (bias) _mm512_storeu_ps(db + j, sb);
+	if (bias && nb == 2) _mm512_storeu_ps(db + j + 16, sb2);
+}
+
+// dw_blocks512 is one sample's tap group (tt, from t) of conv_pool_dw
+// (af not NULL) or conv_small_dw (gm the sample's dy, af NULL), every
+// channel, in dw_block512's 32- and 16-channel blocks.
+T512 static void dw_blocks512(window g, const float *xp, const float *gm, const float *af, const long *tt, long t, long kkc,
+		long O, int bias, float *restrict dwT, float *restrict db) {
+	long j = 0;
+	if (af) {
+		for (; j + 32 <= O; j += 32) dw_block512(g, xp, gm, af, tt, t, kkc, O, j, 2, 1, bias, dwT, db);
+		if (j < O) dw_block512(g, xp, gm, af, tt, t, kkc, O, j, 1, 1, bias, dwT, db);
+		return;
+	}
+	for (; j + 32 <= O; j += 32) dw_block512(g, xp, gm, 0, tt, t, kkc, O, j, 2, 0, 0, dwT, 0);
+	if (j < O) dw_block512(g, xp, gm, 0, tt, t, kkc, O, j, 1, 0, 0, dwT, 0);
+}
+
+#endif
+
 // conv_small_fwd is a direct convolution for few input channels
 // (K*K*C <= 32) and O a multiple of 8: y (n, Ho, Wo, O) = conv(x, W),
 // no bias, with wT the weights transposed to (K*K*C, O). For each output
 // pixel, 8 channels at a time are accumulated in registers over the taps.
 CLONES static void conv_small_fwd(window g, long n, const float *x, const float *restrict wT, long O, float *restrict y, float *restrict xp) {
+#ifdef POOL512
+	if (O % 16 == 0 && hc_avx512()) {
+		conv_small_fwd512(g, n, x, wT, O, y, xp);
+		return;
+	}
+#endif
 	long C = g.C, K = g.K, Wp = g.W + 2 * g.P, kkc = K * K * C;
 	long off[32];
 	tap_offsets(g, off);
@@ -242,9 +423,22 @@ CLONES static void conv_small_dw(window g, long n, const float *x, const float *
 	long off[32];
 	tap_offsets(g, off);
 	zero(dwT, kkc * O);
+#ifdef POOL512
+	int w512 = O % 16 == 0 && hc_avx512();
+#endif
 	for (long i = 0; i < n; i++) {
 		pad(g, x + i * g.H * g.W * C, xp);
 		const float *ds = dy + i * P * O;
+#ifdef POOL512
+		if (w512) {
+			for (long t = 0; t < kkc; t += 9) {
+				long tt[9];
+				tap_group(off, t, kkc, tt);
+				dw_blocks512(g, xp, ds, 0, tt, t, kkc, O, 0, dwT, 0);
+			}
+			continue;
+		}
+#endif
 		long t = 0;
 		for (; t < kkc; t += 3) {
 			long t1 = t + 1 < kkc ? t + 1 : t, t2 = t + 2 < kkc ? t + 2 : t;
@@ -268,123 +462,6 @@ CLONES static void conv_small_dw(window g, long n, const float *x, const float *
 	}
 }
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define POOL512 1
-// The AVX-512 forms of conv_pool_fwd and of conv_pool_dw's inner loops,
-// for O a multiple of 16 (where hc_avx512 allows): the same arithmetic in
-// the same order lane by lane (so the same bits), sixteen channels to a
-// register and the pool done in registers, without conv_pool_fwd's tile,
-// 32 channels at a time where O allows.
-// BenchmarkConv1 (the CNN's conv1 and pool1, 4 samples) on one Zen 4 core:
-// forward 40-48 GFLOP/s before, 81-82 after; weight gradient 42-45
-// before, 65-75 after.
-#define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma")))
-
-// pool16 is max4 on sixteen channels held in registers, then the bias and
-// ReLU of conv_pool_fwd.
-T512 static inline void pool16(__m512 r0, __m512 r1, __m512 r2, __m512 r3, const float *bias, int relu, float *y, uint8_t *arg) {
-	__m512 m = r0;
-	__m512i a = _mm512_setzero_si512();
-	__mmask16 k = _mm512_cmp_ps_mask(r1, m, _CMP_GT_OQ);
-	a = _mm512_mask_mov_epi32(a, k, _mm512_set1_epi32(1)); m = _mm512_mask_mov_ps(m, k, r1);
-	k = _mm512_cmp_ps_mask(r2, m, _CMP_GT_OQ);
-	a = _mm512_mask_mov_epi32(a, k, _mm512_set1_epi32(2)); m = _mm512_mask_mov_ps(m, k, r2);
-	k = _mm512_cmp_ps_mask(r3, m, _CMP_GT_OQ);
-	a = _mm512_mask_mov_epi32(a, k, _mm512_set1_epi32(3)); m = _mm512_mask_mov_ps(m, k, r3);
-	if (bias) m = _mm512_add_ps(m, _mm512_loadu_ps(bias));
-	if (relu) m = _mm512_mask_mov_ps(m, _mm512_cmp_ps_mask(m, _mm512_setzero_ps(), _CMP_LT_OQ), _mm512_setzero_ps());
-	_mm512_storeu_ps(y, m);
-	_mm_storeu_si128((__m128i *)arg, _mm512_cvtepi32_epi8(a));
-}
-
-// fwd_window512 is one pooling window of conv_pool_fwd512 for channels
-// [j, j+16*nb), nb 1 or 2 registers (a constant where it is inlined).
-T512 static inline __attribute__((always_inline)) void fwd_window512(const float *b0, const float *b1, const float *b2,
-		const float *b3, const long *off, long kkc, const float *restrict wT, long O, long j, int nb,
-		const float *bias, int relu, float *y, uint8_t *arg) {
-	__m512 a0 = _mm512_setzero_ps(), a1 = a0, c0 = a0, c1 = a0, d0 = a0, d1 = a0, e0 = a0, e1 = a0;
-	for (long t = 0; t < kkc; t++) {
-		const float *w = wT + t * O + j;
-		__m512 w0 = _mm512_loadu_ps(w), w1 = nb == 2 ? _mm512_loadu_ps(w + 16) : w0;
-		__m512 v = _mm512_set1_ps(b0[off[t]]);
-		a0 = _mm512_fmadd_ps(v, w0, a0); if (nb == 2) a1 = _mm512_fmadd_ps(v, w1, a1);
-		v = _mm512_set1_ps(b1[off[t]]);
-		c0 = _mm512_fmadd_ps(v, w0, c0); if (nb == 2) c1 = _mm512_fmadd_ps(v, w1, c1);
-		v = _mm512_set1_ps(b2[off[t]]);
-		d0 = _mm512_fmadd_ps(v, w0, d0); if (nb == 2) d1 = _mm512_fmadd_ps(v, w1, d1);
-		v = _mm512_set1_ps(b3[off[t]]);
-		e0 = _mm512_fmadd_ps(v, w0, e0); if (nb == 2) e1 = _mm512_fmadd_ps(v, w1, e1);
-	}
-	pool16(a0, c0, d0, e0, bias ? bias + j : 0, relu, y + j, arg + j);
-	if (nb == 2) pool16(a1, c1, d1, e1, bias ? bias + j + 16 : 0, relu, y + j + 16, arg + j + 16);
-}
-
-T512 static void conv_pool_fwd512(window g, long n, const float *x, const float *restrict wT, long O,
-		const float *bias, int relu, float *y, uint8_t *arg, float *restrict xp) {
-	long C = g.C, K = g.K, Wp = g.W + 2 * g.P, kkc = K * K * C, Hq = g.Ho / 2, Wq = g.Wo / 2;
-	long off[32];
-	tap_offsets(g, off);
-	for (long i = 0; i < n; i++) {
-		pad(g, x + i * g.H * g.W * C, xp);
-		for (long ph = 0; ph < Hq; ph++)
-		for (long pw = 0; pw < Wq; pw++) {
-			long oh = 2 * ph, ow = 2 * pw, o = ((i * Hq + ph) * Wq + pw) * O;
-			const float *b0 = xp + (oh * g.S * Wp + ow * g.S) * C, *b1 = b0 + g.S * C;
-			const float *b2 = b0 + g.S * Wp * C, *b3 = b2 + g.S * C;
-			long j = 0;
-			for (; j + 32 <= O; j += 32) fwd_window512(b0, b1, b2, b3, off, kkc, wT, O, j, 2, bias, relu, y + o, arg + o);
-			if (j < O) fwd_window512(b0, b1, b2, b3, off, kkc, wT, O, j, 1, bias, relu, y + o, arg + o);
-		}
-	}
-}
-
-// dw_block512 is conv_pool_dw's inner loops for one sample's taps tt
-// (nine, from t) and channels [j, j+16*nb), nb 1 or 2 registers (a
-// constant where it is inlined); bias: db is summed too.
-#define DW9(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8)
-#define DW_DECL(k) __m512 s##k = _mm512_setzero_ps(), u##k = s##k;
-#define DW_FMA(k) { __m512 v = _mm512_set1_ps(xs[tt[k]]); s##k = _mm512_fmadd_ps(v, dv, s##k); if (nb == 2) u##k = _mm512_fmadd_ps(v, dv2, u##k); }
-#define DW_ADD(d, r) _mm512_storeu_ps(d, _mm512_add_ps(_mm512_loadu_ps(d), r))
-#define DW_STORE(k) if (t + k < kkc) { DW_ADD(dwT + (t + k) * O + j, s##k); if (nb == 2) DW_ADD(dwT + (t + k) * O + j + 16, u##k); }
-
-T512 static inline __attribute__((always_inline)) void dw_block512(window g, const float *xp, const float *gm,
-		const float *af, const long *tt, long t, long kkc, long O, long j, int nb, int bias, float *restrict dwT,
-		float *restrict db) {
-	long C = g.C, Wp = g.W + 2 * g.P, Wq = g.Wo / 2;
-	DW9(DW_DECL)
-	__m512 sb = bias ? _mm512_loadu_ps(db + j) : _mm512_setzero_ps();
-	__m512 sb2 = bias && nb == 2 ? _mm512_loadu_ps(db + j + 16) : _mm512_setzero_ps();
-	for (long oh = 0; oh < g.Ho; oh++) {
-		const float *row = xp + oh * g.S * Wp * C;
-		__m512 q = _mm512_set1_ps((float)((oh & 1) * 2)), q1 = _mm512_add_ps(q, _mm512_set1_ps(1));
-		const float *gr = gm + oh / 2 * Wq * O + j, *ar = af + oh / 2 * Wq * O + j;
-		for (long ow = 0; ow < g.Wo; ow++) {
-			// The pixel's gradient: gm where the maximum came
-			// from it, else +0, as conv_pool_dw's mask makes it.
-			long p = ow / 2 * O;
-			__m512 qq = ow & 1 ? q1 : q;
-			__m512 dv = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(_mm512_loadu_ps(ar + p), qq, _CMP_EQ_OQ), _mm512_loadu_ps(gr + p));
-			__m512 dv2 = dv;
-			if (nb == 2) dv2 = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(_mm512_loadu_ps(ar + p + 16), qq, _CMP_EQ_OQ), _mm512_loadu_ps(gr + p + 16));
-			if (bias) { sb = _mm512_add_ps(sb, dv); if (nb == 2) sb2 = _mm512_add_ps(sb2, dv2); }
-			const float *xs = row + ow * g.S * C;
-			DW9(DW_FMA)
-		}
-	}
-	DW9(DW_STORE)
-	if (bias) _mm512_storeu_ps(db + j, sb);
-	if (bias && nb == 2) _mm512_storeu_ps(db + j + 16, sb2);
-}
-
-// dw_blocks512 is one sample's tap group (tt, from t) of conv_pool_dw,
-// every channel, in dw_block512's 32- and 16-channel blocks.
-T512 static void dw_blocks512(window g, const float *xp, const float *gm, const float *af, const long *tt, long t, long kkc,
-		long O, int bias, float *restrict dwT, float *restrict db) {
-	long j = 0;
-	for (; j + 32 <= O; j += 32) dw_block512(g, xp, gm, af, tt, t, kkc, O, j, 2, bias, dwT, db);
-	if (j < O) dw_block512(g, xp, gm, af, tt, t, kkc, O, j, 1, bias, dwT, db);
-}
-#endif
 
 // conv_pool_fwd is conv_small_fwd followed by pool_fwd's 2x2, stride-2
 // max-pool (bias and ReLU after the pool), one pooling window at a time:
@@ -481,7 +558,7 @@ CLONES static void conv_pool_dw(window g, long n, const float *x, const float *r
 		}
 		for (long t = 0; t < kkc; t += 9) {
 			long tt[9];
-			for (int k = 0; k < 9; k++) tt[k] = off[t + k < kkc ? t + k : t];
+			tap_group(off, t, kkc, tt);
 			int bias = db && t == 0;
 #ifdef POOL512
 			if (w512) {
@@ -867,6 +944,12 @@ func ReLUBackward(y, dy, dx []float32) {
 	}
 	C.relu_bwd(fp(y), fp(dy), fp(dx), C.long(len(y)))
 }
+
+// ConvSmallWide reports whether ConvSmallForward and ConvSmallWeights
+// (and the fused ConvPool ones) run their AVX-512 forms for o output
+// channels: o in 16s where ISA is "avx512". Those beat oneDNN's bf16
+// direct convolution on the zoo's first layers (see the model's Conv2D).
+func ConvSmallWide(o int) bool { return o%16 == 0 && C.hc_avx512() != 0 }
 
 // ConvSmallForward is GoConvSmallForward in C.
 func ConvSmallForward(g Window, n int, x, wT []float32, o int, y, scratch []float32) {

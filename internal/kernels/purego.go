@@ -8,6 +8,9 @@ const Native = false
 // ISA is "go": the Go kernels, whatever the CPU.
 func ISA() string { return "go" }
 
+// ConvSmallWide is false: the Go kernels have no wide forms.
+func ConvSmallWide(o int) bool { return false }
+
 // Im2col is GoIm2col.
 func Im2col(g Window, n int, x, col []float32) {
 	g.check(n, len(x), n*g.In(), len(col), n*g.Cols())
