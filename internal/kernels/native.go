@@ -206,17 +206,21 @@ static void tap_group(const long *off, long t, long kkc, long *tt) {
 }
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define POOL512 1
+#define SMALL512 1
 // The AVX-512 forms of conv_small_fwd and conv_pool_fwd, and of the inner
 // loops of conv_small_dw and conv_pool_dw, for O a multiple of 16 (where
-// hc_avx512 allows): the same arithmetic in
-// the same order lane by lane (so the same bits), sixteen channels to a
-// register and the pool done in registers, without conv_pool_fwd's tile,
-// 32 channels at a time where O allows.
-// BenchmarkConv1 (the CNN's conv1 and pool1, 4 samples) on one Zen 4 core:
-// forward 40-48 GFLOP/s before, 81-82 after; weight gradient 42-45
-// before, 65-75 after.
+// hc_avx512 allows, see small_wide): the same arithmetic in the same order
+// lane by lane (so the same bits, TestISAForms), sixteen channels to a
+// register, 32 at a time where O allows, and the pool done in registers,
+// without conv_pool_fwd's tile. BenchmarkConv1 (the CNN's conv1, 4
+// samples) on one Zen 4 core: with its pool, forward 40-48 GFLOP/s before,
+// 81-82 after, weight gradient 42-45 before, 65-75 after; without, weight
+// gradient 36-39 before, 94.5 after.
 #define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma")))
+
+// small_wide reports whether the kernels run their AVX-512 forms for O
+// output channels.
+static int small_wide(long O) { return O % 16 == 0 && hc_avx512(); }
 
 // pool16 is max4 on sixteen channels held in registers, then the bias and
 // ReLU of conv_pool_fwd.
@@ -311,11 +315,12 @@ T512 static void conv_small_fwd512(window g, long n, const float *x, const float
 	}
 }
 
-// dw_block512 is conv_pool_dw's inner loops for one sample's taps tt
-// (nine, from t) and channels [j, j+16*nb), nb 1 or 2 registers; bias: db
-// is summed too. pooled: each pixel's gradient is routed from gm and af
-// as conv_pool_dw routes it; else it is read from gm, the sample's dy
-// (conv_small_dw). nb and pooled are constants where it is inlined.
+// dw_block512 is the inner loops of conv_pool_dw and conv_small_dw for
+// one sample's taps tt (nine, from t) and channels [j, j+16*nb), nb 1 or
+// 2 registers; bias: db is summed too. pooled: each pixel's gradient is
+// routed from gm and af as conv_pool_dw routes it; else it is read from
+// gm, the sample's dy (conv_small_dw). nb and pooled are constants where
+// it is inlined.
 #define DW9(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8)
 #define DW_DECL(k) __m512 s##k = _mm512_setzero_ps(), u##k = s##k;
 #define DW_FMA(k) { __m512 v = _mm512_set1_ps(xs[tt[k]]); s##k = _mm512_fmadd_ps(v, dv, s##k); if (nb == 2) u##k = _mm512_fmadd_ps(v, dv2, u##k); }
@@ -373,6 +378,8 @@ T512 static void dw_blocks512(window g, const float *xp, const float *gm, const 
 	if (j < O) dw_block512(g, xp, gm, 0, tt, t, kkc, O, j, 1, 0, 0, dwT, 0);
 }
 
+#else
+static int small_wide(long O) { return 0; }
 #endif
 
 // conv_small_fwd is a direct convolution for few input channels
@@ -380,8 +387,8 @@ T512 static void dw_blocks512(window g, const float *xp, const float *gm, const 
 // no bias, with wT the weights transposed to (K*K*C, O). For each output
 // pixel, 8 channels at a time are accumulated in registers over the taps.
 CLONES static void conv_small_fwd(window g, long n, const float *x, const float *restrict wT, long O, float *restrict y, float *restrict xp) {
-#ifdef POOL512
-	if (O % 16 == 0 && hc_avx512()) {
+#ifdef SMALL512
+	if (small_wide(O)) {
 		conv_small_fwd512(g, n, x, wT, O, y, xp);
 		return;
 	}
@@ -423,13 +430,13 @@ CLONES static void conv_small_dw(window g, long n, const float *x, const float *
 	long off[32];
 	tap_offsets(g, off);
 	zero(dwT, kkc * O);
-#ifdef POOL512
-	int w512 = O % 16 == 0 && hc_avx512();
+#ifdef SMALL512
+	int w512 = small_wide(O);
 #endif
 	for (long i = 0; i < n; i++) {
 		pad(g, x + i * g.H * g.W * C, xp);
 		const float *ds = dy + i * P * O;
-#ifdef POOL512
+#ifdef SMALL512
 		if (w512) {
 			for (long t = 0; t < kkc; t += 9) {
 				long tt[9];
@@ -471,8 +478,8 @@ CLONES static void conv_small_dw(window g, long n, const float *x, const float *
 // Ho and Wo are even. The same bits as the two kernels in turn.
 CLONES static void conv_pool_fwd(window g, long n, const float *x, const float *restrict wT, long O,
 		const float *bias, int relu, float *y, uint8_t *arg, float *restrict xp, float *restrict tile) {
-#ifdef POOL512
-	if (O % 16 == 0 && hc_avx512()) {
+#ifdef SMALL512
+	if (small_wide(O)) {
 		conv_pool_fwd512(g, n, x, wT, O, bias, relu, y, arg, xp);
 		return;
 	}
@@ -538,8 +545,8 @@ CLONES static void conv_pool_dw(window g, long n, const float *x, const float *r
 		const uint8_t *restrict arg, int relu, long O, float *restrict dwT, float *restrict db, float *restrict xp,
 		float *restrict gm, float *restrict af) {
 	long C = g.C, K = g.K, Wp = g.W + 2 * g.P, kkc = K * K * C, Wq = g.Wo / 2, out = (g.Ho / 2) * Wq * O;
-#ifdef POOL512
-	int w512 = O % 16 == 0 && hc_avx512();
+#ifdef SMALL512
+	int w512 = small_wide(O);
 #endif
 	long off[32];
 	tap_offsets(g, off);
@@ -560,7 +567,7 @@ CLONES static void conv_pool_dw(window g, long n, const float *x, const float *r
 			long tt[9];
 			tap_group(off, t, kkc, tt);
 			int bias = db && t == 0;
-#ifdef POOL512
+#ifdef SMALL512
 			if (w512) {
 				dw_blocks512(g, xp, gm, af, tt, t, kkc, O, bias, dwT, db);
 				continue;
@@ -949,7 +956,7 @@ func ReLUBackward(y, dy, dx []float32) {
 // (and the fused ConvPool ones) run their AVX-512 forms for o output
 // channels: o in 16s where ISA is "avx512". Those beat oneDNN's bf16
 // direct convolution on the zoo's first layers (see the model's Conv2D).
-func ConvSmallWide(o int) bool { return o%16 == 0 && C.hc_avx512() != 0 }
+func ConvSmallWide(o int) bool { return C.small_wide(C.long(o)) != 0 }
 
 // ConvSmallForward is GoConvSmallForward in C.
 func ConvSmallForward(g Window, n int, x, wT []float32, o int, y, scratch []float32) {
