@@ -22,6 +22,12 @@
 #    how far fp32's rounding alone moves the same seed: the floor under
 #    any bf16 - fp32 difference. FLOOR=0 skips that run; ACCURACY=0 skips
 #    all of part 2.
+#    SCHEDULE=cosine (any -schedule) trains each arm to the end of that
+#    schedule instead: one run per epoch count of EPOCHS_LIST (default "1
+#    EPOCHS"), each annealed over its own length, and compares the final
+#    accuracies: what a finished training delivers, not a snapshot at full
+#    learning rate. ROUNDS 0 skips part 1. Written to
+#    out/cpu_precision_SCHEDULE.json unless JSON says otherwise.
 # Needs ./hpctrain (make build) and mpirun.
 set -euo pipefail
 # The commit the run measures is the one checked out when it starts; a
@@ -34,11 +40,14 @@ epochs=${EPOCHS:-5}
 seeds=${SEEDS:-1 2 3}
 accuracy=${ACCURACY:-1}
 floor=${FLOOR:-1}
+schedule=${SCHEDULE:-}
+epoch_list=${EPOCHS_LIST:-1 $epochs}
+[ -n "$schedule" ] || epoch_list=$epochs
 py=/usr/bin/python3
 cd "$(dirname "$0")/.."
 [ -x ./hpctrain ] || { echo "cpu_precision: build ./hpctrain first (make build)" >&2; exit 1; }
 mkdir -p out
-json=${JSON:-out/cpu_precision.json}
+json=${JSON:-out/cpu_precision${schedule:+_$schedule}.json}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 : >"$tmp/steps.jsonl"
@@ -62,19 +71,23 @@ if [ "$accuracy" = 1 ]; then
 		for m in $models; do
 			arms="fp32 bf16"
 			[ "$floor" != 1 ] || arms+=" fp32-blas"
-			for arm in $arms; do
-				p=${arm%-blas} kern=dnnl
-				[ "$arm" = "$p" ] || kern=blas
-				c="scripts/mpirun.sh -np 2 ./hpctrain train -model $m -device cpu -threads 1 -precision $p -epochs $epochs -seed $seed -progress 0"
-				[ "$kern" = dnnl ] || c+=" -cpu-kernels blas"
-				cmds+=("$c")
-				echo "$c" >&2
-				rm -f "$tmp/m.jsonl"
-				$c -metrics "$tmp/m.jsonl" >/dev/null
-				$py -c 'import json,sys
+			for e in $epoch_list; do
+				for arm in $arms; do
+					p=${arm%-blas} kern=dnnl
+					[ "$arm" = "$p" ] || kern=blas
+					c="scripts/mpirun.sh -np 2 ./hpctrain train -model $m -device cpu -threads 1 -precision $p -epochs $e -seed $seed -progress 0"
+					[ -z "$schedule" ] || c+=" -schedule $schedule"
+					[ "$kern" = dnnl ] || c+=" -cpu-kernels blas"
+					cmds+=("$c")
+					echo "$c" >&2
+					rm -f "$tmp/m.jsonl"
+					$c -metrics "$tmp/m.jsonl" >/dev/null
+					$py -c 'import json,sys
 ls=[json.loads(l) for l in open(sys.argv[1]) if not json.loads(l).get("final")]
 print(json.dumps({"model":sys.argv[2],"precision":sys.argv[3],"kernels":sys.argv[5],"seed":int(sys.argv[4]),"epochs":len(ls),
-  "accuracy":[l["test_accuracy"] for l in ls],"samples_per_second":[l["samples_per_second"] for l in ls]}))' "$tmp/m.jsonl" "$m" "$p" "$seed" "$kern" >>"$tmp/acc.jsonl"
+  "schedule":sys.argv[6] or "constant",
+  "accuracy":[l["test_accuracy"] for l in ls],"samples_per_second":[l["samples_per_second"] for l in ls]}))' "$tmp/m.jsonl" "$m" "$p" "$seed" "$kern" "$schedule" >>"$tmp/acc.jsonl"
+				done
 			done
 		done
 	done
@@ -105,7 +118,9 @@ doc = {"kind": "cpu_precision",
        "commit": os.environ.get("START_REV") or sh("git rev-parse --short HEAD"),
        "dirty": bool(os.environ.get("START_DIRTY") or sh("git status --porcelain -uno")
                      or sh("git rev-parse --short HEAD") != os.environ.get("START_REV")),
-       "statistic": "step rows: batch / median step over 40 steps, median over rounds; accuracy rows: test accuracy after epochs 1 and last, per seed (fp32, bf16 and fp32 on the blas kernels with the same seed), samples/s = the run's samples / training-loop seconds (its last metrics line)",
+       "schedule": os.environ.get("SCHEDULE") or "constant",
+       "statistic": "step rows: batch / median step over 40 steps, median over rounds; accuracy rows: test accuracy after epochs 1 and last, per seed (fp32, bf16 and fp32 on the blas kernels with the same seed), samples/s = the run's samples / training-loop seconds (its last metrics line)"
+                    + ("; each run trained to the end of its own %s learning-rate schedule, one run per epoch count" % os.environ["SCHEDULE"] if os.environ.get("SCHEDULE") else ""),
        "commands": cmds, "steps": steps, "step_summary": summary, "accuracy": acc}
 json.dump(doc, open(sys.argv[4], "w"), indent=2)
 print("wrote", sys.argv[4])

@@ -121,8 +121,9 @@ def render_cpu_precision(docs):
     out = []
     for d in docs:
         by = {(s["model"], s["threads"], s["kernels"]): s for s in d["step_summary"]}
-        out += ["| model | threads | kernels | samples/s (median) | % of same-run SGEMM | vs blas | bf16 / fp32 | per round |",
-                "|---|---|---|---|---|---|---|---|"]
+        if by:
+            out += ["| model | threads | kernels | samples/s (median) | % of same-run SGEMM | vs blas | bf16 / fp32 | per round |",
+                    "|---|---|---|---|---|---|---|---|"]
         for (m, t, k), s in by.items():
             blas = by.get((m, t, "blas"))
             f32 = by.get((m, t, "dnnl"))
@@ -133,13 +134,16 @@ def render_cpu_precision(docs):
                 "%.2f" % (sps / f32["samples_per_second_median"]) if f32 and k == "dnnl bf16" else "-",
                 " / ".join(num(x) for x in s["per_round_sps"])))
         if d.get("accuracy"):
-            out += ["", "| model | seed | precision | epochs | test accuracy after epoch 1 | after the last | samples/s (2 x 1, end to end) |",
-                    "|---|---|---|---|---|---|---|"]
+            sched = d.get("schedule", "constant")
+            if by:
+                out.append("")
+            out += ["| model | seed | precision | schedule | epochs | test accuracy after epoch 1 | after the last | samples/s (2 x 1, end to end) |",
+                    "|---|---|---|---|---|---|---|---|"]
             for a in d["accuracy"]:
-                out.append("| %s | %s | %s | %d | %.2f%% | %.2f%% | %s |" % (
-                    a["model"], a.get("seed", 1), arm(a), a["epochs"], 100 * a["accuracy"][0],
+                out.append("| %s | %s | %s | %s | %d | %.2f%% | %.2f%% | %s |" % (
+                    a["model"], a.get("seed", 1), arm(a), a.get("schedule", sched), a["epochs"], 100 * a["accuracy"][0],
                     100 * a["accuracy"][-1], num(a["samples_per_second"][-1])))
-            out += accuracy_summary(d["accuracy"])
+            out += accuracy_summary(d["accuracy"]) if sched == "constant" else finished_summary(d["accuracy"], sched)
         dirty = " (work tree modified)" if d.get("dirty") else ""
         out += ["", "Commands: %s. Commit %s%s; %s, %d CPUs, %s; statistic: %s." % (
             "; ".join("`%s`" % c for c in d["commands"]), d.get("commit", "?"), dirty, d.get("cpu", "?"),
@@ -177,6 +181,29 @@ def accuracy_summary(acc):
                     when, " / ".join("%+.2f" % x for x in d), sum(d) / len(d), sum(map(abs, d)) / len(d), spread))
             out += ["", "%s, %s in points, same seed (seeds %s): %s." % (
                 m, what, ", ".join(map(str, seeds)), "; ".join(parts))]
+    return out
+
+
+def finished_summary(acc, sched):
+    """accuracy_summary for runs that each train to the end of their own
+    schedule (cpu_precision.sh SCHEDULE=...): per model and epoch count,
+    the final accuracies of the same seed compared, bf16 and fp32 on the
+    blas kernels each minus fp32 on oneDNN."""
+    runs = {(a["model"], a.get("seed", 1), arm(a), a["epochs"]): a for a in acc}
+    out = []
+    for m in dict.fromkeys(a["model"] for a in acc):
+        for other, what in (("bf16", "bf16 minus fp32"), ("fp32 blas", "fp32 on the blas kernels minus fp32 on oneDNN")):
+            parts = []
+            for e in sorted({k[3] for k in runs if k[0] == m}):
+                seeds = [k[1] for k in runs if k[0] == m and k[2] == "fp32" and k[3] == e and (m, k[1], other, e) in runs]
+                if not seeds:
+                    continue
+                d = [100 * (runs[(m, s, other, e)]["accuracy"][-1] - runs[(m, s, "fp32", e)]["accuracy"][-1]) for s in seeds]
+                parts.append("%d-epoch runs %s (mean %+.2f, mean size %.2f, largest %.2f)" % (
+                    e, " / ".join("%+.2f" % x for x in d), sum(d) / len(d), sum(map(abs, d)) / len(d), max(map(abs, d))))
+            if parts:
+                out += ["", "%s, %s in points at the end of a %s schedule, same seed (seeds %s): %s." % (
+                    m, what, sched, ", ".join(map(str, sorted({k[1] for k in runs if k[0] == m}))), "; ".join(parts))]
     return out
 
 
