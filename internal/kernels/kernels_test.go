@@ -135,7 +135,9 @@ func TestConvSmall(t *testing.T) {
 	for _, c := range []struct {
 		g Window
 		o int
-	}{{conv(28, 28, 1, 3, 1, 1), 32}, {conv(7, 6, 3, 3, 2, 0), 8}, {conv(5, 6, 2, 2, 1, 1), 40}, {conv(6, 5, 1, 5, 1, 2), 16}} {
+	}{{conv(28, 28, 1, 3, 1, 1), 32}, {conv(7, 6, 3, 3, 2, 0), 8}, {conv(5, 6, 2, 2, 1, 1), 40}, {conv(6, 5, 1, 5, 1, 2), 16},
+		// resnets' 1x1 projections: no padding, read in place.
+		{conv(8, 7, 16, 1, 2, 0), 32}, {conv(9, 9, 32, 1, 2, 0), 64}} {
 		g, o := c.g, c.o
 		const n = 2
 		kkc := g.K * g.K * g.C

@@ -182,13 +182,22 @@ CLONES static void colsums(float *dst, const float *a, long m, long n, long lda)
 typedef float v8 __attribute__((vector_size(32), aligned(4)));
 typedef int32_t v8i __attribute__((vector_size(32), aligned(4)));
 
-// pad copies one sample x (H, W, C) into xp (H+2P, W+2P, C) with a zero
-// border, so that the direct convolution below needs no bounds checks.
-static void pad(window g, const float *restrict x, float *restrict xp) {
-	long C = g.C, Wp = g.W + 2 * g.P, Hp = g.H + 2 * g.P;
-	zero(xp, Hp * Wp * C);
-	for (long h = 0; h < g.H; h++)
-		__builtin_memcpy(xp + ((h + g.P) * Wp + g.P) * C, x + h * g.W * C, g.W * C * sizeof(float));
+// padded returns one sample x (H, W, C) with a zero border of P, so that
+// the direct convolutions below need no bounds checks: x itself where P is
+// 0 (a 1x1 projection shortcut: no copy), else its copy in xp (H+2P,
+// W+2P, C), of which only the border is zeroed.
+static const float *padded(window g, const float *x, float *restrict xp) {
+	long C = g.C, P = g.P, Wp = g.W + 2 * P;
+	if (P == 0) return x;
+	zero(xp, P * Wp * C);
+	for (long h = 0; h < g.H; h++) {
+		float *r = xp + (h + P) * Wp * C;
+		zero(r, P * C);
+		__builtin_memcpy(r + P * C, x + h * g.W * C, g.W * C * sizeof(float));
+		zero(r + (P + g.W) * C, P * C);
+	}
+	zero(xp + (P + g.H) * Wp * C, P * Wp * C);
+	return xp;
 }
 
 // tap_offsets sets off[t] to tap t's offset, t = (kh*K + kw)*C + c, from
@@ -278,11 +287,11 @@ T512 static void conv_pool_fwd512(window g, long n, const float *x, const float 
 	long off[32];
 	tap_offsets(g, off);
 	for (long i = 0; i < n; i++) {
-		pad(g, x + i * g.H * g.W * C, xp);
+		const float *xs = padded(g, x + i * g.H * g.W * C, xp);
 		for (long ph = 0; ph < Hq; ph++)
 		for (long pw = 0; pw < Wq; pw++) {
 			long oh = 2 * ph, ow = 2 * pw, o = ((i * Hq + ph) * Wq + pw) * O;
-			const float *b0 = xp + (oh * g.S * Wp + ow * g.S) * C, *b1 = b0 + g.S * C;
+			const float *b0 = xs + (oh * g.S * Wp + ow * g.S) * C, *b1 = b0 + g.S * C;
 			const float *b2 = b0 + g.S * Wp * C, *b3 = b2 + g.S * C;
 			long j = 0;
 			for (; j + 32 <= O; j += 32) fwd_px512(b0, b1, b2, b3, off, kkc, wT, O, j, 2, bias, relu, y + o, arg + o, 0, 0, 0);
@@ -300,11 +309,11 @@ T512 static void conv_small_fwd512(window g, long n, const float *x, const float
 	long off[32];
 	tap_offsets(g, off);
 	for (long i = 0; i < n; i++) {
-		pad(g, x + i * g.H * g.W * C, xp);
+		const float *xs = padded(g, x + i * g.H * g.W * C, xp);
 		for (long oh = 0; oh < g.Ho; oh++)
 		for (long ow = 0; ow < g.Wo;) {
 			long step = g.Wo - ow >= 4 ? 1 : 0; // the four pixels' spacing, in pixels
-			const float *b0 = xp + (oh * g.S * Wp + ow * g.S) * C, *b1 = b0 + step * g.S * C;
+			const float *b0 = xs + (oh * g.S * Wp + ow * g.S) * C, *b1 = b0 + step * g.S * C;
 			const float *b2 = b1 + step * g.S * C, *b3 = b2 + step * g.S * C;
 			float *y0 = y + ((i * g.Ho + oh) * g.Wo + ow) * O, *y1 = y0 + step * O, *y2 = y1 + step * O, *y3 = y2 + step * O;
 			long j = 0;
@@ -397,11 +406,11 @@ CLONES static void conv_small_fwd(window g, long n, const float *x, const float 
 	long off[32];
 	tap_offsets(g, off);
 	for (long i = 0; i < n; i++) {
-		pad(g, x + i * g.H * g.W * C, xp);
+		const float *xs = padded(g, x + i * g.H * g.W * C, xp);
 		float *ys = y + i * g.Ho * g.Wo * O;
 		for (long oh = 0; oh < g.Ho; oh++)
 		for (long ow = 0; ow < g.Wo; ow++) {
-			const float *base = xp + (oh * g.S * Wp + ow * g.S) * C;
+			const float *base = xs + (oh * g.S * Wp + ow * g.S) * C;
 			v8 *yr = (v8 *)(ys + (oh * g.Wo + ow) * O);
 			long j = 0;
 			for (; j + 32 <= O; j += 32) {
@@ -434,14 +443,14 @@ CLONES static void conv_small_dw(window g, long n, const float *x, const float *
 	int w512 = small_wide(O);
 #endif
 	for (long i = 0; i < n; i++) {
-		pad(g, x + i * g.H * g.W * C, xp);
+		const float *xs = padded(g, x + i * g.H * g.W * C, xp);
 		const float *ds = dy + i * P * O;
 #ifdef SMALL512
 		if (w512) {
 			for (long t = 0; t < kkc; t += 9) {
 				long tt[9];
 				tap_group(off, t, kkc, tt);
-				dw_blocks512(g, xp, ds, 0, tt, t, kkc, O, 0, dwT, 0);
+				dw_blocks512(g, xs, ds, 0, tt, t, kkc, O, 0, dwT, 0);
 			}
 			continue;
 		}
@@ -453,7 +462,7 @@ CLONES static void conv_small_dw(window g, long n, const float *x, const float *
 				v8 a = {0}, b = {0}, c = {0};
 				const float *d0 = ds + j;
 				for (long oh = 0; oh < g.Ho; oh++) {
-					const float *row = xp + oh * g.S * Wp * C;
+					const float *row = xs + oh * g.S * Wp * C;
 					const float *x0 = row + off[t], *x1 = row + off[t1], *x2 = row + off[t2];
 					for (long ow = 0; ow < g.Wo; ow++, d0 += O) {
 						v8 d = *(const v8 *)d0;
@@ -489,11 +498,11 @@ CLONES static void conv_pool_fwd(window g, long n, const float *x, const float *
 	tap_offsets(g, off);
 	float *t0 = tile, *t1 = tile + O, *t2 = tile + 2 * O, *t3 = tile + 3 * O;
 	for (long i = 0; i < n; i++) {
-		pad(g, x + i * g.H * g.W * C, xp);
+		const float *xs = padded(g, x + i * g.H * g.W * C, xp);
 		for (long ph = 0; ph < Hq; ph++)
 		for (long pw = 0; pw < Wq; pw++) {
 			long oh = 2 * ph, ow = 2 * pw;
-			const float *b0 = xp + (oh * g.S * Wp + ow * g.S) * C, *b1 = b0 + g.S * C;
+			const float *b0 = xs + (oh * g.S * Wp + ow * g.S) * C, *b1 = b0 + g.S * C;
 			const float *b2 = b0 + g.S * Wp * C, *b3 = b2 + g.S * C;
 			long j = 0;
 			for (; j + 16 <= O; j += 16) {
@@ -553,7 +562,7 @@ CLONES static void conv_pool_dw(window g, long n, const float *x, const float *r
 	zero(dwT, kkc * O);
 	if (db) zero(db, O);
 	for (long i = 0; i < n; i++) {
-		pad(g, x + i * g.H * g.W * C, xp);
+		const float *xs = padded(g, x + i * g.H * g.W * C, xp);
 		// Per pooled output, the gradient it passes (zero where a fused
 		// ReLU cut it) and its argmax as a float, so that the loop
 		// below compares and masks in one lane width.
@@ -569,7 +578,7 @@ CLONES static void conv_pool_dw(window g, long n, const float *x, const float *r
 			int bias = db && t == 0;
 #ifdef SMALL512
 			if (w512) {
-				dw_blocks512(g, xp, gm, af, tt, t, kkc, O, bias, dwT, db);
+				dw_blocks512(g, xs, gm, af, tt, t, kkc, O, bias, dwT, db);
 				continue;
 			}
 #endif
@@ -578,7 +587,7 @@ CLONES static void conv_pool_dw(window g, long n, const float *x, const float *r
 				v8 sb = {0};
 				if (bias) sb = *(const v8 *)(db + j);
 				for (long oh = 0; oh < g.Ho; oh++) {
-					const float *row = xp + oh * g.S * Wp * C;
+					const float *row = xs + oh * g.S * Wp * C;
 					float q0 = (float)((oh & 1) * 2);
 					for (long ow = 0; ow < g.Wo; ow++) {
 						long p = (oh / 2 * Wq + ow / 2) * O + j;
