@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 
+	"hpctrain/internal/dnnl"
 	"hpctrain/internal/kernels"
 )
 
@@ -61,8 +62,19 @@ type BatchNorm struct {
 	cmu         []float32
 	cmask       bool // mask cdy where the fused ReLU's output was zero
 	sumTask     perWorker
-	normTask    samples
-	bwdTask     samples
+	normTask    perWorker
+	bwdTask     perWorker
+
+	// next is the convolution this layer's output goes to (past a fused
+	// ReLU), prev the one its input comes from (see link16). Where they
+	// run on bf16 kernels, y16 and dx16 are the call's output and input
+	// gradient in bf16, the convolution's own buffers (Conv2D.input16,
+	// outGrad16): computed in float32 a block at a time in cache and
+	// stored in bf16 only, since nothing else reads them (see norm, bwd).
+	next, prev *Conv2D
+	y16, dx16  []uint16
+	blocks     [][]float32 // per worker: a block of float32 values on its way to bf16
+	handed     int         // calls that wrote y16 or dx16 (tests)
 }
 
 // batchNorm returns the Spec of a batch normalisation with the given
@@ -184,17 +196,53 @@ func (l *BatchNorm) forward(x, y []float32, n int) {
 		l.s[j] = float32(float64(l.gamma[j]) * l.istd[j])
 		l.t[j] = l.beta[j]
 	}
-	l.cx, l.cy = x, y
+	l.cx, l.cy, l.y16 = x, y, nil
+	if l.next != nil && handoff16 {
+		l.y16 = l.next.input16()
+	}
+	if l.y16 != nil {
+		l.makeBlocks()
+		l.handed++
+	}
 	l.x.par.Run(n, l.normTask)
+	l.y16 = nil
 }
 
-func (l *BatchNorm) norm(lo, hi int) {
-	sz, hw := l.shape.Size(), l.shape.H*l.shape.W
-	if l.relu {
-		kernels.ChanNormReLU(l.cy[lo*sz:hi*sz], l.cx[lo*sz:hi*sz], (hi-lo)*hw, l.c, l.mean, l.s, l.t)
+// makeBlocks gives every worker its block for the bf16 hand-off (once):
+// whole rows of C channels, about 16 KB of float32, which stay in L1
+// between the kernel that writes them and their conversion.
+func (l *BatchNorm) makeBlocks() {
+	for len(l.blocks) < l.x.par.Workers() {
+		l.blocks = append(l.blocks, make([]float32, max(1, 4096/l.c)*l.c))
+	}
+}
+
+// norm normalises samples [lo, hi). With the hand-off, the float32 output
+// is only a block in cache: nothing reads it but its conversion (the
+// convolution after this layer reads the bf16 copy alone), so it is not
+// written to y.
+func (l *BatchNorm) norm(w, lo, hi int) {
+	sz := l.shape.Size()
+	y, x := l.cy[lo*sz:hi*sz], l.cx[lo*sz:hi*sz]
+	if l.y16 == nil {
+		l.normRows(y, x)
 		return
 	}
-	kernels.ChanNorm(l.cy[lo*sz:hi*sz], l.cx[lo*sz:hi*sz], (hi-lo)*hw, l.c, l.mean, l.s, l.t)
+	y16, b := l.y16[lo*sz:hi*sz], l.blocks[w]
+	for i := 0; i < len(x); i += len(b) {
+		j := min(i+len(b), len(x))
+		l.normRows(b[:j-i], x[i:j])
+		dnnl.ToBF16(y16[i:j], b[:j-i])
+	}
+}
+
+// normRows normalises the rows of x (m, C) into y.
+func (l *BatchNorm) normRows(y, x []float32) {
+	if l.relu {
+		kernels.ChanNormReLU(y, x, len(x)/l.c, l.c, l.mean, l.s, l.t)
+		return
+	}
+	kernels.ChanNorm(y, x, len(x)/l.c, l.c, l.mean, l.s, l.t)
 }
 
 // backward: x, dy, dx (N, H, W, C).
@@ -224,15 +272,49 @@ func (l *BatchNorm) backward(x, y, dy, dx []float32, n int) {
 			l.a[j], l.b[j], l.k[j] = float32(float64(l.gamma[j])*l.istd[j]), 0, 0
 		}
 	}
-	l.cx, l.cy, l.cdy = x, dx, dy
+	l.cx, l.cy, l.cdy, l.dx16 = x, dx, dy, nil
+	if l.prev != nil && handoff16 {
+		l.dx16 = l.prev.outGrad16()
+	}
+	if l.dx16 != nil {
+		l.makeBlocks()
+		l.handed++
+	}
 	l.x.par.Run(n, l.bwdTask)
+	l.dx16 = nil
 }
 
-func (l *BatchNorm) bwd(lo, hi int) {
-	sz, hw := l.shape.Size(), l.shape.H*l.shape.W
-	if l.relu {
-		kernels.ChanNormBackwardReLU(l.cy[lo*sz:hi*sz], l.cdy[lo*sz:hi*sz], l.cx[lo*sz:hi*sz], (hi-lo)*hw, l.c, l.mean, l.a, l.b, l.k, l.s, l.t)
+// bwd computes the input gradient of samples [lo, hi); with the hand-off,
+// in bf16 only (see norm), unless the convolution before this layer has a
+// bias, whose gradient sums the float32 values.
+func (l *BatchNorm) bwd(w, lo, hi int) {
+	sz := l.shape.Size()
+	dx, dy, x := l.cy[lo*sz:hi*sz], l.cdy[lo*sz:hi*sz], l.cx[lo*sz:hi*sz]
+	if l.dx16 == nil {
+		l.bwdRows(dx, dy, x)
 		return
 	}
-	kernels.ChanNormBackward(l.cy[lo*sz:hi*sz], l.cdy[lo*sz:hi*sz], l.cx[lo*sz:hi*sz], (hi-lo)*hw, l.c, l.mean, l.a, l.b, l.k)
+	dx16, b := l.dx16[lo*sz:hi*sz], l.blocks[w]
+	for i := 0; i < len(x); i += len(b) {
+		j := min(i+len(b), len(x))
+		out := b[:j-i]
+		if l.prev.bias {
+			out = dx[i:j]
+		}
+		l.bwdRows(out, dy[i:j], x[i:j])
+		dnnl.ToBF16(dx16[i:j], out)
+	}
 }
+
+// bwdRows computes the input gradient dx of the rows of x (m, C).
+func (l *BatchNorm) bwdRows(dx, dy, x []float32) {
+	if l.relu {
+		kernels.ChanNormBackwardReLU(dx, dy, x, len(x)/l.c, l.c, l.mean, l.a, l.b, l.k, l.s, l.t)
+		return
+	}
+	kernels.ChanNormBackward(dx, dy, x, len(x)/l.c, l.c, l.mean, l.a, l.b, l.k)
+}
+
+// handoff16 switches the bf16 hand-off between batch norms and the
+// convolutions next to them (tests compare the two).
+var handoff16 = true

@@ -65,9 +65,16 @@ type Conv2D struct {
 	// On oneDNN's bf16 kernels, x16 is the batch's input in bf16,
 	// converted once in forward for the forward and the weight gradient,
 	// and dy16 each worker's chunk of the output gradient, converted once
-	// for both backward products.
-	x16  []uint16
-	dy16 [][]uint16
+	// for both backward products. Where the layer before or after is a
+	// batch norm, that layer writes them instead as it writes the
+	// float32 values, while they are in cache (input16, outGrad16):
+	// have16 says x16 is written for the coming forward, and dyAll the
+	// whole batch's output gradient in bf16 for the coming backward.
+	x16    []uint16
+	dy16   [][]uint16
+	dyAll  []uint16
+	have16 bool
+	haveDy bool
 
 	fwdTask, bwdTask, dwTask perWorker
 }
@@ -165,7 +172,7 @@ func (l *Conv2D) colBlocks() {
 		}
 		l.part = make([]float32, l.chunks(l.batch)*len(l.grad))
 		l.cols, l.pads, l.dwT, l.outs = nil, nil, nil, nil
-		l.x16, l.dy16 = nil, nil
+		l.x16, l.dy16, l.dyAll = nil, nil, nil
 	}
 	l.x.perWorkerKernels()
 	if l.bf16() {
@@ -205,6 +212,35 @@ func (l *Conv2D) forward(x, y []float32, n int) {
 	}
 	l.cx, l.cy, l.n = x, y, n
 	l.x.par.Run(l.chunks(n), l.fwdTask)
+	l.have16 = false
+}
+
+// input16 is where the layer before this one may write this layer's input
+// in bf16 for the coming forward (a batch norm, as it writes the float32
+// input): the layer's own x16, or nil where the layer does not run on bf16
+// kernels and wants none.
+func (l *Conv2D) input16() []uint16 {
+	l.colBlocks()
+	if !l.bf16() {
+		return nil
+	}
+	l.have16 = true
+	return l.x16
+}
+
+// outGrad16 is input16 for the coming backward: where the layer after this
+// one may write the gradient of this layer's output in bf16, for the whole
+// batch; nil where the layer does not run on bf16 kernels or pools.
+func (l *Conv2D) outGrad16() []uint16 {
+	l.colBlocks()
+	if !l.bf16() || l.pool != nil {
+		return nil
+	}
+	if l.dyAll == nil {
+		l.dyAll = make([]uint16, l.batch*l.hwo*l.out.C)
+	}
+	l.haveDy = true
+	return l.dyAll
 }
 
 // bf16 reports whether the layer runs on oneDNN's bf16 kernels.
@@ -248,7 +284,9 @@ func (l *Conv2D) fwd(w, lo, hi int) {
 		switch {
 		case l.bf16():
 			x16 := l.x16[s0*size:][:ns*size]
-			dnnl.ToBF16(x16, x)
+			if !l.have16 {
+				dnnl.ToBF16(x16, x)
+			}
 			l.x.dnnlConv16(l, w, ns).ForwardGen16(x16, l.w, y, l.x.wgen)
 		case l.dnnl:
 			l.x.dnnlConv(l, w, ns).ForwardGen(x, l.w, y, l.x.wgen)
@@ -285,6 +323,7 @@ func (l *Conv2D) backward(x, y, dy, dx []float32, n int) {
 	l.x.par.Run(l.chunks(n), l.bwdTask)
 	l.x.par.Run(len(l.grad), l.dwTask)
 	l.cdx = nil
+	l.haveDy = false
 }
 
 func (l *Conv2D) bwd(w, lo, hi int) {
@@ -318,8 +357,12 @@ func (l *Conv2D) bwd(w, lo, hi int) {
 		var dy16 []uint16
 		switch {
 		case l.bf16():
-			dy16 = l.dy16[w][:m*o]
-			dnnl.ToBF16(dy16, dy)
+			if l.haveDy {
+				dy16 = l.dyAll[s0*l.hwo*o:][:m*o]
+			} else {
+				dy16 = l.dy16[w][:m*o]
+				dnnl.ToBF16(dy16, dy)
+			}
 			l.x.dnnlConv16(l, w, ns).BackwardWeights16(l.x16[s0*size:][:ns*size], dy16, part[:nw])
 		case l.dnnl:
 			l.x.dnnlConv(l, w, ns).BackwardWeights(x, dy, part[:nw])

@@ -150,6 +150,7 @@ type chain struct {
 func (c *chain) bind(layers []Layer, in Shape, s slot, nested bool) {
 	c.layers = layers
 	fuse(layers, nested)
+	link16(layers)
 	nl := len(layers)
 	c.acts = make([][]float32, nl+1)
 	c.dacts = make([][]float32, nl+1) // dacts[0] stays nil: the first layer needs no input gradient
@@ -284,6 +285,32 @@ func fuse(ls []Layer, nested bool) {
 			r.fused, prev.relu = true, true
 		case *Residual:
 			r.fused, prev.relu = true, true
+		}
+	}
+}
+
+// link16 points each batch norm at the convolutions beside it, for the
+// bf16 hand-off (BatchNorm.next, prev): prev computes its input (no pool
+// fused in), next takes its output, past a fused ReLU. In a chain each is
+// the only reader of what they share.
+func link16(ls []Layer) {
+	for i, l := range ls {
+		bn, ok := l.(*BatchNorm)
+		if !ok {
+			continue
+		}
+		bn.prev, bn.next = nil, nil
+		if c, ok := at(ls, i-1).(*Conv2D); ok && c.pool == nil {
+			bn.prev = c
+		}
+		j := i + 1
+		for j < len(ls) && inPlace(ls[j]) {
+			j++
+		}
+		if j < len(ls) {
+			if c, ok := ls[j].(*Conv2D); ok {
+				bn.next = c
+			}
 		}
 	}
 }

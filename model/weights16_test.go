@@ -105,3 +105,69 @@ func TestWeights16(t *testing.T) {
 		t.Fatal("SetKernels kept WeightsUpdated's word")
 	}
 }
+
+// With bf16 kernels, a batch norm writes the bf16 input of the convolution
+// after it and the bf16 output gradient of the convolution before it
+// (BatchNorm.next, prev). Training and evaluation must give the bits they
+// give when the convolutions convert those themselves, on one worker and
+// on three, and the hand-off must happen where the layers allow it: in
+// each residual block, the first batch norm hands its output to the second
+// convolution, and both take the gradient to the convolution before them
+// (a block's input also feeds its shortcut, and the first convolution and
+// the 1x1 projections run fp32): resnet8's 3 blocks make 3 + 6 hand-offs
+// a training step and 3 an evaluation, resnet20's 9 blocks 9 + 18 and 9.
+func TestHandoff16SameBits(t *testing.T) {
+	if !dnnl.Native {
+		t.Skip("oneDNN not linked in (purego build): no bf16 kernels to test")
+	}
+	if ok, missing := dnnl.HasBF16(); !ok {
+		t.Skipf("bf16 kernels not available: %s", missing)
+	}
+	run := func(on bool, name string, in Shape, par Parallel) (losses [3]float64, params string, eval []float32, handed int) {
+		handoff16 = on
+		defer func() { handoff16 = true }()
+		var net *Net
+		var err error
+		if name == "" {
+			net, err = NewNet(in, 4, 5, smallResNet()...)
+		} else {
+			net, err = New(name, in, 10, 4, 5)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer net.Close()
+		net.SetParallel(par)
+		if err := net.SetKernels(Kernels{DNNL: true, BF16: true}); err != nil {
+			t.Fatal(err)
+		}
+		losses, params = goldenSteps(net)
+		net.SetTraining(false)
+		eval = append([]float32(nil), net.Forward(net.Batch())...)
+		walk(net.Layers, func(l Layer) {
+			if b, ok := l.(*BatchNorm); ok {
+				handed += b.handed
+			}
+		})
+		return
+	}
+	for _, c := range []struct {
+		name   string
+		in     Shape
+		handed int // per training step (3) and evaluation (1)
+	}{{"resnet8", Shape{28, 28, 1}, 3*(3+6) + 3}, {"resnet20", Shape{32, 32, 3}, 3*(9+18) + 9}} {
+		for _, par := range []Parallel{Serial{}, goPar(3)} {
+			l0, p0, e0, h0 := run(false, c.name, c.in, par)
+			l1, p1, e1, h1 := run(true, c.name, c.in, par)
+			if h0 != 0 || h1 != c.handed {
+				t.Errorf("%s, %d workers: %d hand-offs, want %d (%d switched off)", c.name, par.Workers(), h1, c.handed, h0)
+			}
+			if l0 != l1 || p0 != p1 {
+				t.Errorf("%s, %d workers: losses %v, params %s with the hand-off; %v, %s without", c.name, par.Workers(), l1, p1, l0, p0)
+			}
+			if !sameBits(e0, e1) {
+				t.Errorf("%s, %d workers: evaluation logits differ with and without the hand-off", c.name, par.Workers())
+			}
+		}
+	}
+}
