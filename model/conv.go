@@ -306,6 +306,9 @@ func (l *Conv2D) fwd(w, lo, hi int) {
 			kernels.PoolForward(p.win, ns, y, l.b, p.relu, l.cy[s0*po:][:ns*po], p.arg[s0*po:][:ns*po])
 			continue
 		}
+		if len(l.b) == 0 {
+			continue // before batch norm: no bias
+		}
 		for i := 0; i < m; i++ {
 			yr := y[i*o : (i+1)*o]
 			for j, b := range l.b {
