@@ -66,10 +66,10 @@ type Conv2D struct {
 	// converted once in forward for the forward and the weight gradient,
 	// and dy16 each worker's chunk of the output gradient, converted once
 	// for both backward products. Where the layer before or after is a
-	// batch norm, that layer writes them instead as it writes the
-	// float32 values, while they are in cache (input16, outGrad16):
-	// have16 says x16 is written for the coming forward, and dyAll the
-	// whole batch's output gradient in bf16 for the coming backward.
+	// batch norm, that layer writes them instead, in bf16 only (input16,
+	// outGrad16): have16 says x16 is written for the coming forward, and
+	// haveDy that dyAll holds the whole batch's output gradient for the
+	// coming backward.
 	x16    []uint16
 	dy16   [][]uint16
 	dyAll  []uint16
@@ -215,10 +215,10 @@ func (l *Conv2D) forward(x, y []float32, n int) {
 	l.have16 = false
 }
 
-// input16 is where the layer before this one may write this layer's input
-// in bf16 for the coming forward (a batch norm, as it writes the float32
-// input): the layer's own x16, or nil where the layer does not run on bf16
-// kernels and wants none.
+// input16 is where the layer before this one (a batch norm) may write this
+// layer's input in bf16 for the coming forward, in place of the float32
+// input, which this layer then does not read: the layer's own x16, or nil
+// where the layer does not run on bf16 kernels and wants none.
 func (l *Conv2D) input16() []uint16 {
 	l.colBlocks()
 	if !l.bf16() {

@@ -126,13 +126,7 @@ func TestHandoff16SameBits(t *testing.T) {
 	run := func(on bool, name string, in Shape, par Parallel) (losses [3]float64, params string, eval []float32, handed int) {
 		handoff16 = on
 		defer func() { handoff16 = true }()
-		var net *Net
-		var err error
-		if name == "" {
-			net, err = NewNet(in, 4, 5, smallResNet()...)
-		} else {
-			net, err = New(name, in, 10, 4, 5)
-		}
+		net, err := New(name, in, 10, 4, 5)
 		if err != nil {
 			t.Fatal(err)
 		}
