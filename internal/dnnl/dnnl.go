@@ -12,6 +12,7 @@ import "C"
 
 import (
 	"fmt"
+	"sync"
 	"unsafe"
 )
 
@@ -449,7 +450,12 @@ func (c *Gemms) RunBF16(tA, tB bool, m, n, k int, a []uint16, lda int, b []uint1
 
 // ToBF16 converts src to bfloat16 bits in dst (round to nearest even), as
 // the BF16 primitives convert their float32 operands.
-func ToBF16(dst []uint16, src []float32) { toBF16(dst, src, vectorBF16()) }
+func ToBF16(dst []uint16, src []float32) { toBF16(dst, src, vector16()) }
+
+// vector16 is vectorBF16, asked of the CPU once: ToBF16 runs on small
+// blocks too (batch norm's bf16 hand-off), where a second cgo call per
+// block would cost as much as the block.
+var vector16 = sync.OnceValue(vectorBF16)
 
 // Close frees every cached Gemm; it is idempotent.
 func (c *Gemms) Close() {
