@@ -40,7 +40,7 @@ vet:
 
 test: build setup-cuda vet
 	$(GO) test -count=1 -timeout 40m ./...
-	$(GO) test -count=1 -tags purego ./internal/openblas ./internal/kernels ./model
+	$(GO) test -count=1 -tags purego ./internal/openblas ./internal/kernels ./internal/peak ./model
 	# The MPI thread hand-off under the race detector, ranks under real mpirun.
 	$(GO) test -count=1 -race ./mpi
 

@@ -120,6 +120,7 @@ func writeCPUKernels(w io.Writer) {
 const benchUsage = `Usage: hpctrain bench <what> [flags]
 
   gemm        SGEMM GFLOP/s for the CNN's shapes and 2048^3
+  peak        the cores' peak GFLOP/s: fp32 fused multiply-adds, bf16 dot products
   step        training steps of a model: samples/s, GFLOP/s, per layer, memory
   allreduce   the gradient all-reduce, nccl-tests style (run under mpirun)
   affinity    instances x threads grid, bound and not (launches mpirun)
@@ -140,6 +141,8 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 	switch what {
 	case "gemm":
 		return bench.Gemm(rest, stdout)
+	case "peak":
+		return bench.Peak(rest, stdout)
 	case "step":
 		return bench.Step(rest, stdout)
 	case "optim":
@@ -174,7 +177,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 		who = fmt.Sprintf("rank %d (%s): ", comm.Rank(), comm.Host())
 		return closeComm(comm, bench.Allreduce(rest, comm, stdout), stderr)
 	}
-	return cli.Usage(fmt.Errorf("unknown benchmark %q (gemm, step, allreduce, affinity, optim, data)", what))
+	return cli.Usage(fmt.Errorf("unknown benchmark %q (gemm, peak, step, allreduce, affinity, optim, data, scaling)", what))
 }
 
 const slurmUsage = `Usage: hpctrain slurm template [-job FILE] [flags]

@@ -20,20 +20,26 @@ import (
 
 // StepReport is `hpctrain bench step`'s result.
 type StepReport struct {
-	Model            string      `json:"model"`
-	Input            string      `json:"input"` // one sample, HxWxC
-	Classes          int         `json:"classes"`
-	Batch            int         `json:"batch"`
-	Threads          int         `json:"threads"`
-	Optimizer        string      `json:"optimizer"` // "none": forward, loss and backward only
-	Kernels          string      `json:"kernels"`   // the convolutions' and linear layers': blas, dnnl or dnnl bf16
-	SamplesPerSecond float64     `json:"samples_per_second"`
-	StepMillis       float64     `json:"step_ms_median"`
-	GFLOPS           float64     `json:"gflops"`
-	SgemmGFLOPS      float64     `json:"sgemm_2048_gflops_same_run"` // OpenBLAS, as many threads as the step
-	FractionOfSgemm  float64     `json:"fraction_of_sgemm_rate"`
-	PeakRSSMB        float64     `json:"peak_rss_mb"`
-	Layers           []LayerTime `json:"layers"`
+	Model            string  `json:"model"`
+	Input            string  `json:"input"` // one sample, HxWxC
+	Classes          int     `json:"classes"`
+	Batch            int     `json:"batch"`
+	Threads          int     `json:"threads"`
+	Optimizer        string  `json:"optimizer"` // "none": forward, loss and backward only
+	Kernels          string  `json:"kernels"`   // the convolutions' and linear layers': blas, dnnl or dnnl bf16
+	SamplesPerSecond float64 `json:"samples_per_second"`
+	StepMillis       float64 `json:"step_ms_median"`
+	GFLOPS           float64 `json:"gflops"`
+	SgemmGFLOPS      float64 `json:"sgemm_2048_gflops_same_run"` // OpenBLAS, as many threads as the step
+	FractionOfSgemm  float64 `json:"fraction_of_sgemm_rate"`
+	// PeakGFLOPS is the cores' peak rate in the kernels' arithmetic (bf16
+	// dot products for bf16 kernels, else float32 fused multiply-adds),
+	// on as many cores as the step, same run (PeakRate); 0 where there is
+	// no vector loop to measure it.
+	PeakGFLOPS     float64     `json:"peak_gflops_same_run"`
+	FractionOfPeak float64     `json:"fraction_of_peak,omitempty"`
+	PeakRSSMB      float64     `json:"peak_rss_mb"`
+	Layers         []LayerTime `json:"layers"`
 }
 
 // LayerTime is one layer's share of a step.
@@ -97,8 +103,12 @@ func Step(args []string, out io.Writer) error {
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(out, "%s batch %d, %d thread(s), %s kernels, optimizer %s: %.0f samples/s, %.2f ms/step, %.1f GFLOP/s = %.0f%% of %d-thread SGEMM 2048^3 (%.1f GFLOP/s, same run), peak RSS %.0f MB\n",
-			rep.Model, rep.Batch, rep.Threads, rep.Kernels, rep.Optimizer, rep.SamplesPerSecond, rep.StepMillis, rep.GFLOPS, 100*rep.FractionOfSgemm, rep.Threads, rep.SgemmGFLOPS, rep.PeakRSSMB)
+		fmt.Fprintf(out, "%s batch %d, %d thread(s), %s kernels, optimizer %s: %.0f samples/s, %.2f ms/step, %.1f GFLOP/s = %.0f%% of %d-thread SGEMM 2048^3 (%.1f GFLOP/s, same run)",
+			rep.Model, rep.Batch, rep.Threads, rep.Kernels, rep.Optimizer, rep.SamplesPerSecond, rep.StepMillis, rep.GFLOPS, 100*rep.FractionOfSgemm, rep.Threads, rep.SgemmGFLOPS)
+		if rep.PeakGFLOPS > 0 {
+			fmt.Fprintf(out, " = %.0f%% of the %d core(s)' %s peak (%.1f GFLOP/s)", 100*rep.FractionOfPeak, rep.Threads, arithmetic(k.BF16), rep.PeakGFLOPS)
+		}
+		fmt.Fprintf(out, ", peak RSS %.0f MB\n", rep.PeakRSSMB)
 		fmt.Fprintf(out, "%-10s %12s %12s %14s\n", "layer", "forward_ms", "backward_ms", "fwd GFLOP/s")
 		for _, l := range rep.Layers {
 			fmt.Fprintf(out, "%-10s %12.3f %12.3f %14.1f\n", l.Name, l.ForwardMS, l.BackwardMS, l.ForwardGFLOPS)
@@ -205,6 +215,12 @@ func StepRateKernels(k model.Kernels, name string, in model.Shape, classes, batc
 		GFLOPS: flop / med.Seconds() / 1e9, SgemmGFLOPS: sgemm, PeakRSSMB: float64(peakRSS()) / (1 << 20),
 	}
 	rep.FractionOfSgemm = rep.GFLOPS / rep.SgemmGFLOPS
+	if rep.PeakGFLOPS, err = PeakRate(k.BF16, threads); err != nil {
+		return StepReport{}, err
+	}
+	if rep.PeakGFLOPS > 0 {
+		rep.FractionOfPeak = rep.GFLOPS / rep.PeakGFLOPS
+	}
 	for i, l := range net.Layers {
 		lt := LayerTime{Name: l.Name(), ForwardMS: 1e3 * fwd[i].Seconds(), BackwardMS: 1e3 * bwd[i].Seconds()}
 		if l.MACs() > 0 {

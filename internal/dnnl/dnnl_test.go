@@ -755,6 +755,74 @@ func BenchmarkConv(b *testing.B) {
 	}
 }
 
+// resnet8Convs are resnet8's oneDNN convolutions on bf16 kernels at
+// batch 64, each for the chunk of samples the model gives it (at most
+// 640 KB of input and output: 4, 8 and 16): the first stage's 16 -> 16 (28x28, where
+// the bf16 Winograd does not pay) and the two stride-2 entries of the
+// later stages.
+var resnet8Convs = []struct {
+	name string
+	s    ConvShape
+}{
+	{"res1-16x16", ConvShape{N: 4, H: 28, W: 28, C: 16, O: 16, K: 3, S: 1, P: 1}},
+	{"res2.conv1-16x32s2", ConvShape{N: 8, H: 28, W: 28, C: 16, O: 32, K: 3, S: 2, P: 1}},
+	{"res3.conv1-32x64s2", ConvShape{N: 16, H: 14, W: 14, C: 32, O: 64, K: 3, S: 2, P: 1}},
+}
+
+// BenchmarkConvResnet8 runs resnet8's oneDNN convolution shapes in both
+// arithmetics, bf16 on operands converted beforehand as the model passes
+// them, GFLOP/s counting multiply-adds twice: against `hpctrain bench
+// peak`, how close oneDNN comes to the core's peak.
+func BenchmarkConvResnet8(b *testing.B) {
+	for _, sh := range resnet8Convs {
+		for _, typ := range []Type{F32, BF16} {
+			s := sh.s
+			rng := rand.New(rand.NewPCG(1, 1))
+			x, w, dy := rnd(rng, s.XLen()), rnd(rng, s.WLen()), rnd(rng, s.YLen())
+			y, dx, dw := make([]float32, s.YLen()), make([]float32, s.XLen()), make([]float32, s.WLen())
+			for _, op := range []string{"fwd", "bwdData", "bwdWeights"} {
+				b.Run(fmt.Sprintf("%s/%v/%s", sh.name, typ, op), func(b *testing.B) {
+					if typ == BF16 {
+						bf16OK(b)
+					}
+					runtime.LockOSThread()
+					defer runtime.UnlockOSThread()
+					c, err := NewConv(s, typ)
+					if err != nil {
+						b.Fatal(err)
+					}
+					defer c.Close()
+					if typ == F32 {
+						benchConvPass(b, c, op, 0, x, w, dy, y, dx, dw)
+					} else {
+						benchConv16Pass(b, c, op, x, w, dy, y, dx, dw)
+					}
+					b.ReportMetric(0, "ns/op")
+				})
+			}
+		}
+	}
+}
+
+// benchConv16Pass is benchConvPass for a BF16 Conv given x and dy in
+// bf16 (converted once, outside the timing).
+func benchConv16Pass(b *testing.B, c *Conv, op string, x, w, dy, y, dx, dw []float32) {
+	x16, dy16 := make([]uint16, len(x)), make([]uint16, len(dy))
+	ToBF16(x16, x)
+	ToBF16(dy16, dy)
+	f := map[string]func(){
+		"fwd":        func() { c.ForwardGen16(x16, w, y, 1) },
+		"bwdData":    func() { c.BackwardDataGen16(dy16, w, dx, 1) },
+		"bwdWeights": func() { c.BackwardWeights16(x16, dy16, dw) },
+	}[op]
+	f()
+	b.ResetTimer()
+	for range b.N {
+		f()
+	}
+	b.ReportMetric(c.s.Flops()*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+}
+
 // BenchmarkGemm runs the conv2 shape as im2col matmuls: 6272x64x288 (the
 // forward product), its weight gradient (288x64, k 6272, A transposed)
 // and its input gradient (6272x288, k 64, B transposed).
