@@ -109,6 +109,8 @@ for key in dict.fromkeys((s["model"], s["threads"], s["kernels"]) for s in steps
                     "samples_per_second_median": statistics.median(r["samples_per_second"] for r in rs),
                     "fraction_of_sgemm_median": statistics.median(r["fraction_of_sgemm_rate"] for r in rs),
                     "sgemm_gflops_median": statistics.median(r["sgemm_2048_gflops_same_run"] for r in rs),
+                    "fraction_of_peak_median": statistics.median(r.get("fraction_of_peak", 0) for r in rs),
+                    "peak_gflops_median": statistics.median(r.get("peak_gflops_same_run", 0) for r in rs),
                     "per_round_sps": [round(r["samples_per_second"]) for r in rs]})
 flags = open("/proc/cpuinfo").read().split()
 doc = {"kind": "cpu_precision",

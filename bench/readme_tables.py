@@ -122,14 +122,16 @@ def render_cpu_precision(docs):
     for d in docs:
         by = {(s["model"], s["threads"], s["kernels"]): s for s in d["step_summary"]}
         if by:
-            out += ["| model | threads | kernels | samples/s (median) | % of same-run SGEMM | vs blas | bf16 / fp32 | per round |",
-                    "|---|---|---|---|---|---|---|---|"]
+            out += ["| model | threads | kernels | samples/s (median) | % of same-run SGEMM | % of the cores' peak, same run | vs blas | bf16 / fp32 | per round |",
+                    "|---|---|---|---|---|---|---|---|---|"]
         for (m, t, k), s in by.items():
             blas = by.get((m, t, "blas"))
             f32 = by.get((m, t, "dnnl"))
             sps = s["samples_per_second_median"]
-            out.append("| %s | %d | %s | %s | %.0f%% | %s | %s | %s |" % (
+            pk = s.get("fraction_of_peak_median", 0)
+            out.append("| %s | %d | %s | %s | %.0f%% | %s | %s | %s | %s |" % (
                 m, t, k, num(sps), 100 * s["fraction_of_sgemm_median"],
+                "%.0f%% (%s)" % (100 * pk, "bf16" if "bf16" in k else "fp32") if pk else "-",
                 "%.2f" % (sps / blas["samples_per_second_median"]) if blas else "-",
                 "%.2f" % (sps / f32["samples_per_second_median"]) if f32 and k == "dnnl bf16" else "-",
                 " / ".join(num(x) for x in s["per_round_sps"])))
