@@ -810,17 +810,11 @@ func benchConv16Pass(b *testing.B, c *Conv, op string, x, w, dy, y, dx, dw []flo
 	x16, dy16 := make([]uint16, len(x)), make([]uint16, len(dy))
 	ToBF16(x16, x)
 	ToBF16(dy16, dy)
-	f := map[string]func(){
+	benchConvCall(b, c, map[string]func(){
 		"fwd":        func() { c.ForwardGen16(x16, w, y, 1) },
 		"bwdData":    func() { c.BackwardDataGen16(dy16, w, dx, 1) },
 		"bwdWeights": func() { c.BackwardWeights16(x16, dy16, dw) },
-	}[op]
-	f()
-	b.ResetTimer()
-	for range b.N {
-		f()
-	}
-	b.ReportMetric(c.s.Flops()*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+	}[op])
 }
 
 // BenchmarkGemm runs the conv2 shape as im2col matmuls: 6272x64x288 (the
@@ -998,11 +992,15 @@ func TestConvWeightsGen(t *testing.T) {
 // benchConvPass times one pass of c (op: fwd, bwdData or bwdWeights) and
 // reports GFLOP/s; gen is ForwardGen's (0: reorder the weights each call).
 func benchConvPass(b *testing.B, c *Conv, op string, gen uint64, x, w, dy, y, dx, dw []float32) {
-	f := map[string]func(){
+	benchConvCall(b, c, map[string]func(){
 		"fwd":        func() { c.ForwardGen(x, w, y, gen) },
 		"bwdData":    func() { c.BackwardDataGen(dy, w, dx, gen) },
 		"bwdWeights": func() { c.BackwardWeights(x, dy, dw) },
-	}[op]
+	}[op])
+}
+
+// benchConvCall times f, one pass of c, after one untimed call.
+func benchConvCall(b *testing.B, c *Conv, f func()) {
 	f()
 	b.ResetTimer()
 	for range b.N {

@@ -67,32 +67,19 @@ func bf16Value(h uint16) float32 { return math.Float32frombits(uint32(h) << 16) 
 
 // BenchmarkWino16 is BenchmarkWino for the bf16 passes (GFLOP/s counting
 // the direct convolution's multiply-adds).
-func BenchmarkWino16(b *testing.B) {
-	r := rand.New(rand.NewPCG(5, 6))
-	const n, h, w, c, o = 8, 14, 14, 32, 64
-	g := Window{H: h, W: w, C: c, K: 3, S: 1, P: 1, Ho: h, Wo: w}
-	k, err := NewWino16(g, o)
-	if err != nil {
-		b.Skip(err)
-	}
-	x, _ := bf16Round(randSlice(r, n*g.In()))
-	dy, _ := bf16Round(randSlice(r, n*h*w*o))
-	wt := randSlice(r, o*9*c)
-	y, dx, dw := make([]float32, n*h*w*o), make([]float32, n*g.In()), make([]float32, o*9*c)
-	benchWinoPasses(b, float64(2*n*h*w*o*9*c),
-		func() { k.ForwardGen16(x, wt, y, 1) },
-		func() { k.BackwardDataGen16(dy, wt, dx, 1) },
-		func() { k.BackwardWeights16(x, dy, dw) })
-}
+func BenchmarkWino16(b *testing.B) { benchWino16(b, 8, 14, 14, 32, 64) }
 
 // BenchmarkWino16Narrow is BenchmarkWino16 at resnet8's first stage, 16
-// -> 16 channels at 28x28 (6 samples, the model's chunk there): where the
+// -> 16 channels at 28x28 (4 samples, the model's chunk there): where the
 // transforms, whose cost grows with the channels and not with their
 // square, cost as much as the products, and oneDNN's direct convolution
 // is as fast (docs/cpu-kernels.md).
-func BenchmarkWino16Narrow(b *testing.B) {
+func BenchmarkWino16Narrow(b *testing.B) { benchWino16(b, 4, 28, 28, 16, 16) }
+
+// benchWino16 times the three passes of a Wino16 of n samples of h x w x
+// c to o channels.
+func benchWino16(b *testing.B, n, h, w, c, o int) {
 	r := rand.New(rand.NewPCG(5, 6))
-	const n, h, w, c, o = 4, 28, 28, 16, 16
 	g := Window{H: h, W: w, C: c, K: 3, S: 1, P: 1, Ho: h, Wo: w}
 	k, err := NewWino16(g, o)
 	if err != nil {
