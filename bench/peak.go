@@ -38,8 +38,8 @@ func Peak(args []string, out io.Writer) error {
 	if *threads == 0 {
 		*threads = len(mask.CPUs())
 	}
-	if *threads < 1 {
-		return cli.Usage(fmt.Errorf("-threads %d: must be >= 0", *threads))
+	if n := len(mask.CPUs()); *threads < 1 || *threads > n {
+		return cli.Usage(fmt.Errorf("-threads %d: must be 0 to %d, the CPUs of the mask %s", *threads, n, mask))
 	}
 	counts := []int{1}
 	if *threads > 1 {

@@ -53,7 +53,10 @@ func TestPeak(t *testing.T) {
 	if !strings.HasPrefix(out.String(), "arithmetic ") {
 		t.Errorf("output %q", out.String())
 	}
-	if err := Peak([]string{"-threads", "-1"}, &bytes.Buffer{}); err == nil {
-		t.Error("-threads -1: no error")
+	for _, n := range []string{"-1", "100000"} {
+		var o bytes.Buffer
+		if err := Peak([]string{"-threads", n}, &o); err == nil || o.Len() != 0 {
+			t.Errorf("-threads %s: error %v, output %q (want an error before any measurement)", n, err, o.String())
+		}
 	}
 }
