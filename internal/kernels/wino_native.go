@@ -231,31 +231,53 @@ static void wino_conv(long n, long H, long W, long C, long O, const float *x, co
 	}
 }
 
+// wino_g writes U = G g G^T of the 3x3 filter g (row-major) to u[p*s],
+// p < 16.
+static inline __attribute__((always_inline)) void wino_g(const float *g, float *u, long s) {
+	float r[4][3];
+	for (int j = 0; j < 3; j++) {
+		r[0][j] = g[j];
+		r[1][j] = 0.5f * (g[j] + g[3 + j] + g[6 + j]);
+		r[2][j] = 0.5f * (g[j] - g[3 + j] + g[6 + j]);
+		r[3][j] = g[6 + j];
+	}
+	for (int i = 0; i < 4; i++) {
+		u[(4 * i) * s] = r[i][0];
+		u[(4 * i + 1) * s] = 0.5f * (r[i][0] + r[i][1] + r[i][2]);
+		u[(4 * i + 2) * s] = 0.5f * (r[i][0] - r[i][1] + r[i][2]);
+		u[(4 * i + 3) * s] = r[i][2];
+	}
+}
+
 // wino_filters sets u (16, C, O) to G g G^T of w (O, 3, 3, C), or with
 // flip of the filters of the backward data pass: u (16, O, C) from the
-// rotated w, input and output channels swapped.
-static void wino_filters(long C, long O, const float *w, int flip, float *u) {
-	for (long o = 0; o < O; o++)
-		for (long c = 0; c < C; c++) {
-			float g[3][3], r[4][3];
-			for (int i = 0; i < 3; i++)
-				for (int j = 0; j < 3; j++) g[i][j] = flip ? w[o * 9 * C + ((2 - i) * 3 + 2 - j) * C + c] : w[o * 9 * C + (i * 3 + j) * C + c];
-			for (int j = 0; j < 3; j++) {
-				r[0][j] = g[0][j];
-				r[1][j] = 0.5f * (g[0][j] + g[1][j] + g[2][j]);
-				r[2][j] = 0.5f * (g[0][j] - g[1][j] + g[2][j]);
-				r[3][j] = g[2][j];
-			}
-			for (int i = 0; i < 4; i++) {
-				float q[4] = {r[i][0], 0.5f * (r[i][0] + r[i][1] + r[i][2]), 0.5f * (r[i][0] - r[i][1] + r[i][2]), r[i][2]};
-				for (int j = 0; j < 4; j++) {
-					long p = 4 * i + j;
-					if (flip) u[p * O * C + o * C + c] = q[j];
-					else u[p * C * O + c * O + o] = q[j];
-				}
+// rotated w, input and output channels swapped. The loops run along the
+// channel that u stores contiguously (C with flip, else O), which the
+// compiler vectorises; every value is the same expression as
+// goWinoFilters', so the bits are its bits.
+WBODY wino_filters_body(long C, long O, const float *w, int flip, float *u) {
+	if (flip) {
+		for (long o = 0; o < O; o++) {
+			const float *wo = w + o * 9 * C;
+#pragma GCC ivdep
+			for (long c = 0; c < C; c++) {
+				float g[9];
+				for (int k = 0; k < 9; k++) g[k] = wo[(8 - k) * C + c];
+				wino_g(g, u + o * C + c, O * C);
 			}
 		}
+		return;
+	}
+	for (long c = 0; c < C; c++) {
+#pragma GCC ivdep
+		for (long o = 0; o < O; o++) {
+			float g[9];
+			for (int k = 0; k < 9; k++) g[k] = w[o * 9 * C + k * C + c];
+			wino_g(g, u + c * O + o, C * O);
+		}
+	}
 }
+WFORMS(wino_filters, (long C, long O, const float *w, int flip, float *u), (C, O, w, flip, u))
 
 // wino_grad_out_oc sets dw (O, 3, 3, C) to G^T du G, du (16, O, C) the
 // products summed over tiles, or NULL for none (no tiles). du and dw are

@@ -96,6 +96,26 @@ func TestWino(t *testing.T) {
 	}
 }
 
+// TestWinoFiltersBits: the filter transform (C, vectorised along the
+// channels it stores contiguously) gives goWinoFilters' bits, in both
+// forms, channel counts in 16s or not.
+func TestWinoFiltersBits(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	for _, sh := range []struct{ c, o int }{{16, 16}, {32, 64}, {64, 16}, {48, 80}, {3, 5}} {
+		w := randSlice(r, sh.o*9*sh.c)
+		for _, flip := range []bool{false, true} {
+			got, want := make([]float32, 16*sh.c*sh.o), make([]float32, 16*sh.c*sh.o)
+			winoFilters(sh.c, sh.o, w, flip, got)
+			goWinoFilters(sh.c, sh.o, w, flip, want)
+			for i := range want {
+				if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+					t.Fatalf("%d to %d, flip %v: [%d] %v, Go %v", sh.c, sh.o, flip, i, got[i], want[i])
+				}
+			}
+		}
+	}
+}
+
 // TestWinoGen checks that a Wino transforms its filters again for a new
 // gen (and for 0), and reuses them for the same one.
 func TestWinoGen(t *testing.T) {
