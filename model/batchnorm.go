@@ -67,14 +67,17 @@ type BatchNorm struct {
 
 	// next is the convolution this layer's output goes to (past a fused
 	// ReLU), prev the one its input comes from (see link16). Where they
-	// run on bf16 kernels, y16 and dx16 are the call's output and input
-	// gradient in bf16, the convolution's own buffers (Conv2D.input16,
-	// outGrad16): computed in float32 a block at a time in cache and
-	// stored in bf16 only, since nothing else reads them (see norm, bwd).
+	// run on bf16 kernels, this layer hands them bf16 only, computed in
+	// float32 a block at a time in cache, since nothing else reads them:
+	// in forward y16, the call's output, the convolution's own input
+	// buffer (Conv2D.input16; see norm); in backward the input gradient,
+	// which the convolution asks for chunk by chunk as its backward
+	// reaches it (Conv2D.gradFrom, gradRows16), so that it goes from
+	// this layer's kernel to the convolution's through the cache.
 	next, prev *Conv2D
-	y16, dx16  []uint16
+	y16        []uint16
 	blocks     [][]float32 // per worker: a block of float32 values on its way to bf16
-	handed     int         // calls that wrote y16 or dx16 (tests)
+	handed     int         // calls that handed y16 or the input gradient over (tests)
 }
 
 // batchNorm returns the Spec of a batch normalisation with the given
@@ -272,37 +275,31 @@ func (l *BatchNorm) backward(x, y, dy, dx []float32, n int) {
 			l.a[j], l.b[j], l.k[j] = float32(float64(l.gamma[j])*l.istd[j]), 0, 0
 		}
 	}
-	l.cx, l.cy, l.cdy, l.dx16 = x, dx, dy, nil
-	if l.prev != nil && handoff16 {
-		l.dx16 = l.prev.outGrad16()
-	}
-	if l.dx16 != nil {
+	l.cx, l.cy, l.cdy = x, dx, dy
+	if l.prev != nil && handoff16 && l.prev.gradFrom(l) {
 		l.makeBlocks()
 		l.handed++
+		return // the convolution computes dx in its backward (gradRows16)
 	}
 	l.x.par.Run(n, l.bwdTask)
-	l.dx16 = nil
 }
 
-// bwd computes the input gradient of samples [lo, hi); with the hand-off,
-// in bf16 only (see norm), unless the convolution before this layer has a
-// bias, whose gradient sums the float32 values.
+// bwd computes the input gradient of samples [lo, hi).
 func (l *BatchNorm) bwd(w, lo, hi int) {
 	sz := l.shape.Size()
-	dx, dy, x := l.cy[lo*sz:hi*sz], l.cdy[lo*sz:hi*sz], l.cx[lo*sz:hi*sz]
-	if l.dx16 == nil {
-		l.bwdRows(dx, dy, x)
-		return
-	}
-	dx16, b := l.dx16[lo*sz:hi*sz], l.blocks[w]
-	for i := 0; i < len(x); i += len(b) {
-		j := min(i+len(b), len(x))
-		out := b[:j-i]
-		if l.prev.bias {
-			out = dx[i:j]
-		}
-		l.bwdRows(out, dy[i:j], x[i:j])
-		dnnl.ToBF16(dx16[i:j], out)
+	l.bwdRows(l.cy[lo*sz:hi*sz], l.cdy[lo*sz:hi*sz], l.cx[lo*sz:hi*sz])
+}
+
+// gradRows16 writes values [i, j) (whole rows of C) of the current
+// backward's input gradient to dst in bf16, on worker w, a block at a time
+// in cache: the convolution before this layer calls it for each chunk of
+// its backward in place of this layer's pass over the batch.
+func (l *BatchNorm) gradRows16(w, i, j int, dst []uint16) {
+	b := l.blocks[w]
+	for k := i; k < j; k += len(b) {
+		e := min(k+len(b), j)
+		l.bwdRows(b[:e-k], l.cdy[k:e], l.cx[k:e])
+		dnnl.ToBF16(dst[k-i:e-i], b[:e-k])
 	}
 }
 

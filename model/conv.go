@@ -65,16 +65,15 @@ type Conv2D struct {
 	// On oneDNN's bf16 kernels, x16 is the batch's input in bf16,
 	// converted once in forward for the forward and the weight gradient,
 	// and dy16 each worker's chunk of the output gradient, converted once
-	// for both backward products. Where the layer before or after is a
-	// batch norm, that layer writes them instead, in bf16 only (input16,
-	// outGrad16): have16 says x16 is written for the coming forward, and
-	// haveDy that dyAll holds the whole batch's output gradient for the
-	// coming backward.
+	// for both backward products. Where the layer before is a batch norm,
+	// it writes x16 instead, in bf16 only (input16; have16 says it did for
+	// the coming forward); where the layer after is one, dyBN, it computes
+	// each chunk's output gradient into dy16 when this layer's backward
+	// asks for it (gradFrom, BatchNorm.gradRows16).
 	x16    []uint16
 	dy16   [][]uint16
-	dyAll  []uint16
 	have16 bool
-	haveDy bool
+	dyBN   *BatchNorm
 
 	fwdTask, bwdTask, dwTask perWorker
 }
@@ -172,7 +171,7 @@ func (l *Conv2D) colBlocks() {
 		}
 		l.part = make([]float32, l.chunks(l.batch)*len(l.grad))
 		l.cols, l.pads, l.dwT, l.outs = nil, nil, nil, nil
-		l.x16, l.dy16, l.dyAll = nil, nil, nil
+		l.x16, l.dy16 = nil, nil
 	}
 	l.x.perWorkerKernels()
 	if l.bf16() {
@@ -228,19 +227,19 @@ func (l *Conv2D) input16() []uint16 {
 	return l.x16
 }
 
-// outGrad16 is input16 for the coming backward: where the layer after this
-// one may write the gradient of this layer's output in bf16, for the whole
-// batch; nil where the layer does not run on bf16 kernels or pools.
-func (l *Conv2D) outGrad16() []uint16 {
+// gradFrom is input16 for the coming backward: it reports whether bn, the
+// batch norm after this layer, is to compute this layer's output gradient
+// chunk by chunk in bf16 (BatchNorm.gradRows16) as the backward asks for
+// it, in place of its own pass over the batch: where this layer runs on
+// bf16 kernels, pools nothing, and has no bias (whose gradient sums the
+// float32 values).
+func (l *Conv2D) gradFrom(bn *BatchNorm) bool {
 	l.colBlocks()
-	if !l.bf16() || l.pool != nil {
-		return nil
+	if !l.bf16() || l.pool != nil || l.bias {
+		return false
 	}
-	if l.dyAll == nil {
-		l.dyAll = make([]uint16, l.batch*l.hwo*l.out.C)
-	}
-	l.haveDy = true
-	return l.dyAll
+	l.dyBN = bn
+	return true
 }
 
 // bf16 reports whether the layer runs on oneDNN's bf16 kernels.
@@ -326,7 +325,7 @@ func (l *Conv2D) backward(x, y, dy, dx []float32, n int) {
 	l.x.par.Run(l.chunks(n), l.bwdTask)
 	l.x.par.Run(len(l.grad), l.dwTask)
 	l.cdx = nil
-	l.haveDy = false
+	l.dyBN = nil
 }
 
 func (l *Conv2D) bwd(w, lo, hi int) {
@@ -360,10 +359,10 @@ func (l *Conv2D) bwd(w, lo, hi int) {
 		var dy16 []uint16
 		switch {
 		case l.bf16():
-			if l.haveDy {
-				dy16 = l.dyAll[s0*l.hwo*o:][:m*o]
+			dy16 = l.dy16[w][:m*o]
+			if l.dyBN != nil {
+				l.dyBN.gradRows16(w, s0*l.hwo*o, (s0+ns)*l.hwo*o, dy16)
 			} else {
-				dy16 = l.dy16[w][:m*o]
 				dnnl.ToBF16(dy16, dy)
 			}
 			l.x.dnnlConv16(l, w, ns).BackwardWeights16(l.x16[s0*size:][:ns*size], dy16, part[:nw])
