@@ -5,5 +5,6 @@
 // products per float32 lane). The loop is a chain of independent
 // accumulators, enough to hide the instruction's latency, with no memory
 // traffic: what the core's vector units can issue, the denominator of a
-// roofline. bench reports a step's rate against it.
+// roofline. bench reports a step's rate against it. AMX-BF16's tile unit,
+// faster still where a CPU has it, is not measured.
 package peak
