@@ -74,6 +74,16 @@ type Conv2D struct {
 	dy16   [][]uint16
 	have16 bool
 	dyBN   *BatchNorm
+	// A direct layer runs in bf16 on bf16 kernels where the CPU has
+	// AVX512-BF16 (small16): its forward on kernels.ConvSmallForward16
+	// or ConvPoolForward16, with w16 the weights paired and rounded once
+	// per forward and pads16 each worker's scratch; its weight gradient
+	// too where a pixel pair's inputs lie side by side (small16dw: one
+	// input channel, stride 1), the other direct layers' (the 1x1
+	// projections') being faster in float32.
+	small16, small16dw bool
+	w16                []uint32
+	pads16             [][]uint16
 
 	fwdTask, bwdTask, dwTask perWorker
 }
@@ -161,8 +171,17 @@ func (l *Conv2D) colBlocks() {
 	// channel is slow); in bf16 too with the pool fused in (the CNN's
 	// conv1: 1.3-1.4 ms per step of 64 against oneDNN bf16's 1.7-1.9, on
 	// one Zen 4 core) or in its AVX-512 form (resnet8's conv1, 16
-	// channels: 0.39-0.40 ms against 0.75-1.0), so that layer stays fp32.
-	if k := l.x.kern; l.chunk == 0 || l.dnnl != l.useDNNL(k) {
+	// channels: 0.39-0.40 ms against 0.75-1.0), and in bf16 it has bf16
+	// forms of its own (small16; BenchmarkConv1: the CNN's conv1 and
+	// pool, forward 22-24 µs per 4 samples in float32, 15-16 in bf16,
+	// weight gradient 24 against 15).
+	k := l.x.kern
+	l.small16 = k.BF16 && l.direct && !l.useDNNL(k) && kernels.Small16(l.out.C)
+	l.small16dw = l.small16 && l.win.S*l.win.C == 1
+	if l.small16 && l.w16 == nil {
+		l.w16 = make([]uint32, l.win.Small16Pairs(l.out.C))
+	}
+	if l.chunk == 0 || l.dnnl != l.useDNNL(k) {
 		l.dnnl = l.useDNNL(k)
 		if l.dnnl {
 			l.chunk = chunkSize(l.batch, chunkBudget/(4*(l.in.Size()+l.hwo*l.out.C)))
@@ -170,7 +189,7 @@ func (l *Conv2D) colBlocks() {
 			l.chunk = chunkSize(l.batch, chunkBudget/(4*l.hwo*(l.kkc+l.out.C)))
 		}
 		l.part = make([]float32, l.chunks(l.batch)*len(l.grad))
-		l.cols, l.pads, l.dwT, l.outs = nil, nil, nil, nil
+		l.cols, l.pads, l.dwT, l.outs, l.pads16 = nil, nil, nil, nil, nil
 		l.x16, l.dy16 = nil, nil
 	}
 	l.x.perWorkerKernels()
@@ -187,6 +206,9 @@ func (l *Conv2D) colBlocks() {
 			l.cols = append(l.cols, nil)
 		} else {
 			l.cols = append(l.cols, make([]float32, l.chunk*l.hwo*l.kkc))
+		}
+		if l.small16 {
+			l.pads16 = append(l.pads16, make([]uint16, l.win.Small16Scratch(l.out.C, l.poolTiles())))
 		}
 		if l.direct && !l.dnnl {
 			pad := l.win.Padded()
@@ -206,7 +228,9 @@ func (l *Conv2D) colBlocks() {
 // pool's output.
 func (l *Conv2D) forward(x, y []float32, n int) {
 	l.colBlocks()
-	if l.direct && !l.dnnl {
+	if l.small16 {
+		kernels.PackSmall16(l.win, l.out.C, l.w, l.w16)
+	} else if l.direct && !l.dnnl {
 		transpose(l.wT, l.w, l.out.C, l.kkc)
 	}
 	l.cx, l.cy, l.n = x, y, n
@@ -291,8 +315,15 @@ func (l *Conv2D) fwd(w, lo, hi int) {
 			l.x.dnnlConv(l, w, ns).ForwardGen(x, l.w, y, l.x.wgen)
 		case l.pooled():
 			p, po := l.pool, l.pool.out.Size()
-			kernels.ConvPoolForward(l.win, ns, x, l.wT, o, l.b, p.relu, l.cy[s0*po:][:ns*po], p.arg[s0*po:][:ns*po], l.pads[w])
+			py, arg := l.cy[s0*po:][:ns*po], p.arg[s0*po:][:ns*po]
+			if l.small16 {
+				kernels.ConvPoolForward16(l.win, ns, x, l.w16, o, l.b, p.relu, py, arg, l.pads16[w])
+			} else {
+				kernels.ConvPoolForward(l.win, ns, x, l.wT, o, l.b, p.relu, py, arg, l.pads[w])
+			}
 			continue
+		case l.small16:
+			kernels.ConvSmallForward16(l.win, ns, x, l.w16, o, y, l.pads16[w])
 		case l.direct:
 			kernels.ConvSmallForward(l.win, ns, x, l.wT, o, y, l.pads[w])
 		default:
@@ -343,8 +374,12 @@ func (l *Conv2D) bwd(w, lo, hi int) {
 			// The first layer: only weight and bias gradients, from
 			// the pooled gradient routed in registers.
 			p, po := l.pool, l.pool.out.Size()
-			kernels.ConvPoolWeights(l.win, ns, x, l.cdy[s0*po:][:ns*po], l.cy[s0*po:][:ns*po], p.arg[s0*po:][:ns*po], p.relu,
-				o, l.dwT[w], part[nw:], l.pads[w])
+			pdy, py, arg := l.cdy[s0*po:][:ns*po], l.cy[s0*po:][:ns*po], p.arg[s0*po:][:ns*po]
+			if l.small16dw {
+				kernels.ConvPoolWeights16(l.win, ns, x, pdy, py, arg, p.relu, o, l.dwT[w], part[nw:], l.pads16[w])
+			} else {
+				kernels.ConvPoolWeights(l.win, ns, x, pdy, py, arg, p.relu, o, l.dwT[w], part[nw:], l.pads[w])
+			}
 			transpose(part[:nw], l.dwT[w], l.kkc, o)
 			continue
 		}
@@ -368,6 +403,9 @@ func (l *Conv2D) bwd(w, lo, hi int) {
 			l.x.dnnlConv16(l, w, ns).BackwardWeights16(l.x16[s0*size:][:ns*size], dy16, part[:nw])
 		case l.dnnl:
 			l.x.dnnlConv(l, w, ns).BackwardWeights(x, dy, part[:nw])
+		case l.small16dw:
+			kernels.ConvSmallWeights16(l.win, ns, x, dy, o, l.dwT[w], l.pads16[w])
+			transpose(part[:nw], l.dwT[w], l.kkc, o)
 		case l.direct:
 			kernels.ConvSmallWeights(l.win, ns, x, dy, o, l.dwT[w], l.pads[w])
 			transpose(part[:nw], l.dwT[w], l.kkc, o)

@@ -221,19 +221,24 @@ func checkLayerKernels(t *testing.T, k Kernels, spec Spec, in Shape, n int, trai
 	if setup != nil {
 		setup(l)
 	}
-	// With bf16 operands, a convolution's or linear layer's outputs and
-	// gradients may each be off by bf16Bound times the same sum over
-	// absolute values; every other layer computes in fp32 as before, and
-	// so does a first convolution on hpctrain's direct kernel, where that
-	// beats oneDNN's bf16 (Conv2D.useDNNL).
-	conv, isConv := l.(*Conv2D)
-	_, isLinear := l.(*Linear)
-	bf16 := k.BF16 && (isLinear || isConv && conv.useDNNL(k))
-	what := func(s string) string { return fmt.Sprintf("%s (%s kernels)", s, k) }
-
 	xs := randSlice(rng, n*in.Size())
 	y := make([]float32, n*l.Out().Size())
 	l.forward(xs, y, n)
+
+	// With bf16 operands, a convolution's or linear layer's outputs and
+	// gradients may each be off by bf16Bound times the same sum over
+	// absolute values; every other layer computes in fp32 as before. A
+	// convolution on hpctrain's direct kernels (few input channels, where
+	// they beat oneDNN's bf16: Conv2D.useDNNL) runs its forward in bf16
+	// where its output channels come in 16s (small16), its weight gradient
+	// too where a pixel pair's inputs are neighbours (small16dw), and its
+	// input gradient in fp32.
+	conv, isConv := l.(*Conv2D)
+	_, isLinear := l.(*Linear)
+	bf16 := k.BF16 && (isLinear || isConv && conv.useDNNL(k))
+	fwd16 := bf16 || k.BF16 && isConv && conv.small16
+	dp16 := bf16 || k.BF16 && isConv && conv.small16dw
+	what := func(s string) string { return fmt.Sprintf("%s (%s kernels)", s, k) }
 
 	x64, p64 := to64(xs), to64(p)
 	abs := func(v []float64) []float64 {
@@ -244,7 +249,7 @@ func checkLayerKernels(t *testing.T, k Kernels, spec Spec, in Shape, n int, trai
 		return a
 	}
 	var bound []float64
-	if bf16 {
+	if fwd16 {
 		bound = scaled(bf16Bound, ref(abs(x64), abs(p64)))
 	}
 	// A bf16 Winograd convolution rounds transforms of the operands
@@ -272,7 +277,10 @@ func checkLayerKernels(t *testing.T, k Kernels, spec Spec, in Shape, n int, trai
 	fAbs := func() float64 { return dot(ref(abs(x64), abs(p64)), abs(r)) }
 	var dxBound, dpBound []float64
 	if bf16 {
-		dxBound, dpBound = scaled(bf16Bound, abs(numGrad(x64, fAbs))), scaled(bf16Bound, abs(numGrad(p64, fAbs)))
+		dxBound = scaled(bf16Bound, abs(numGrad(x64, fAbs)))
+	}
+	if dp16 {
+		dpBound = scaled(bf16Bound, abs(numGrad(p64, fAbs)))
 	}
 	if wino {
 		dxBound = wdx
@@ -337,9 +345,12 @@ func TestConvGradients(t *testing.T) {
 		{Shape{7, 7, 3}, 4, 3, 2, 0},
 		{Shape{5, 6, 2}, 2, 2, 1, 1},
 		{Shape{4, 4, 3}, 5, 1, 1, 0},
-		// 8 or 16 outputs and K*K*C <= 32: the direct kernels.
+		// 8 or 16 outputs and K*K*C <= 32: the direct kernels (in
+		// bf16, 16 outputs: forward and, one input channel at stride
+		// 1, weight gradient on the bf16 direct kernels).
 		{Shape{6, 5, 1}, 8, 3, 1, 1},
 		{Shape{7, 7, 3}, 16, 3, 2, 0},
+		{Shape{6, 5, 1}, 16, 3, 1, 1},
 	} {
 		in, o, k, s, p := c.in, c.o, c.k, c.s, c.p
 		checkLayer(t, Conv(o, k, s, p), in, 2, func(x, prm []float64) []float64 {

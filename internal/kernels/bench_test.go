@@ -59,6 +59,36 @@ func BenchmarkConv1(b *testing.B) {
 		}
 		b.ReportMetric(flop*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 	})
+	// The bf16 forms (the weights as packed once per step, not timed).
+	if !Small16(n) {
+		return
+	}
+	w16, s16 := make([]uint32, g.Small16Pairs(n)), make([]uint16, g.Small16Scratch(n, true))
+	PackSmall16(g, n, w, w16)
+	b.Run("bf16-forward", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			ConvSmallForward16(g, 4, x, w16, n, c, s16)
+		}
+		b.ReportMetric(flop*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+	})
+	b.Run("bf16-weights", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			ConvSmallWeights16(g, 4, x, d, n, w, s16)
+		}
+		b.ReportMetric(flop*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+	})
+	b.Run("bf16-pool-forward", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			ConvPoolForward16(g, 4, x, w16, n, bias, true, y, arg, s16)
+		}
+		b.ReportMetric(flop*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+	})
+	b.Run("bf16-pool-weights", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			ConvPoolWeights16(g, 4, x, dp, y, arg, true, n, w, db, s16)
+		}
+		b.ReportMetric(flop*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+	})
 	b.Run("im2col", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			Im2col(g, 4, x, a)

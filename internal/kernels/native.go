@@ -387,8 +387,249 @@ T512 static void dw_blocks512(window g, const float *xp, const float *gm, const 
 	if (j < O) dw_block512(g, xp, gm, 0, tt, t, kkc, O, j, 1, 0, 0, dwT, 0);
 }
 
+
+// The bf16 forms of the direct kernels (Small16 on the Go side): x and dy
+// rounded to bfloat16 (nearest even, as to_bf16 rounds them), the weights
+// rounded once per step by the caller, the products summed in float32 by
+// AVX512-BF16's vdpbf16ps, which multiplies the two bf16 halves of each
+// 32-bit lane with another lane's and adds both products to a float32
+// accumulator. The pairs run along the summed dimension: in the forward
+// pass along each kernel row's K*C inputs, which lie side by side in the
+// padded sample (so one 32-bit load gives a pair; an odd row ends with a
+// weight of zero against the next value in memory); in the weight
+// gradient along pairs of neighbouring output pixels of a row (a pooled
+// layer's pair is one pooling window's, of which at most one pixel passes
+// a channel's gradient). Against the float32 forms each output pixel
+// takes ceil(K*C/2)*K products instead of K*K*C (6 for 9 taps), and each
+// weight gradient half as many. The bias gradient sums the float32
+// gradients, as before.
+#define S16T __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma")))
+
+// small16_ok reports whether the bf16 forms run for O output channels:
+// O in 16s, AVX-512 allowed (hc_avx512) and AVX512-BF16 present.
+static int small16_ok(long O) {
+	static int has = -1;
+	if (has < 0) has = __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw");
+	return has && small_wide(O);
+}
+
+// rne16 rounds f to bfloat16 as to_bf16 does (nearest even, subnormals to
+// signed zero, NaN kept quiet).
+static inline uint16_t rne16(float f) {
+	uint32_t u;
+	__builtin_memcpy(&u, &f, 4);
+	uint32_t z = (u & 0x7f800000u) == 0 ? (u & 0x80000000u) : u;
+	uint16_t r = (uint16_t)((z + 0x7fffu + ((z >> 16) & 1)) >> 16);
+	return (u & 0x7fffffffu) > 0x7f800000u ? (uint16_t)((u >> 16) | 0x40) : r;
+}
+
+// SLACK16 is the zeros after a padded bf16 sample: the forward's odd kernel
+// rows read one value past their last, the weight gradient's pixel pairs
+// up to S*C past a row's last pixel (SmallMax bounds both).
+enum { SLACK16 = 2 * 32 + 2 };
+
+// pad16 writes sample x (H, W, C) rounded to bf16 into xp (H+2P, W+2P, C)
+// with a zero border, then SLACK16 zeros.
+S16T static void pad16(window g, const float *x, uint16_t *xp) {
+	long C = g.C, P = g.P, Wp = g.W + 2 * P, Hp = g.H + 2 * P, wc = g.W * C;
+	memset(xp, 0, (Hp * Wp * C + SLACK16) * sizeof(uint16_t));
+	for (long h = 0; h < g.H; h++) {
+		const float *r = x + h * wc;
+		uint16_t *d = xp + ((h + P) * Wp + P) * C;
+		long k = 0;
+		for (; k + 16 <= wc; k += 16)
+			_mm256_storeu_si256((__m256i *)(d + k), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(r + k)));
+		for (; k < wc; k++) d[k] = rne16(r[k]);
+	}
+}
+
+static inline uint32_t ld32(const uint16_t *p) {
+	uint32_t v;
+	__builtin_memcpy(&v, p, 4);
+	return v;
+}
+
+// fwd16_px is fwd_px512 in bf16: four output pixels whose first inputs
+// are b0..b3 (padded bf16 sample, rows ldr apart), channels [j, j+16*nb),
+// w16 the weights as (K, NQ, O) pairs.
+S16T static inline __attribute__((always_inline)) void fwd16_px(const uint16_t *b0, const uint16_t *b1, const uint16_t *b2,
+		const uint16_t *b3, long ldr, long K, long NQ, const uint32_t *restrict w16, long O, long j, int nb,
+		const float *bias, int relu, float *y, uint8_t *arg, float *y1, float *y2, float *y3) {
+	__m512 a0 = _mm512_setzero_ps(), a1 = a0, c0 = a0, c1 = a0, d0 = a0, d1 = a0, e0 = a0, e1 = a0;
+	for (long kh = 0; kh < K; kh++)
+		for (long q = 0; q < NQ; q++) {
+			const uint32_t *w = w16 + (kh * NQ + q) * O + j;
+			__m512bh w0 = (__m512bh)_mm512_loadu_si512(w), w1 = nb == 2 ? (__m512bh)_mm512_loadu_si512(w + 16) : w0;
+			long o = kh * ldr + 2 * q;
+			__m512bh v = (__m512bh)_mm512_set1_epi32(ld32(b0 + o));
+			a0 = _mm512_dpbf16_ps(a0, w0, v); if (nb == 2) a1 = _mm512_dpbf16_ps(a1, w1, v);
+			v = (__m512bh)_mm512_set1_epi32(ld32(b1 + o));
+			c0 = _mm512_dpbf16_ps(c0, w0, v); if (nb == 2) c1 = _mm512_dpbf16_ps(c1, w1, v);
+			v = (__m512bh)_mm512_set1_epi32(ld32(b2 + o));
+			d0 = _mm512_dpbf16_ps(d0, w0, v); if (nb == 2) d1 = _mm512_dpbf16_ps(d1, w1, v);
+			v = (__m512bh)_mm512_set1_epi32(ld32(b3 + o));
+			e0 = _mm512_dpbf16_ps(e0, w0, v); if (nb == 2) e1 = _mm512_dpbf16_ps(e1, w1, v);
+		}
+	if (y1) {
+		_mm512_storeu_ps(y + j, a0); _mm512_storeu_ps(y1 + j, c0); _mm512_storeu_ps(y2 + j, d0); _mm512_storeu_ps(y3 + j, e0);
+		if (nb == 2) {
+			_mm512_storeu_ps(y + j + 16, a1); _mm512_storeu_ps(y1 + j + 16, c1);
+			_mm512_storeu_ps(y2 + j + 16, d1); _mm512_storeu_ps(y3 + j + 16, e1);
+		}
+		return;
+	}
+	pool16(a0, c0, d0, e0, bias ? bias + j : 0, relu, y + j, arg + j);
+	if (nb == 2) pool16(a1, c1, d1, e1, bias ? bias + j + 16 : 0, relu, y + j + 16, arg + j + 16);
+}
+
+// conv16_fwd is conv_small_fwd (pooled 0) or conv_pool_fwd (pooled 1) in
+// bf16, O a multiple of 16; xp holds Small16Scratch's values.
+S16T static void conv16_fwd(window g, long n, const float *x, const uint32_t *restrict w16, long O, int pooled,
+		const float *bias, int relu, float *y, uint8_t *arg, uint16_t *restrict xp) {
+	long C = g.C, K = g.K, Wp = g.W + 2 * g.P, ldr = Wp * C, NQ = (K * C + 1) / 2;
+	for (long i = 0; i < n; i++) {
+		pad16(g, x + i * g.H * g.W * C, xp);
+		if (pooled) {
+			long Hq = g.Ho / 2, Wq = g.Wo / 2;
+			for (long ph = 0; ph < Hq; ph++)
+			for (long pw = 0; pw < Wq; pw++) {
+				long oh = 2 * ph, ow = 2 * pw, o = ((i * Hq + ph) * Wq + pw) * O;
+				const uint16_t *b0 = xp + (oh * g.S * Wp + ow * g.S) * C, *b1 = b0 + g.S * C;
+				const uint16_t *b2 = b0 + g.S * ldr, *b3 = b2 + g.S * C;
+				long j = 0;
+				for (; j + 32 <= O; j += 32) fwd16_px(b0, b1, b2, b3, ldr, K, NQ, w16, O, j, 2, bias, relu, y + o, arg + o, 0, 0, 0);
+				if (j < O) fwd16_px(b0, b1, b2, b3, ldr, K, NQ, w16, O, j, 1, bias, relu, y + o, arg + o, 0, 0, 0);
+			}
+			continue;
+		}
+		for (long oh = 0; oh < g.Ho; oh++)
+		for (long ow = 0; ow < g.Wo;) {
+			long step = g.Wo - ow >= 4 ? 1 : 0;
+			const uint16_t *b0 = xp + (oh * g.S * Wp + ow * g.S) * C, *b1 = b0 + step * g.S * C;
+			const uint16_t *b2 = b1 + step * g.S * C, *b3 = b2 + step * g.S * C;
+			float *y0 = y + ((i * g.Ho + oh) * g.Wo + ow) * O, *y1 = y0 + step * O, *y2 = y1 + step * O, *y3 = y2 + step * O;
+			long j = 0;
+			for (; j + 32 <= O; j += 32) fwd16_px(b0, b1, b2, b3, ldr, K, NQ, w16, O, j, 2, 0, 0, y0, 0, y1, y2, y3);
+			if (j < O) fwd16_px(b0, b1, b2, b3, ldr, K, NQ, w16, O, j, 1, 0, 0, y0, 0, y1, y2, y3);
+			ow += step ? 4 : 1;
+		}
+	}
+}
+
+// DW16 runs X over the nine taps of a group.
+#define DW16_DECL(k) __m512 s##k = _mm512_setzero_ps(), u##k = s##k;
+#define DW16_DP(k) { __m512bh v = (__m512bh)_mm512_set1_epi32(adj ? ld32(xa + tt[k]) : \
+	(uint32_t)xa[tt[k]] | (have1 ? (uint32_t)xa[tt[k] + sc] << 16 : 0)); \
+	s##k = _mm512_dpbf16_ps(s##k, dv, v); if (nb == 2) u##k = _mm512_dpbf16_ps(u##k, dv2, v); }
+
+// dw16_block is dw_block512 in bf16 for one sample: taps tt (nine, from
+// t), channels [j, j+16*nb). Pooled: the gradient of each pixel pair is
+// made from gx and ax (see conv16_dw); else from dyf (the sample's float32
+// dy), rounded here. adj: a pixel pair's inputs lie side
+// by side (S*C is 1). nb, pooled and adj are constants where inlined.
+S16T static inline __attribute__((always_inline)) void dw16_block(window g, const uint16_t *xp, const uint32_t *gx,
+		const uint32_t *ax, const float *dyf, const long *tt, long t, long kkc, long O, long j, int nb, int pooled,
+		int adj, float *restrict dwT) {
+	const __m512i ix = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5,
+		20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+	long C = g.C, Wp = g.W + 2 * g.P, Wq = g.Wo / 2, sc = g.S * C;
+	DW9(DW16_DECL)
+	for (long oh = 0; oh < g.Ho; oh++) {
+		const uint16_t *row = xp + oh * g.S * Wp * C;
+		__m512i q0 = _mm512_set1_epi32((oh & 1) * 32);
+		for (long ow = 0; ow < g.Wo; ow += 2) {
+			int have1 = ow + 1 < g.Wo;
+			__m512bh dv, dv2;
+			if (pooled) {
+				// gx: the window's gradient in bf16 (low half), ax:
+				// 16 x its argmax: shifted left by 16 x (argmax - the
+				// pixel's index in the window), which is 0 for the
+				// pair's first pixel, 16 for its second and 32 or more
+				// (giving 0) for the other row's two.
+				long p = (oh / 2 * Wq + ow / 2) * O + j;
+				dv = (__m512bh)_mm512_sllv_epi32(_mm512_loadu_si512(gx + p), _mm512_sub_epi32(_mm512_loadu_si512(ax + p), q0));
+				dv2 = dv;
+				if (nb == 2)
+					dv2 = (__m512bh)_mm512_sllv_epi32(_mm512_loadu_si512(gx + p + 16), _mm512_sub_epi32(_mm512_loadu_si512(ax + p + 16), q0));
+			} else {
+				const float *d0 = dyf + (oh * g.Wo + ow) * O + j, *d1 = d0 + O;
+				__m512 z = _mm512_setzero_ps();
+				dv = (__m512bh)_mm512_permutexvar_epi16(ix, (__m512i)_mm512_cvtne2ps_pbh(have1 ? _mm512_loadu_ps(d1) : z, _mm512_loadu_ps(d0)));
+				dv2 = dv;
+				if (nb == 2)
+					dv2 = (__m512bh)_mm512_permutexvar_epi16(ix, (__m512i)_mm512_cvtne2ps_pbh(have1 ? _mm512_loadu_ps(d1 + 16) : z,
+						_mm512_loadu_ps(d0 + 16)));
+			}
+			const uint16_t *xa = row + ow * sc;
+			DW9(DW16_DP)
+		}
+	}
+	DW9(DW_STORE)
+}
+
+// dw16_blocks is one sample's tap group of conv16_dw, every channel.
+S16T static void dw16_blocks(window g, const uint16_t *xp, const uint32_t *gx, const uint32_t *ax, const float *dyf,
+		const long *tt, long t, long kkc, long O, float *restrict dwT) {
+	int adj = g.S * g.C == 1;
+	long j = 0;
+#define DW16_RUN(nb_, pooled_)                                                                       \
+	if (adj) dw16_block(g, xp, gx, ax, dyf, tt, t, kkc, O, j, nb_, pooled_, 1, dwT);             \
+	else dw16_block(g, xp, gx, ax, dyf, tt, t, kkc, O, j, nb_, pooled_, 0, dwT);
+	if (gx) {
+		for (; j + 32 <= O; j += 32) { DW16_RUN(2, 1) }
+		if (j < O) { DW16_RUN(1, 1) }
+		return;
+	}
+	for (; j + 32 <= O; j += 32) { DW16_RUN(2, 0) }
+	if (j < O) { DW16_RUN(1, 0) }
+#undef DW16_RUN
+}
+
+// conv16_dw is conv_small_dw (arg NULL: dy the (n, Ho, Wo, O) gradient) or
+// conv_pool_dw (dy, y and arg the pooled output's) in bf16: dwT (K*K*C, O)
+// and db (O, or NULL; pooled only, summed in float32) are set. xp holds
+// Small16Scratch's values.
+S16T static void conv16_dw(window g, long n, const float *x, const float *restrict dy, const float *restrict y,
+		const uint8_t *restrict arg, int relu, long O, float *restrict dwT, float *restrict db, uint16_t *restrict xp) {
+	long C = g.C, K = g.K, Wp = g.W + 2 * g.P, kkc = K * K * C;
+	long out = arg ? (g.Ho / 2) * (g.Wo / 2) * O : g.Ho * g.Wo * O;
+	// Pooled, per sample: gx the gradient each window passes (zero where
+	// a fused ReLU cut it) in bf16, in the low half of 32 bits; ax 16 x
+	// its argmax (dw16_block makes a pixel pair's gradient of the two).
+	uint32_t *gx = (uint32_t *)(xp + (((g.H + 2 * g.P) * Wp * C + SLACK16 + 1) & ~1L)), *ax = gx + out;
+	long off[32];
+	tap_offsets(g, off);
+	zero(dwT, kkc * O);
+	if (db) zero(db, O);
+	for (long i = 0; i < n; i++) {
+		pad16(g, x + i * g.H * g.W * C, xp);
+		const float *dys = dy + i * out;
+		if (arg) {
+			const float *ys = y + i * out;
+			const uint8_t *as = arg + i * out;
+			for (long k = 0; k < out; k += O)
+				for (long c = 0; c < O; c += 16) {
+					__m512 v = _mm512_loadu_ps(dys + k + c);
+					if (relu) v = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(_mm512_loadu_ps(ys + k + c), _mm512_setzero_ps(), _CMP_NEQ_UQ), v);
+					_mm512_storeu_si512(gx + k + c, _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(v)));
+					_mm512_storeu_si512(ax + k + c, _mm512_slli_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(as + k + c))), 4));
+					if (db) _mm512_storeu_ps(db + c, _mm512_add_ps(_mm512_loadu_ps(db + c), v));
+				}
+		}
+		for (long t = 0; t < kkc; t += 9) {
+			long tt[9];
+			tap_group(off, t, kkc, tt);
+			dw16_blocks(g, xp, arg ? gx : 0, ax, dys, tt, t, kkc, O, dwT);
+		}
+	}
+}
 #else
 static int small_wide(long O) { return 0; }
+static int small16_ok(long O) { return 0; }
+static void conv16_fwd(window g, long n, const float *x, const uint32_t *w16, long O, int pooled, const float *bias,
+		int relu, float *y, uint8_t *arg, uint16_t *xp) {}
+static void conv16_dw(window g, long n, const float *x, const float *dy, const float *y, const uint8_t *arg, int relu,
+		long O, float *dwT, float *db, uint16_t *xp) {}
 #endif
 
 // conv_small_fwd is a direct convolution for few input channels
@@ -858,7 +1099,10 @@ __attribute__((optimize("fp-contract=off"))) static void chan_moments_any(const 
 */
 import "C"
 
-import "unsafe"
+import (
+	"fmt"
+	"unsafe"
+)
 
 // Native reports whether the C kernels are in use (false under purego).
 const Native = true
@@ -991,6 +1235,59 @@ func ConvPoolForward(g Window, n int, x, wT []float32, o int, bias []float32, re
 	pad := g.Padded()
 	C.conv_pool_fwd(g.c(), C.long(n), fp(x), fp(wT), C.long(o), fp(bias), cbool(relu), fp(y),
 		(*C.uint8_t)(unsafe.Pointer(&arg[0])), fp(scratch), fp(scratch[pad:]))
+}
+
+// Small16 reports whether the bf16 direct kernels (ConvSmallForward16 and
+// the rest) run here for o output channels: o in 16s, ISA "avx512" and
+// AVX512-BF16.
+func Small16(o int) bool { return C.small16_ok(C.long(o)) != 0 }
+
+func u32p(s []uint32) *C.uint32_t { return (*C.uint32_t)(unsafe.Pointer(unsafe.SliceData(s))) }
+
+func u8p(s []uint8) *C.uint8_t { return (*C.uint8_t)(unsafe.Pointer(unsafe.SliceData(s))) }
+
+func small16(o int) {
+	if !Small16(o) {
+		panic(fmt.Sprintf("kernels: the bf16 direct kernels need AVX512-BF16 and %d output channels in 16s", o))
+	}
+}
+
+// ConvSmallForward16 is ConvSmallForward with x rounded to bf16 and the
+// weights PackSmall16's w16. scratch holds Small16Scratch(o, false)
+// values. It needs Small16(o).
+func ConvSmallForward16(g Window, n int, x []float32, w16 []uint32, o int, y []float32, scratch []uint16) {
+	small16(o)
+	g.checkSmall16(n, o, len(x), len(w16), len(y), len(scratch), false)
+	C.conv16_fwd(g.c(), C.long(n), fp(x), u32p(w16), C.long(o), 0, nil, 0, fp(y), nil, u16p(scratch))
+}
+
+// ConvPoolForward16 is ConvPoolForward in bf16, as ConvSmallForward16.
+// scratch holds Small16Scratch(o, true) values.
+func ConvPoolForward16(g Window, n int, x []float32, w16 []uint32, o int, bias []float32, relu bool, y []float32, arg []uint8,
+	scratch []uint16) {
+	small16(o)
+	g.checkSmall16(n, o, len(x), len(w16), len(y), len(scratch), true)
+	g.check(n, len(arg), n*g.PooledOut(o), len(bias), min(len(bias), 1)*o)
+	C.conv16_fwd(g.c(), C.long(n), fp(x), u32p(w16), C.long(o), 1, fp(bias), cbool(relu), fp(y), u8p(arg), u16p(scratch))
+}
+
+// ConvSmallWeights16 is ConvSmallWeights with x and dy rounded to bf16.
+// scratch holds Small16Scratch(o, false) values.
+func ConvSmallWeights16(g Window, n int, x, dy []float32, o int, dwT []float32, scratch []uint16) {
+	small16(o)
+	g.checkSmall16(n, o, len(x), g.Small16Pairs(o), len(dy), len(scratch), false)
+	g.check(n, len(dwT), g.K*g.K*g.C*o)
+	C.conv16_dw(g.c(), C.long(n), fp(x), fp(dy), nil, nil, 0, C.long(o), fp(dwT), nil, u16p(scratch))
+}
+
+// ConvPoolWeights16 is ConvPoolWeights with x and the routed gradient
+// rounded to bf16 (the bias's gradient sums the float32 values).
+// scratch holds Small16Scratch(o, true) values.
+func ConvPoolWeights16(g Window, n int, x, dy, y []float32, arg []uint8, relu bool, o int, dwT, db []float32, scratch []uint16) {
+	small16(o)
+	g.checkSmall16(n, o, len(x), g.Small16Pairs(o), len(dy), len(scratch), true)
+	g.check(n, len(dwT), g.K*g.K*g.C*o, len(y), n*g.PooledOut(o), len(arg), n*g.PooledOut(o), len(db), min(len(db), 1)*o)
+	C.conv16_dw(g.c(), C.long(n), fp(x), fp(dy), fp(y), u8p(arg), cbool(relu), C.long(o), fp(dwT), fp(db), u16p(scratch))
 }
 
 // ConvPoolWeights is GoConvPoolWeights in C.

@@ -189,3 +189,27 @@ func Adadelta(p, g, sq, acc []float32, rho, wd, lr, eps float64) {
 	checkState("Adadelta", p, g, sq, acc)
 	GoAdadelta(p, g, sq, acc, rho, wd, lr, eps)
 }
+
+// Small16 is false: the bf16 direct kernels need cgo.
+func Small16(o int) bool { return false }
+
+// ConvSmallForward16 panics: see Small16.
+func ConvSmallForward16(g Window, n int, x []float32, w16 []uint32, o int, y []float32, scratch []uint16) {
+	panic(ErrNoBF16)
+}
+
+// ConvPoolForward16 panics: see Small16.
+func ConvPoolForward16(g Window, n int, x []float32, w16 []uint32, o int, bias []float32, relu bool, y []float32, arg []uint8,
+	scratch []uint16) {
+	panic(ErrNoBF16)
+}
+
+// ConvSmallWeights16 panics: see Small16.
+func ConvSmallWeights16(g Window, n int, x, dy []float32, o int, dwT []float32, scratch []uint16) {
+	panic(ErrNoBF16)
+}
+
+// ConvPoolWeights16 panics: see Small16.
+func ConvPoolWeights16(g Window, n int, x, dy, y []float32, arg []uint8, relu bool, o int, dwT, db []float32, scratch []uint16) {
+	panic(ErrNoBF16)
+}
