@@ -201,14 +201,15 @@ func (l *Conv2D) colBlocks() {
 			l.dy16 = append(l.dy16, make([]uint16, l.chunk*l.hwo*l.out.C))
 		}
 	}
+	// (The kernels may turn bf16 after the buffers below were made.)
+	for l.small16 && len(l.pads16) < l.x.par.Workers() {
+		l.pads16 = append(l.pads16, make([]uint16, l.win.Small16Scratch(l.out.C, l.poolTiles())))
+	}
 	for len(l.cols) < l.x.par.Workers() {
 		if l.dnnl {
 			l.cols = append(l.cols, nil)
 		} else {
 			l.cols = append(l.cols, make([]float32, l.chunk*l.hwo*l.kkc))
-		}
-		if l.small16 {
-			l.pads16 = append(l.pads16, make([]uint16, l.win.Small16Scratch(l.out.C, l.poolTiles())))
 		}
 		if l.direct && !l.dnnl {
 			pad := l.win.Padded()
