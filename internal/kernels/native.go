@@ -248,6 +248,24 @@ T512 static inline void pool16(__m512 r0, __m512 r1, __m512 r2, __m512 r3, const
 	_mm_storeu_si128((__m128i *)arg, _mm512_cvtepi32_epi8(a));
 }
 
+// px_out512 ends fwd_px512 and fwd16_px: the four pixels' sums a, c, d
+// and e (channels [j, j+16*nb)) written to y, y1, y2 and y3, or, with y1
+// NULL, pooled as one window into y and arg.
+T512 static inline __attribute__((always_inline)) void px_out512(__m512 a0, __m512 a1, __m512 c0, __m512 c1, __m512 d0,
+		__m512 d1, __m512 e0, __m512 e1, long j, int nb, const float *bias, int relu, float *y, uint8_t *arg, float *y1,
+		float *y2, float *y3) {
+	if (y1) {
+		_mm512_storeu_ps(y + j, a0); _mm512_storeu_ps(y1 + j, c0); _mm512_storeu_ps(y2 + j, d0); _mm512_storeu_ps(y3 + j, e0);
+		if (nb == 2) {
+			_mm512_storeu_ps(y + j + 16, a1); _mm512_storeu_ps(y1 + j + 16, c1);
+			_mm512_storeu_ps(y2 + j + 16, d1); _mm512_storeu_ps(y3 + j + 16, e1);
+		}
+		return;
+	}
+	pool16(a0, c0, d0, e0, bias ? bias + j : 0, relu, y + j, arg + j);
+	if (nb == 2) pool16(a1, c1, d1, e1, bias ? bias + j + 16 : 0, relu, y + j + 16, arg + j + 16);
+}
+
 // fwd_px512 computes four output pixels, whose first inputs are b0..b3,
 // for channels [j, j+16*nb), nb 1 or 2 registers: with y1 NULL, pooled as
 // one window of conv_pool_fwd512 into y and arg; else written to y, y1, y2
@@ -269,16 +287,7 @@ T512 static inline __attribute__((always_inline)) void fwd_px512(const float *b0
 		v = _mm512_set1_ps(b3[off[t]]);
 		e0 = _mm512_fmadd_ps(v, w0, e0); if (nb == 2) e1 = _mm512_fmadd_ps(v, w1, e1);
 	}
-	if (y1) {
-		_mm512_storeu_ps(y + j, a0); _mm512_storeu_ps(y1 + j, c0); _mm512_storeu_ps(y2 + j, d0); _mm512_storeu_ps(y3 + j, e0);
-		if (nb == 2) {
-			_mm512_storeu_ps(y + j + 16, a1); _mm512_storeu_ps(y1 + j + 16, c1);
-			_mm512_storeu_ps(y2 + j + 16, d1); _mm512_storeu_ps(y3 + j + 16, e1);
-		}
-		return;
-	}
-	pool16(a0, c0, d0, e0, bias ? bias + j : 0, relu, y + j, arg + j);
-	if (nb == 2) pool16(a1, c1, d1, e1, bias ? bias + j + 16 : 0, relu, y + j + 16, arg + j + 16);
+	px_out512(a0, a1, c0, c1, d0, d1, e0, e1, j, nb, bias, relu, y, arg, y1, y2, y3);
 }
 
 T512 static void conv_pool_fwd512(window g, long n, const float *x, const float *restrict wT, long O,
@@ -470,16 +479,7 @@ S16T static inline __attribute__((always_inline)) void fwd16_px(const uint16_t *
 			v = (__m512bh)_mm512_set1_epi32(ld32(b3 + o));
 			e0 = _mm512_dpbf16_ps(e0, w0, v); if (nb == 2) e1 = _mm512_dpbf16_ps(e1, w1, v);
 		}
-	if (y1) {
-		_mm512_storeu_ps(y + j, a0); _mm512_storeu_ps(y1 + j, c0); _mm512_storeu_ps(y2 + j, d0); _mm512_storeu_ps(y3 + j, e0);
-		if (nb == 2) {
-			_mm512_storeu_ps(y + j + 16, a1); _mm512_storeu_ps(y1 + j + 16, c1);
-			_mm512_storeu_ps(y2 + j + 16, d1); _mm512_storeu_ps(y3 + j + 16, e1);
-		}
-		return;
-	}
-	pool16(a0, c0, d0, e0, bias ? bias + j : 0, relu, y + j, arg + j);
-	if (nb == 2) pool16(a1, c1, d1, e1, bias ? bias + j + 16 : 0, relu, y + j + 16, arg + j + 16);
+	px_out512(a0, a1, c0, c1, d0, d1, e0, e1, j, nb, bias, relu, y, arg, y1, y2, y3);
 }
 
 // conv16_fwd is conv_small_fwd (pooled 0) or conv_pool_fwd (pooled 1) in
