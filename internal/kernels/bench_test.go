@@ -15,49 +15,40 @@ func BenchmarkConv1(b *testing.B) {
 	flop := 2 * float64(m*k*n)
 	g := Window{H: 28, W: 28, C: 1, K: 3, S: 1, P: 1, Ho: 28, Wo: 28}
 	x, scratch := randf(rng, 4*g.In()), make([]float32, g.Padded())
-	b.Run("direct-forward", func(b *testing.B) {
-		for i := 0; i < b.N; i++ {
-			ConvSmallForward(g, 4, x, w, n, c, scratch)
-		}
-		b.ReportMetric(flop*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+	// rate runs f as a sub-benchmark reporting conv1's GFLOP/s.
+	rate := func(name string, f func()) {
+		b.Run(name, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				f()
+			}
+			b.ReportMetric(flop*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
+	}
+	rate("direct-forward", func() {
+		ConvSmallForward(g, 4, x, w, n, c, scratch)
 	})
-	b.Run("direct-weights", func(b *testing.B) {
-		for i := 0; i < b.N; i++ {
-			ConvSmallWeights(g, 4, x, d, n, w, scratch)
-		}
-		b.ReportMetric(flop*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+	rate("direct-weights", func() {
+		ConvSmallWeights(g, 4, x, d, n, w, scratch)
 	})
 	// With the 2x2 max-pool after it (the CNN's conv1 and pool1, ReLU
 	// fused): unfused as the kernels in turn, and fused.
 	pw := Window{H: 28, W: 28, C: n, K: 2, S: 2, Ho: 14, Wo: 14}
 	y, arg, bias := make([]float32, 4*pw.Out()), make([]uint8, 4*pw.Out()), randf(rng, n)
 	dp, db, big := randf(rng, 4*pw.Out()), make([]float32, n), make([]float32, g.ConvPoolScratch(n))
-	b.Run("pool-forward-unfused", func(b *testing.B) {
-		for i := 0; i < b.N; i++ {
-			ConvSmallForward(g, 4, x, w, n, c, scratch)
-			PoolForward(pw, 4, c, bias, true, y, arg)
-		}
-		b.ReportMetric(flop*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+	rate("pool-forward-unfused", func() {
+		ConvSmallForward(g, 4, x, w, n, c, scratch)
+		PoolForward(pw, 4, c, bias, true, y, arg)
 	})
-	b.Run("pool-forward-fused", func(b *testing.B) {
-		for i := 0; i < b.N; i++ {
-			ConvPoolForward(g, 4, x, w, n, bias, true, y, arg, big)
-		}
-		b.ReportMetric(flop*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+	rate("pool-forward-fused", func() {
+		ConvPoolForward(g, 4, x, w, n, bias, true, y, arg, big)
 	})
-	b.Run("pool-weights-unfused", func(b *testing.B) {
-		for i := 0; i < b.N; i++ {
-			PoolBackward(pw, 4, dp, y, arg, true, d)
-			ConvSmallWeights(g, 4, x, d, n, w, scratch)
-			ColSums(db, d, m, n, n)
-		}
-		b.ReportMetric(flop*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+	rate("pool-weights-unfused", func() {
+		PoolBackward(pw, 4, dp, y, arg, true, d)
+		ConvSmallWeights(g, 4, x, d, n, w, scratch)
+		ColSums(db, d, m, n, n)
 	})
-	b.Run("pool-weights-fused", func(b *testing.B) {
-		for i := 0; i < b.N; i++ {
-			ConvPoolWeights(g, 4, x, dp, y, arg, true, n, w, db, big)
-		}
-		b.ReportMetric(flop*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+	rate("pool-weights-fused", func() {
+		ConvPoolWeights(g, 4, x, dp, y, arg, true, n, w, db, big)
 	})
 	// The bf16 forms (the weights as packed once per step, not timed).
 	if !Small16(n) {
@@ -65,29 +56,17 @@ func BenchmarkConv1(b *testing.B) {
 	}
 	w16, s16 := make([]uint32, g.Small16Pairs(n)), make([]uint16, g.Small16Scratch(n, true))
 	PackSmall16(g, n, w, w16)
-	b.Run("bf16-forward", func(b *testing.B) {
-		for i := 0; i < b.N; i++ {
-			ConvSmallForward16(g, 4, x, w16, n, c, s16)
-		}
-		b.ReportMetric(flop*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+	rate("bf16-forward", func() {
+		ConvSmallForward16(g, 4, x, w16, n, c, s16)
 	})
-	b.Run("bf16-weights", func(b *testing.B) {
-		for i := 0; i < b.N; i++ {
-			ConvSmallWeights16(g, 4, x, d, n, w, s16)
-		}
-		b.ReportMetric(flop*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+	rate("bf16-weights", func() {
+		ConvSmallWeights16(g, 4, x, d, n, w, s16)
 	})
-	b.Run("bf16-pool-forward", func(b *testing.B) {
-		for i := 0; i < b.N; i++ {
-			ConvPoolForward16(g, 4, x, w16, n, bias, true, y, arg, s16)
-		}
-		b.ReportMetric(flop*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+	rate("bf16-pool-forward", func() {
+		ConvPoolForward16(g, 4, x, w16, n, bias, true, y, arg, s16)
 	})
-	b.Run("bf16-pool-weights", func(b *testing.B) {
-		for i := 0; i < b.N; i++ {
-			ConvPoolWeights16(g, 4, x, dp, y, arg, true, n, w, db, s16)
-		}
-		b.ReportMetric(flop*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+	rate("bf16-pool-weights", func() {
+		ConvPoolWeights16(g, 4, x, dp, y, arg, true, n, w, db, s16)
 	})
 	b.Run("im2col", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
