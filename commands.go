@@ -108,7 +108,9 @@ func writeCPUKernels(w io.Writer) {
 		wino = "hpctrain's F(2x2, 3x3) (oneDNN has none on this ISA)"
 	}
 	if bf == "yes" {
-		if kernels.HasWino16() {
+		if dnnl.AMX() {
+			wino += "; bf16 convolutions: all on oneDNN (AMX-BF16; hpctrain's own bf16 kernels are AVX512-BF16's)"
+		} else if kernels.HasWino16() {
 			wino += "; bf16 3x3 Winograd: hpctrain's F(2x2, 3x3) (AVX512-BF16)"
 		} else {
 			wino += "; bf16 3x3 Winograd: none (no AVX512-BF16: oneDNN's direct)"

@@ -62,7 +62,7 @@ func Step(args []string, out io.Writer) error {
 	threads := fs.Int("threads", 1, "compute threads (pinned to the first cores of the mask)")
 	steps := fs.Int("steps", 30, "timed steps")
 	opt := fs.String("optimizer", "sgd", "update in each step, lr 0.01 and, for sgd, momentum 0.9 (the PyTorch comparison's recipe): "+fmt.Sprint(optim.Names())+" or none")
-	kern := fs.String("kernels", "", "convolution and linear kernels, a comma list measured side by side: blas, dnnl, dnnl-direct (no Winograd), dnnl-wino-f2 (Winograd layers on hpctrain's F(2x2, 3x3) even where oneDNN has its own), dnnl-bf16 (3x3 stride-1 layers on hpctrain's bf16 Winograd F(2x2, 3x3)), dnnl-bf16-direct (bf16, every convolution on oneDNN direct); default: dnnl where linked in, else blas; with several, -json writes a list")
+	kern := fs.String("kernels", "", "convolution and linear kernels, a comma list measured side by side: blas, dnnl, dnnl-direct (no Winograd), dnnl-wino-f2 (Winograd layers on hpctrain's F(2x2, 3x3) even where oneDNN has its own), dnnl-all (every convolution on oneDNN's direct primitives, none on hpctrain's own kernels), dnnl-bf16 (3x3 stride-1 layers on hpctrain's bf16 Winograd F(2x2, 3x3)), dnnl-bf16-direct (bf16, no Winograd), dnnl-bf16-all (bf16, every convolution on oneDNN); the bf16 sets as train runs them on this CPU: on oneDNN alone where oneDNN runs AMX-BF16; default: dnnl where linked in, else blas; with several, -json writes a list")
 	js := fs.String("json", "", "also write the report as JSON to `FILE`")
 	if err := cli.Parse(fs, args, os.Stderr, false); err != nil {
 		return err
@@ -82,12 +82,16 @@ func Step(args []string, out io.Writer) error {
 			kerns = append(kerns, model.Kernels{DNNL: true, Direct: true})
 		case "dnnl-wino-f2":
 			kerns = append(kerns, model.Kernels{DNNL: true, OwnWinograd: true})
+		case "dnnl-all":
+			kerns = append(kerns, model.Kernels{DNNL: true, AllDNNL: true})
 		case "dnnl-bf16":
-			kerns = append(kerns, model.Kernels{DNNL: true, BF16: true})
+			kerns = append(kerns, model.Kernels{DNNL: true, BF16: true}.OnThisCPU())
 		case "dnnl-bf16-direct":
-			kerns = append(kerns, model.Kernels{DNNL: true, BF16: true, Direct: true})
+			kerns = append(kerns, model.Kernels{DNNL: true, BF16: true, Direct: true}.OnThisCPU())
+		case "dnnl-bf16-all":
+			kerns = append(kerns, model.Kernels{DNNL: true, BF16: true, AllDNNL: true})
 		default:
-			return cli.Usage(fmt.Errorf("-kernels: %q is not blas, dnnl, dnnl-direct, dnnl-wino-f2, dnnl-bf16 or dnnl-bf16-direct", k))
+			return cli.Usage(fmt.Errorf("-kernels: %q is not blas, dnnl, dnnl-direct, dnnl-wino-f2, dnnl-all, dnnl-bf16, dnnl-bf16-direct or dnnl-bf16-all", k))
 		}
 	}
 	if *batch < 1 || *threads < 1 || *steps < 1 || *classes < 1 {

@@ -272,7 +272,7 @@ func (l *Conv2D) bf16() bool { return l.dnnl && l.x.kern.BF16 }
 
 // useDNNL reports whether the layer runs on oneDNN with kernels k.
 func (l *Conv2D) useDNNL(k Kernels) bool {
-	return k.DNNL && !(l.direct && (!k.BF16 || l.poolTiles() || kernels.ConvSmallWide(l.out.C)))
+	return k.DNNL && (k.AllDNNL || !(l.direct && (!k.BF16 || l.poolTiles() || kernels.ConvSmallWide(l.out.C))))
 }
 
 // poolTiles reports whether a 2x2, stride-2 pool tiling the output

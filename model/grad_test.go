@@ -188,10 +188,13 @@ func testKernels(t *testing.T) []Kernels {
 	}
 	// dnnl runs Winograd where a layer allows it and oneDNN has it; dnnl
 	// direct keeps the direct convolutions checked too.
-	// dnnl wino-f2 checks hpctrain's own Winograd on the same layers.
-	ks = append(ks, Kernels{DNNL: true}, Kernels{DNNL: true, Direct: true}, Kernels{DNNL: true, OwnWinograd: true})
+	// dnnl wino-f2 checks hpctrain's own Winograd on the same layers;
+	// dnnl all (what bf16 gets on a CPU with AMX-BF16) oneDNN's
+	// convolutions on the layers of few input channels too.
+	ks = append(ks, Kernels{DNNL: true}, Kernels{DNNL: true, Direct: true}, Kernels{DNNL: true, OwnWinograd: true},
+		Kernels{DNNL: true, AllDNNL: true})
 	if ok, missing := dnnl.HasBF16(); ok {
-		ks = append(ks, Kernels{DNNL: true, BF16: true})
+		ks = append(ks, Kernels{DNNL: true, BF16: true}, Kernels{DNNL: true, BF16: true, AllDNNL: true})
 	} else {
 		t.Logf("bf16 kernels not checked: %s", missing)
 	}

@@ -36,14 +36,27 @@ type Kernels struct {
 	// where oneDNN's would be chosen. Where oneDNN has none (CPUs without
 	// AVX-512) those layers run ours without it.
 	OwnWinograd bool
+	// AllDNNL runs every convolution on oneDNN's direct primitives: no
+	// Winograd, and none of hpctrain's own direct kernels for layers of
+	// few input channels (nor their bf16 forms). It is what bf16 gets
+	// where oneDNN computes on AMX-BF16's tile unit (train.CPUKernelsOf):
+	// hpctrain's own bf16 kernels are built on AVX512-BF16's dot products,
+	// several times slower than the tile unit by Intel's figures, so they
+	// would hold back the layers that oneDNN runs on it.
+	AllDNNL bool
 }
 
 // String names k as the command line does: "blas", "dnnl", "dnnl direct",
-// "dnnl wino-f2", "dnnl bf16" or "dnnl bf16 direct".
+// "dnnl wino-f2", "dnnl all", "dnnl bf16", "dnnl bf16 direct" or "dnnl
+// bf16 all".
 func (k Kernels) String() string {
 	switch {
 	case !k.DNNL:
 		return "blas"
+	case k.BF16 && k.AllDNNL:
+		return "dnnl bf16 all"
+	case k.AllDNNL:
+		return "dnnl all"
 	case k.BF16 && k.Direct:
 		return "dnnl bf16 direct"
 	case k.BF16:
@@ -56,6 +69,21 @@ func (k Kernels) String() string {
 	return "dnnl"
 }
 
+// OnThisCPU returns k as this CPU should run it. With BF16 on oneDNN where
+// oneDNN computes on AMX-BF16's tile unit (dnnl.AMX), that is every
+// convolution on oneDNN (AllDNNL): hpctrain's own bf16 kernels use
+// AVX512-BF16 only. DNNL_MAX_CPU_ISA=AVX512_CORE_BF16 keeps them on such a
+// CPU (oneDNN then runs without AMX too), to compare the two.
+func (k Kernels) OnThisCPU() Kernels {
+	if k.DNNL && k.BF16 && cpuAMX() {
+		k.AllDNNL = true
+	}
+	return k
+}
+
+// cpuAMX is dnnl.AMX; a variable, so that tests can play a CPU with AMX.
+var cpuAMX = dnnl.AMX
+
 // winograd reports whether the layer's convolution runs Winograd with
 // kernels k, where oneDNN has it. Not with 16 input channels: there
 // oneDNN's Winograd weight gradient is slower than its direct one (0.19
@@ -63,7 +91,7 @@ func (k Kernels) String() string {
 // ONEDNN_VERBOSE) and its forward gains 10%, a loss overall.
 func (k Kernels) winograd(l *Conv2D) bool {
 	g := l.win
-	return k.DNNL && !k.Direct && g.K == 3 && g.S == 1 && g.C >= 32 && g.C%16 == 0 && l.out.C%16 == 0
+	return k.DNNL && !k.Direct && !k.AllDNNL && g.K == 3 && g.S == 1 && g.C >= 32 && g.C%16 == 0 && l.out.C%16 == 0
 }
 
 // typ is oneDNN's operand type for k.

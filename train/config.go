@@ -189,7 +189,7 @@ var (
 	Devices     = []string{"cpu", "cuda", "auto"}
 	Precisions  = []string{"fp32", "tf32", "bf16", "fp16"}
 	Collectives = []string{"mpi", "nccl", "shm", "auto"}
-	CPUKernels  = []string{"dnnl", "dnnl-direct", "blas", "auto"}
+	CPUKernels  = []string{"dnnl", "dnnl-direct", "dnnl-all", "blas", "auto"}
 )
 
 // Flags binds every field of c to a flag of fs.
@@ -237,7 +237,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.GPUShare, "gpu-share", c.GPUShare, "let several local ranks drive one GPU (e.g. under MPS); without it more local ranks than GPUs is an error")
 	fs.StringVar(&c.Device, "device", c.Device, "where each rank computes: cpu, cuda (the rank's GPU: CUDA driver, cuBLAS, NVRTC and NCCL loaded at run time) or auto (cuda when placement gave the rank a GPU and CUDA loads, else cpu)")
 	fs.StringVar(&c.Precision, "precision", c.Precision, "arithmetic of convolutions and linear layers: fp32 or bf16, or on cuda also tf32 or fp16 (fp32 master weights, loss and all-reduce; fp16 with dynamic loss scaling; bf16 on the CPU needs AVX512-BF16 or AMX-BF16)")
-	fs.StringVar(&c.CPUKernels, "cpu-kernels", c.CPUKernels, "how convolutions and linear layers compute on the CPU: dnnl (oneDNN; 3x3 stride-1 convolutions with 32 or more channels, in 16s, run Winograd: oneDNN's F(4x4, 3x3) in fp32 where it has it, else and in bf16 hpctrain's F(2x2, 3x3)), dnnl-direct (oneDNN, no Winograd), blas (im2col and OpenBLAS; fp32 only) or auto (dnnl where linked in)")
+	fs.StringVar(&c.CPUKernels, "cpu-kernels", c.CPUKernels, "how convolutions and linear layers compute on the CPU: dnnl (oneDNN; 3x3 stride-1 convolutions with 32 or more channels, in 16s, run Winograd: oneDNN's F(4x4, 3x3) in fp32 where it has it, else and in bf16 hpctrain's F(2x2, 3x3)), dnnl-direct (oneDNN, no Winograd), dnnl-all (every convolution on oneDNN's direct primitives, none on hpctrain's own kernels: what bf16 gets where oneDNN runs AMX-BF16), blas (im2col and OpenBLAS; fp32 only) or auto (dnnl where linked in)")
 	fs.StringVar(&c.Collective, "collective", c.Collective, "how gradients are summed: mpi (MPI_Allreduce), nccl (cuda only: device buffers, its own stream), shm (cpu only: in memory the ranks of a node share, MPI between nodes) or auto (nccl on cuda, shm on cpu)")
 	fs.Float64Var(&c.LossScale, "loss-scale", c.LossScale, "fp16: the first loss scale (halved on overflow, the step skipped)")
 	fs.IntVar(&c.LossScaleInterval, "loss-scale-interval", c.LossScaleInterval, "fp16: clean `steps` after which the loss scale doubles")

@@ -328,8 +328,10 @@ func TestUnknownFlagOneLine(t *testing.T) {
 }
 
 // TestCPUKernelsOf: each cpu_kernels value and precision maps to the
-// model's kernels, dnnl-direct only turning Winograd off; unknown values
-// are refused.
+// model's kernels, dnnl-direct only turning Winograd off, dnnl-all every
+// convolution onto oneDNN, and bf16 on oneDNN as this CPU runs it
+// (model.Kernels.OnThisCPU: on oneDNN alone where it runs AMX-BF16);
+// unknown values are refused.
 func TestCPUKernelsOf(t *testing.T) {
 	if !model.DefaultKernels().DNNL {
 		t.Log("oneDNN not linked in (purego): auto is blas")
@@ -340,7 +342,9 @@ func TestCPUKernelsOf(t *testing.T) {
 	}{
 		{"dnnl", "fp32", model.Kernels{DNNL: true}},
 		{"dnnl-direct", "fp32", model.Kernels{DNNL: true, Direct: true}},
-		{"dnnl", "bf16", model.Kernels{DNNL: true, BF16: true}},
+		{"dnnl", "bf16", model.Kernels{DNNL: true, BF16: true}.OnThisCPU()},
+		{"dnnl-all", "fp32", model.Kernels{DNNL: true, AllDNNL: true}},
+		{"dnnl-all", "bf16", model.Kernels{DNNL: true, BF16: true, AllDNNL: true}},
 		{"blas", "fp32", model.Kernels{}},
 		{"auto", "fp32", model.DefaultKernels()},
 	} {

@@ -194,10 +194,11 @@ func buildReplica(d *device, cfg Config, in model.Shape, classes int, grads []fl
 }
 
 // CPUKernelsOf is the model's CPU kernels for the cpu_kernels and
-// precision settings.
+// precision settings, as this CPU runs them (model.Kernels.OnThisCPU).
 func CPUKernelsOf(kernels, precision string) (model.Kernels, error) {
-	dnnlK := kernels == "dnnl" || kernels == "dnnl-direct" || (kernels == "auto" && model.DefaultKernels().DNNL)
+	dnnlK := kernels == "dnnl" || kernels == "dnnl-direct" || kernels == "dnnl-all" || (kernels == "auto" && model.DefaultKernels().DNNL)
 	k := model.Kernels{DNNL: dnnlK, BF16: precision == "bf16", Direct: kernels == "dnnl-direct"}
+	k.AllDNNL = kernels == "dnnl-all"
 	switch {
 	case !slices.Contains(CPUKernels, kernels):
 		return k, fmt.Errorf("cpu kernels %q: want %s", kernels, strings.Join(CPUKernels, ", "))
@@ -206,7 +207,7 @@ func CPUKernelsOf(kernels, precision string) (model.Kernels, error) {
 	case k.BF16 && !k.DNNL:
 		return k, fmt.Errorf("precision bf16 needs the oneDNN kernels (cpu_kernels dnnl or auto), and this binary has none")
 	}
-	return k, nil
+	return k.OnThisCPU(), nil
 }
 
 // newOptimizer makes the optimizer of the replica: optim's on the host

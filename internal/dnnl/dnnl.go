@@ -53,6 +53,12 @@ func HasBF16() (ok bool, missing string) {
 	}
 }
 
+// AMX reports whether oneDNN runs its bf16 primitives on AMX-BF16's tile
+// unit on this CPU: its effective ISA is avx512_core_amx (the CPU has
+// AMX-BF16, the OS has enabled the tile state and granted it, and
+// DNNL_MAX_CPU_ISA does not cap oneDNN below it).
+func AMX() bool { return C.GoString(C.hcdnnl_isa()) == "avx512_core_amx" }
+
 // HasWinograd reports whether oneDNN has float32 Winograd convolutions on
 // this CPU (2.6: AVX-512 only), by building one of 16 channels; where it
 // has none, the model runs hpctrain's own (kernels.Wino).

@@ -15,6 +15,9 @@ func HasBF16() (ok bool, missing string) { return false, errNoCgo.Error() }
 // ISA is "none" without oneDNN.
 func ISA() string { return "none (built without cgo)" }
 
+// AMX is false: no oneDNN.
+func AMX() bool { return false }
+
 // HasWinograd is false: no oneDNN.
 func HasWinograd() bool { return false }
 
