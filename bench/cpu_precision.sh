@@ -28,6 +28,15 @@
 #    accuracies: what a finished training delivers, not a snapshot at full
 #    learning rate. ROUNDS 0 skips part 1. Written to
 #    out/cpu_precision_SCHEDULE.json unless JSON says otherwise.
+# 3. End to end, in rounds: E2E_ROUNDS (default 0: skipped) rounds, each
+#    one fp32 and one bf16 `hpctrain train` of every model, alternating,
+#    2 ranks x 1 thread, 1 epoch of the first E2E_LIMIT (25600) training
+#    samples (the issue's measurement), seed 1; samples/s as in part 2. A
+#    single run moves 5-10% with this shared VM, so one pair's ratio swings
+#    by 0.1 and more; the median over rounds of each arm, and their ratio,
+#    are the figures to compare. `ROUNDS=0 ACCURACY=0 E2E_ROUNDS=7
+#    JSON=out/cpu_precision_e2e.json bench/cpu_precision.sh 0` runs this part
+#    alone.
 # Needs ./hpctrain (make build) and mpirun.
 set -euo pipefail
 # The commit the run measures is the one checked out when it starts; a
@@ -40,6 +49,8 @@ epochs=${EPOCHS:-5}
 seeds=${SEEDS:-1 2 3}
 accuracy=${ACCURACY:-1}
 floor=${FLOOR:-1}
+e2e_rounds=${E2E_ROUNDS:-0}
+e2e_limit=${E2E_LIMIT:-25600}
 schedule=${SCHEDULE:-}
 epoch_list=${EPOCHS_LIST:-1 $epochs}
 [ -n "$schedule" ] || epoch_list=$epochs
@@ -52,6 +63,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 : >"$tmp/steps.jsonl"
 : >"$tmp/acc.jsonl"
+: >"$tmp/e2e.jsonl"
 cmds=()
 
 for m in $models; do
@@ -93,13 +105,37 @@ print(json.dumps({"model":sys.argv[2],"precision":sys.argv[3],"kernels":sys.argv
 	done
 fi
 
+for r in $(seq "$e2e_rounds"); do
+	for m in $models; do
+		for p in fp32 bf16; do
+			c="scripts/mpirun.sh -np 2 ./hpctrain train -model $m -device cpu -threads 1 -precision $p -epochs 1 -limit $e2e_limit -test-limit 1000 -seed 1 -progress 0"
+			[ "$r" = 1 ] && cmds+=("$c")
+			echo "round $r: $c" >&2
+			rm -f "$tmp/m.jsonl"
+			$c -metrics "$tmp/m.jsonl" >/dev/null
+			$py -c 'import json,sys
+ls=[json.loads(l) for l in open(sys.argv[1]) if not json.loads(l).get("final")]
+print(json.dumps({"model":sys.argv[2],"precision":sys.argv[3],"round":int(sys.argv[4]),"samples_per_second":ls[-1]["samples_per_second"]}))' "$tmp/m.jsonl" "$m" "$p" "$r" >>"$tmp/e2e.jsonl"
+		done
+	done
+done
+
 cmdfile=$tmp/cmds
 printf '%s\n' "${cmds[@]}" >"$cmdfile"
-$py - "$tmp/steps.jsonl" "$tmp/acc.jsonl" "$cmdfile" "$json" <<'PY'
+$py - "$tmp/steps.jsonl" "$tmp/acc.jsonl" "$cmdfile" "$json" "$tmp/e2e.jsonl" <<'PY'
 import json, os, statistics, subprocess, sys
 steps = [json.loads(l) for l in open(sys.argv[1])]
 acc = [json.loads(l) for l in open(sys.argv[2])]
 cmds = open(sys.argv[3]).read().splitlines()
+e2e = [json.loads(l) for l in open(sys.argv[5])]
+e2e_summary = []
+for m in dict.fromkeys(r["model"] for r in e2e):
+    arm = {p: [r["samples_per_second"] for r in e2e if r["model"] == m and r["precision"] == p] for p in ("fp32", "bf16")}
+    pairs = [b / f for f, b in zip(arm["fp32"], arm["bf16"])]
+    e2e_summary.append({"model": m, "rounds": len(pairs),
+                        "fp32_median": statistics.median(arm["fp32"]), "bf16_median": statistics.median(arm["bf16"]),
+                        "ratio_of_medians": statistics.median(arm["bf16"]) / statistics.median(arm["fp32"]),
+                        "per_round_ratio": pairs})
 def sh(c):
     return subprocess.run(c, shell=True, capture_output=True, text=True).stdout.strip()
 summary = []
@@ -121,9 +157,10 @@ doc = {"kind": "cpu_precision",
        "dirty": bool(os.environ.get("START_DIRTY") or sh("git status --porcelain -uno")
                      or sh("git rev-parse --short HEAD") != os.environ.get("START_REV")),
        "schedule": os.environ.get("SCHEDULE") or "constant",
-       "statistic": "step rows: batch / median step over 40 steps, median over rounds; accuracy rows: test accuracy after epochs 1 and last, per seed (fp32, bf16 and fp32 on the blas kernels with the same seed), samples/s = the run's samples / training-loop seconds (its last metrics line)"
+       "statistic": "step rows: batch / median step over 40 steps, median over rounds; accuracy rows: test accuracy after epochs 1 and last, per seed (fp32, bf16 and fp32 on the blas kernels with the same seed), samples/s = the run's samples / training-loop seconds (its last metrics line); end-to-end rounds: the same samples/s, median over rounds per arm, bf16 / fp32 = the ratio of the two medians"
                     + ("; each run trained to the end of its own %s learning-rate schedule, one run per epoch count" % os.environ["SCHEDULE"] if os.environ.get("SCHEDULE") else ""),
-       "commands": cmds, "steps": steps, "step_summary": summary, "accuracy": acc}
+       "commands": cmds, "steps": steps, "step_summary": summary, "accuracy": acc,
+       "e2e": e2e, "e2e_summary": e2e_summary}
 json.dump(doc, open(sys.argv[4], "w"), indent=2)
 print("wrote", sys.argv[4])
 PY

@@ -27,7 +27,7 @@ precision, PyTorch and hpctrain samples/s as the medians over the rounds,
 their ratio, each round's ratio; then one line with the command, commit,
 machine and statistic).
 """
-import argparse, json, sys
+import argparse, json, statistics, sys
 
 
 def fail(msg):
@@ -135,6 +135,15 @@ def render_cpu_precision(docs):
                 "%.2f" % (sps / blas["samples_per_second_median"]) if blas else "-",
                 "%.2f" % (sps / f32["samples_per_second_median"]) if f32 and k == "dnnl bf16" else "-",
                 " / ".join(num(x) for x in s["per_round_sps"])))
+        if d.get("e2e_summary"):
+            if out:
+                out.append("")
+            out += ["| model | rounds | fp32 samples/s (median) | bf16 samples/s (median) | bf16 / fp32 (ratio of the medians) | bf16 / fp32 per round |",
+                    "|---|---|---|---|---|---|"]
+            for e in d["e2e_summary"]:
+                out.append("| %s | %d | %s | %s | **%.2f** | %s |" % (
+                    e["model"], e["rounds"], num(e["fp32_median"]), num(e["bf16_median"]), e["ratio_of_medians"],
+                    " / ".join("%.2f" % x for x in e["per_round_ratio"])))
         if d.get("accuracy"):
             sched = d.get("schedule", "constant")
             if by:
@@ -145,6 +154,7 @@ def render_cpu_precision(docs):
                 out.append("| %s | %s | %s | %s | %d | %.2f%% | %.2f%% | %s |" % (
                     a["model"], a.get("seed", 1), arm(a), a.get("schedule", sched), a["epochs"], 100 * a["accuracy"][0],
                     100 * a["accuracy"][-1], num(a["samples_per_second"][-1])))
+            out += speed_summary(d["accuracy"])
             out += accuracy_summary(d["accuracy"]) if sched == "constant" else finished_summary(d["accuracy"], sched)
         dirty = " (work tree modified)" if d.get("dirty") else ""
         out += ["", "Commands: %s. Commit %s%s; %s, %d CPUs, %s; statistic: %s." % (
@@ -158,6 +168,23 @@ def arm(a):
     they are not oneDNN's (the fp32 noise-floor run is "fp32 blas")."""
     k = a.get("kernels", "dnnl")
     return a["precision"] if k == "dnnl" else "%s %s" % (a["precision"], k)
+
+
+def speed_summary(acc):
+    """A line per model and epoch count on bf16 against fp32 end to end:
+    the ratio of the two runs' samples/s (each its last metrics line) for
+    each seed, and the median over the seeds."""
+    runs = {(a["model"], a.get("seed", 1), arm(a), a["epochs"]): a for a in acc}
+    out = []
+    for m in dict.fromkeys(a["model"] for a in acc):
+        for e in sorted({k[3] for k in runs if k[0] == m}):
+            seeds = [k[1] for k in runs if k[0] == m and k[2] == "fp32" and k[3] == e and (m, k[1], "bf16", e) in runs]
+            if not seeds:
+                continue
+            r = [runs[(m, s, "bf16", e)]["samples_per_second"][-1] / runs[(m, s, "fp32", e)]["samples_per_second"][-1] for s in seeds]
+            out += ["", "%s, bf16 / fp32 samples/s end to end, %d-epoch runs, same seed (seeds %s): %s (median %.2f)." % (
+                m, e, ", ".join(map(str, seeds)), " / ".join("%.2f" % x for x in r), statistics.median(r))]
+    return out
 
 
 def accuracy_summary(acc):
