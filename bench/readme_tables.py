@@ -117,43 +117,46 @@ def is_cpu_precision(d):
     return isinstance(d, dict) and d.get("kind") == "cpu_precision"
 
 
+def table(out, header, rows):
+    """Appends a Markdown table to out (after a blank line when out has
+    lines): header's cells, then each row's."""
+    if out:
+        out.append("")
+    out += ["| %s |" % " | ".join(header), "|%s" % ("---|" * len(header))]
+    out += ["| %s |" % " | ".join(r) for r in rows]
+
+
 def render_cpu_precision(docs):
     out = []
     for d in docs:
         by = {(s["model"], s["threads"], s["kernels"]): s for s in d["step_summary"]}
-        if by:
-            out += ["| model | threads | kernels | samples/s (median) | % of same-run SGEMM | % of the cores' peak, same run | vs blas | bf16 / fp32 | per round |",
-                    "|---|---|---|---|---|---|---|---|---|"]
+        rows = []
         for (m, t, k), s in by.items():
             blas = by.get((m, t, "blas"))
             f32 = by.get((m, t, "dnnl"))
             sps = s["samples_per_second_median"]
             pk = s.get("fraction_of_peak_median", 0)
-            out.append("| %s | %d | %s | %s | %.0f%% | %s | %s | %s | %s |" % (
-                m, t, k, num(sps), 100 * s["fraction_of_sgemm_median"],
-                "%.0f%% (%s)" % (100 * pk, "bf16" if "bf16" in k else "fp32") if pk else "-",
-                "%.2f" % (sps / blas["samples_per_second_median"]) if blas else "-",
-                "%.2f" % (sps / f32["samples_per_second_median"]) if f32 and k == "dnnl bf16" else "-",
-                " / ".join(num(x) for x in s["per_round_sps"])))
+            rows.append([m, "%d" % t, k, num(sps), "%.0f%%" % (100 * s["fraction_of_sgemm_median"]),
+                         "%.0f%% (%s)" % (100 * pk, "bf16" if "bf16" in k else "fp32") if pk else "-",
+                         "%.2f" % (sps / blas["samples_per_second_median"]) if blas else "-",
+                         "%.2f" % (sps / f32["samples_per_second_median"]) if f32 and k == "dnnl bf16" else "-",
+                         " / ".join(num(x) for x in s["per_round_sps"])])
+        if rows:
+            table(out, ["model", "threads", "kernels", "samples/s (median)", "% of same-run SGEMM",
+                        "% of the cores' peak, same run", "vs blas", "bf16 / fp32", "per round"], rows)
         if d.get("e2e_summary"):
-            if out:
-                out.append("")
-            out += ["| model | rounds | fp32 samples/s (median) | bf16 samples/s (median) | bf16 / fp32 (ratio of the medians) | bf16 / fp32 per round |",
-                    "|---|---|---|---|---|---|"]
-            for e in d["e2e_summary"]:
-                out.append("| %s | %d | %s | %s | **%.2f** | %s |" % (
-                    e["model"], e["rounds"], num(e["fp32_median"]), num(e["bf16_median"]), e["ratio_of_medians"],
-                    " / ".join("%.2f" % x for x in e["per_round_ratio"])))
+            table(out, ["model", "rounds", "fp32 samples/s (median)", "bf16 samples/s (median)",
+                        "bf16 / fp32 (ratio of the medians)", "bf16 / fp32 per round"],
+                  [[e["model"], "%d" % e["rounds"], num(e["fp32_median"]), num(e["bf16_median"]),
+                    "**%.2f**" % e["ratio_of_medians"], " / ".join("%.2f" % x for x in e["per_round_ratio"])]
+                   for e in d["e2e_summary"]])
         if d.get("accuracy"):
             sched = d.get("schedule", "constant")
-            if by:
-                out.append("")
-            out += ["| model | seed | precision | schedule | epochs | test accuracy after epoch 1 | after the last | samples/s (2 x 1, end to end) |",
-                    "|---|---|---|---|---|---|---|---|"]
-            for a in d["accuracy"]:
-                out.append("| %s | %s | %s | %s | %d | %.2f%% | %.2f%% | %s |" % (
-                    a["model"], a.get("seed", 1), arm(a), a.get("schedule", sched), a["epochs"], 100 * a["accuracy"][0],
-                    100 * a["accuracy"][-1], num(a["samples_per_second"][-1])))
+            table(out, ["model", "seed", "precision", "schedule", "epochs", "test accuracy after epoch 1",
+                        "after the last", "samples/s (2 x 1, end to end)"],
+                  [[a["model"], "%s" % a.get("seed", 1), arm(a), a.get("schedule", sched), "%d" % a["epochs"],
+                    "%.2f%%" % (100 * a["accuracy"][0]), "%.2f%%" % (100 * a["accuracy"][-1]),
+                    num(a["samples_per_second"][-1])] for a in d["accuracy"]])
             out += speed_summary(d["accuracy"])
             out += accuracy_summary(d["accuracy"]) if sched == "constant" else finished_summary(d["accuracy"], sched)
         dirty = " (work tree modified)" if d.get("dirty") else ""
