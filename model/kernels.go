@@ -39,7 +39,7 @@ type Kernels struct {
 	// AllDNNL runs every convolution on oneDNN's direct primitives: no
 	// Winograd, and none of hpctrain's own direct kernels for layers of
 	// few input channels (nor their bf16 forms). It is what bf16 gets
-	// where oneDNN computes on AMX-BF16's tile unit (train.CPUKernelsOf):
+	// where oneDNN computes on AMX-BF16's tile unit (OnThisCPU):
 	// hpctrain's own bf16 kernels are built on AVX512-BF16's dot products,
 	// several times slower than the tile unit by Intel's figures, so they
 	// would hold back the layers that oneDNN runs on it.
