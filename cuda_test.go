@@ -111,6 +111,28 @@ func TestCUDAMatchesCPU(t *testing.T) {
 	}
 }
 
+// TestCUDAPrecisionAuto: -precision auto on the emulated device is bf16
+// on a GPU of compute capability 8.0 and fp32 on one of 7.0 (no bf16
+// tensor cores), saying which and why.
+func TestCUDAPrecisionAuto(t *testing.T) {
+	for _, c := range []struct{ cc, want, line string }{
+		{"8.0", ", bf16, ", "hpctrain: precision auto: bf16 (every rank's GPU is sm_80 or later)"},
+		{"7.0", ", fp32, ", "hpctrain: precision auto: fp32, no bf16 here: cuda:0 cudaemu"},
+	} {
+		env := append(emuEnv(t), "HPCTRAIN_CUDAEMU_CC="+c.cc)
+		r := hpctrainEnv(t, 2, 5*time.Minute, env, "train", "-model", "mlp", "-device", "cuda", "-limit", "640", "-test-limit", "100",
+			"-precision", "auto", "-progress", "0")
+		if r.code != 0 {
+			t.Fatalf("compute capability %s: exit %d\n%s", c.cc, r.code, r.out)
+		}
+		for _, w := range []string{c.line, c.want} {
+			if !strings.Contains(r.out, w) {
+				t.Errorf("compute capability %s: the output does not say %q:\n%s", c.cc, w, r.out)
+			}
+		}
+	}
+}
+
 // TestCUDALossScaling: fp16 with an overflow on one rank at steps 5 and
 // 10. Both ranks skip those steps (the parameters stay identical: checked
 // every step) and halve the scale, which doubles after every 2 clean

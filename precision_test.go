@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"os"
@@ -12,6 +13,7 @@ import (
 
 	"hpctrain/internal/dnnl"
 	"hpctrain/internal/kernels"
+	"hpctrain/internal/mpitest"
 )
 
 // CPU bf16 end to end: the real binary under the real mpirun on real
@@ -178,4 +180,72 @@ func cpuFlags(t *testing.T, flags ...string) bool {
 		}
 	}
 	return false
+}
+
+// TestPrecisionAuto: -precision auto trains in bf16 where every rank's CPU
+// has bf16 products (the same losses as -precision bf16, bit for bit), and
+// in fp32 where one rank's has not (oneDNN held to AVX2 on rank 1 alone,
+// or on both), naming that rank and what it lacks; the run goes on.
+func TestPrecisionAuto(t *testing.T) {
+	dir := t.TempDir()
+	args := func(name string, extra ...string) []string {
+		return append([]string{"train", "-model", "mlp", "-device", "cpu", "-threads", "1", "-limit", "1280", "-test-limit", "100",
+			"-progress", "0", "-loss-log", filepath.Join(dir, name)}, extra...)
+	}
+	// rank runs hpctrain on 2 ranks, with oneDNN capped to AVX2 on the
+	// ranks of capped (as on a node without AVX512-BF16).
+	rank := func(name string, capped []int, extra ...string) result {
+		t.Helper()
+		script := `case " $CAPPED " in *" $OMPI_COMM_WORLD_RANK "*) export DNNL_MAX_CPU_ISA=AVX2;; esac; exec "$0" "$@"`
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		cmd := mpitest.Command(ctx, 2, "/bin/sh", append([]string{"-c", script, bin}, args(name, extra...)...)...)
+		cmd.Env = append(cmd.Env, "CAPPED="+strings.Trim(fmt.Sprint(capped), "[]"))
+		out, err := cmd.CombinedOutput()
+		if ctx.Err() != nil {
+			t.Fatalf("%s: did not end within 2 minutes (hang):\n%s", name, out)
+		}
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", name, err, out)
+		}
+		return result{string(out), 0}
+	}
+	want := func(name string, r result, lines ...string) {
+		t.Helper()
+		for _, l := range lines {
+			if !strings.Contains(r.out, l) {
+				t.Errorf("%s: the output does not say %q:\n%s", name, l, r.out)
+			}
+		}
+	}
+
+	mixed := rank("mixed", []int{1}, "-precision", "auto")
+	want("mixed", mixed, "hpctrain: precision auto: fp32, since rank 1 of 2 cannot compute in bf16",
+		"hpctrain: rank 1: precision auto: no bf16 here: oneDNN's effective ISA is avx2", "(cpu, dnnl)")
+	none := rank("none", []int{0, 1}, "-precision", "auto")
+	want("none", none, "hpctrain: precision auto: fp32, no bf16 here: oneDNN's effective ISA is avx2", "(cpu, dnnl)")
+	if strings.Contains(none.out, "hpctrain: rank ") {
+		t.Errorf("none: with no rank able, a rank prints its own line too:\n%s", none.out)
+	}
+	// The same ranks capped alike: oneDNN's AVX2 kernels round differently.
+	rank("mixed-fp32", []int{1}, "-precision", "fp32")
+	if a, b := readLosses(t, filepath.Join(dir, "mixed")), readLosses(t, filepath.Join(dir, "mixed-fp32")); len(a) == 0 || fmt.Sprint(a) != fmt.Sprint(b) {
+		t.Errorf("auto resolved to fp32 but its losses are not fp32's:\nauto %v\nfp32 %v", a, b)
+	}
+
+	if ok, missing := dnnl.HasBF16(); !ok {
+		t.Logf("this CPU cannot run bf16 (%s): auto on every rank is the fp32 case above", missing)
+		return
+	}
+	auto := rank("auto", nil, "-precision", "auto")
+	want("auto", auto, "hpctrain: precision auto: bf16 (every rank's CPU has AVX512-BF16 or AMX-BF16)", "(cpu, dnnl bf16")
+	rank("bf16", nil, "-precision", "bf16")
+	rank("fp32", nil, "-precision", "fp32")
+	a, b := readLosses(t, filepath.Join(dir, "auto")), readLosses(t, filepath.Join(dir, "bf16"))
+	if len(a) == 0 || fmt.Sprint(a) != fmt.Sprint(b) {
+		t.Errorf("auto resolved to bf16 but its losses are not bf16's:\nauto %v\nbf16 %v", a, b)
+	}
+	if fmt.Sprint(a) == fmt.Sprint(readLosses(t, filepath.Join(dir, "fp32"))) {
+		t.Errorf("bf16's losses are fp32's: was anything rounded?")
+	}
 }

@@ -187,7 +187,7 @@ func Defaults() Config {
 // The values of device, precision and collective.
 var (
 	Devices     = []string{"cpu", "cuda", "auto"}
-	Precisions  = []string{"fp32", "tf32", "bf16", "fp16"}
+	Precisions  = []string{"fp32", "tf32", "bf16", "fp16", "auto"}
 	Collectives = []string{"mpi", "nccl", "shm", "auto"}
 	CPUKernels  = []string{"dnnl", "dnnl-direct", "dnnl-all", "blas", "auto"}
 )
@@ -236,7 +236,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.GPUs, "gpus", c.GPUs, "GPU of each local rank, e.g. 0,1,2,3 (numbered as CUDA_VISIBLE_DEVICES leaves them), or none; empty: local rank mod GPUs, the best-linked GPUs when there are more GPUs than local ranks")
 	fs.BoolVar(&c.GPUShare, "gpu-share", c.GPUShare, "let several local ranks drive one GPU (e.g. under MPS); without it more local ranks than GPUs is an error")
 	fs.StringVar(&c.Device, "device", c.Device, "where each rank computes: cpu, cuda (the rank's GPU: CUDA driver, cuBLAS, NVRTC and NCCL loaded at run time) or auto (cuda when placement gave the rank a GPU and CUDA loads, else cpu)")
-	fs.StringVar(&c.Precision, "precision", c.Precision, "arithmetic of convolutions and linear layers: fp32 or bf16, or on cuda also tf32 or fp16 (fp32 master weights, loss and all-reduce; fp16 with dynamic loss scaling; bf16 on the CPU needs AVX512-BF16 or AMX-BF16)")
+	fs.StringVar(&c.Precision, "precision", c.Precision, "arithmetic of convolutions and linear layers: fp32 or bf16, or on cuda also tf32 or fp16 (fp32 master weights, loss and all-reduce; fp16 with dynamic loss scaling; bf16 on the CPU needs AVX512-BF16 or AMX-BF16); auto: bf16 where every rank's CPU or GPU has bf16 products (a GPU from sm_80), else fp32, and says which")
 	fs.StringVar(&c.CPUKernels, "cpu-kernels", c.CPUKernels, "how convolutions and linear layers compute on the CPU: dnnl (oneDNN; 3x3 stride-1 convolutions with 32 or more channels, in 16s, run Winograd: oneDNN's F(4x4, 3x3) in fp32 where it has it, else and in bf16 hpctrain's F(2x2, 3x3)), dnnl-direct (oneDNN, no Winograd), dnnl-all (every convolution on oneDNN's direct primitives, none on hpctrain's own kernels: what bf16 gets where oneDNN runs AMX-BF16), blas (im2col and OpenBLAS; fp32 only) or auto (dnnl where linked in)")
 	fs.StringVar(&c.Collective, "collective", c.Collective, "how gradients are summed: mpi (MPI_Allreduce), nccl (cuda only: device buffers, its own stream), shm (cpu only: in memory the ranks of a node share, MPI between nodes) or auto (nccl on cuda, shm on cpu)")
 	fs.Float64Var(&c.LossScale, "loss-scale", c.LossScale, "fp16: the first loss scale (halved on overflow, the step skipped)")
@@ -532,8 +532,8 @@ func (c *Config) Validate() error {
 		return bad("collective", c.Collective, strings.Join(Collectives, ", "))
 	case !slices.Contains(CPUKernels, c.CPUKernels):
 		return bad("cpu_kernels", c.CPUKernels, strings.Join(CPUKernels, ", "))
-	case c.Device == "cpu" && c.Precision != "fp32" && c.Precision != "bf16":
-		return cli.Usage(fmt.Errorf("config: precision = %q needs device = \"cuda\": the CPU computes in fp32 or bf16", c.Precision))
+	case c.Device == "cpu" && c.Precision != "fp32" && c.Precision != "bf16" && c.Precision != "auto":
+		return cli.Usage(fmt.Errorf("config: precision = %q needs device = \"cuda\": the CPU computes in fp32 or bf16 (or auto)", c.Precision))
 	case c.Device == "cpu" && c.Precision == "bf16" && c.CPUKernels == "blas":
 		return cli.Usage(fmt.Errorf("config: precision = \"bf16\" on the CPU needs cpu_kernels = \"dnnl\" (or auto): OpenBLAS has no bf16 GEMM"))
 	case c.Device == "cpu" && c.Collective == "nccl":

@@ -359,3 +359,50 @@ func TestCPUKernelsOf(t *testing.T) {
 		}
 	}
 }
+
+// TestBF16Missing: what precision auto asks of a CPU rank (the GPU and the
+// ranks' agreement run in TestPrecisionAuto and TestCUDAPrecisionAuto,
+// package main, under the real mpirun).
+func TestBF16Missing(t *testing.T) {
+	defer func(f func() (bool, string)) { cpuBF16 = f }(cpuBF16)
+	for _, c := range []struct {
+		kernels string
+		cpu     bool
+		want    string // "" for bf16
+	}{
+		{"dnnl", true, ""},
+		{"dnnl-direct", true, ""},
+		{"dnnl", false, "no AVX512-BF16 here"},
+		{"blas", true, "cpu_kernels blas has no bf16 products"},
+		{"auto", true, ""},
+	} {
+		cpuBF16 = func() (bool, string) {
+			if c.cpu {
+				return true, ""
+			}
+			return false, "no AVX512-BF16 here"
+		}
+		if c.kernels == "auto" && !model.DefaultKernels().DNNL {
+			c.want = "cpu_kernels auto has no bf16 products" // purego: auto is blas
+		}
+		if c.kernels != "blas" && !model.DefaultKernels().DNNL {
+			continue
+		}
+		got := bf16Missing(nil, c.kernels)
+		if (c.want == "") != (got == "") || !strings.Contains(got, c.want) {
+			t.Errorf("cpu_kernels %s, bf16 CPU %v: %q, want %q", c.kernels, c.cpu, got, c.want)
+		}
+	}
+	for _, c := range []struct {
+		ranks []int
+		want  string
+	}{
+		{[]int{3}, "rank 3"},
+		{[]int{1, 4, 7}, "ranks 1, 4, 7"},
+		{[]int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, "ranks 0, 1, 2, 3, 4, 5, 6, 7 and 2 more"},
+	} {
+		if got := rankList(c.ranks); got != c.want {
+			t.Errorf("rankList(%v) = %q, want %q", c.ranks, got, c.want)
+		}
+	}
+}

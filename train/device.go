@@ -12,6 +12,7 @@ import (
 	"hpctrain/gpu/cuda"
 	"hpctrain/gpu/cudanet"
 	"hpctrain/gpu/cudaoptim"
+	"hpctrain/internal/dnnl"
 	"hpctrain/model"
 	"hpctrain/mpi"
 	"hpctrain/optim"
@@ -97,6 +98,13 @@ func (r *run) openDevice() (*device, error) {
 	if err = agree(c, "opening the CUDA device", err); err != nil {
 		return nil, err
 	}
+	if cfg.Precision == "auto" {
+		if err := r.resolvePrecision(d); err != nil {
+			d.close()
+			return nil, err
+		}
+		cfg.Precision = r.cfg.Precision
+	}
 	// Every rank must sum gradients alike, in the same precision.
 	kind := "cpu"
 	if d != nil {
@@ -119,6 +127,88 @@ func (r *run) openDevice() (*device, error) {
 		}
 	}
 	return d, nil
+}
+
+// resolvePrecision turns precision auto into one precision for every
+// rank: bf16 where every rank's device computes bfloat16 products in
+// hardware (bf16Missing), else fp32. Rank 0 says which and why; where only
+// some ranks lack bf16, rank 0 names them and the first of them prints
+// what it lacks, so that a mixed partition is named rather than silently
+// slow.
+func (r *run) resolvePrecision(d *device) error {
+	c := r.c
+	why := bf16Missing(d, r.cfg.CPUKernels)
+	mine := []byte{1}
+	if why != "" {
+		mine[0] = 0
+	}
+	all := make([]byte, c.Size())
+	if err := c.Allgather(mine, all); err != nil {
+		return fmt.Errorf("choosing the precision (auto): %w", err)
+	}
+	var without []int
+	for rank, ok := range all {
+		if ok == 0 {
+			without = append(without, rank)
+		}
+	}
+	where := "CPU has AVX512-BF16 or AMX-BF16"
+	if d != nil {
+		where = "GPU is sm_80 or later"
+	}
+	if len(without) == 0 {
+		r.cfg.Precision = "bf16"
+		r.log("hpctrain: precision auto: bf16 (every rank's %s)", where)
+		return nil
+	}
+	r.cfg.Precision = "fp32"
+	if len(without) == c.Size() {
+		r.log("hpctrain: precision auto: fp32, no bf16 here: %s", why) // rank 0's reason
+		return nil
+	}
+	if c.Rank() == without[0] {
+		r.warn("hpctrain: rank %d: precision auto: no bf16 here: %s", c.Rank(), why)
+	}
+	r.log("hpctrain: precision auto: fp32, since %s of %d cannot compute in bf16", rankList(without), c.Size())
+	return nil
+}
+
+// bf16Missing says why this rank's device cannot compute in bf16 at
+// speed, or "" when it can: a GPU needs compute capability 8.0 (bf16
+// tensor cores), a CPU oneDNN's kernels on AVX512-BF16 or AMX-BF16.
+func bf16Missing(d *device, cpuKernels string) string {
+	if d != nil {
+		if major, minor := d.dev.ComputeCapability(); major < 8 {
+			return fmt.Sprintf("%s has no bf16 tensor cores (compute capability %d.%d; they start at 8.0)", d.label(), major, minor)
+		}
+		return ""
+	}
+	if k, err := CPUKernelsOf(cpuKernels, "fp32"); err != nil || !k.DNNL {
+		return fmt.Sprintf("cpu_kernels %s has no bf16 products (oneDNN's have)", cpuKernels)
+	}
+	if ok, missing := cpuBF16(); !ok {
+		return missing
+	}
+	return ""
+}
+
+// cpuBF16 is dnnl.HasBF16 (a variable for tests).
+var cpuBF16 = dnnl.HasBF16
+
+// rankList names ranks: "rank 3", "ranks 1, 4, 7", "ranks 1, 4, 7 and 12 more".
+func rankList(ranks []int) string {
+	if len(ranks) == 1 {
+		return fmt.Sprintf("rank %d", ranks[0])
+	}
+	var s []string
+	for _, r := range ranks[:min(len(ranks), 8)] {
+		s = append(s, fmt.Sprint(r))
+	}
+	out := "ranks " + strings.Join(s, ", ")
+	if len(ranks) > 8 {
+		out += fmt.Sprintf(" and %d more", len(ranks)-8)
+	}
+	return out
 }
 
 // cudaPresent reports whether a CUDA driver loads and sees a device.

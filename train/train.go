@@ -212,7 +212,7 @@ func start(cfg Config, comm mpi.Comm, out, errOut io.Writer) (r *run, err error)
 		r.tl = newTimeline(c.Rank(), min(10, r.total/2), cfg.TimelineSteps)
 	}
 	r.log("hpctrain: model %s, %d parameters, %d ranks x %d threads (%s), batch %d per rank (%d global), %d steps per epoch, %s lr %g (%s schedule)",
-		cfg.Model, len(r.net.Params), c.Size(), r.pl.plan.Threads, describeDevice(r.dev, cfg.Precision, r.net), cfg.Batch, cfg.Batch*c.Size(), r.steps, r.opt.Name(), r.lr, cfg.ScheduleConfig.Name)
+		cfg.Model, len(r.net.Params), c.Size(), r.pl.plan.Threads, describeDevice(r.dev, r.cfg.Precision, r.net), cfg.Batch, cfg.Batch*c.Size(), r.steps, r.opt.Name(), r.lr, cfg.ScheduleConfig.Name)
 	r.log("hpctrain: %s", r.pipe.desc)
 	if cfg.Verbose && c.Rank() == 0 {
 		if err := r.net.Summary().Write(out); err != nil {
@@ -268,6 +268,7 @@ func (r *run) build() error {
 	if r.dev, err = r.openDevice(); err != nil {
 		return err
 	}
+	cfg = r.cfg // precision auto is now what the ranks resolved it to
 	r.closers = append(r.closers, r.dev.close)
 	if r.dev != nil {
 		// The device the rank computes on, then the GPU placement chose

@@ -52,6 +52,9 @@ func (d *Device) Context() *cuda.Context { return d.ctx }
 // Module is the module of the compiled kernels.
 func (d *Device) Module() *cuda.Module { return d.mod }
 
+// ComputeCapability is the device's compute capability (9, 0 for sm_90).
+func (d *Device) ComputeCapability() (major, minor int) { return d.ctx.ComputeCapability() }
+
 // Label names the device for logs: "cuda:0 NVIDIA H100 80GB HBM3, sm_90".
 func (d *Device) Label() string { return d.label }
 
