@@ -99,11 +99,12 @@ func (r *run) openDevice() (*device, error) {
 		return nil, err
 	}
 	if cfg.Precision == "auto" {
-		if err := r.resolvePrecision(d); err != nil {
+		p, err := r.resolvePrecision(d)
+		if err != nil {
 			d.close()
 			return nil, err
 		}
-		cfg.Precision = r.cfg.Precision
+		cfg.Precision, r.cfg.Precision = p, p
 	}
 	// Every rank must sum gradients alike, in the same precision.
 	kind := "cpu"
@@ -129,13 +130,12 @@ func (r *run) openDevice() (*device, error) {
 	return d, nil
 }
 
-// resolvePrecision turns precision auto into one precision for every
-// rank: bf16 where every rank's device computes bfloat16 products in
-// hardware (bf16Missing), else fp32. Rank 0 says which and why; where only
-// some ranks lack bf16, rank 0 names them and the first of them prints
-// what it lacks, so that a mixed partition is named rather than silently
-// slow.
-func (r *run) resolvePrecision(d *device) error {
+// resolvePrecision returns what precision auto is on every rank: bf16
+// where every rank's device computes bfloat16 products in hardware
+// (bf16Missing), else fp32. Rank 0 says which and why; where only some
+// ranks lack bf16, rank 0 names them and the first of them prints what it
+// lacks, so that a mixed partition is named rather than silently slow.
+func (r *run) resolvePrecision(d *device) (string, error) {
 	c := r.c
 	why := bf16Missing(d, r.cfg.CPUKernels)
 	mine := []byte{1}
@@ -144,7 +144,7 @@ func (r *run) resolvePrecision(d *device) error {
 	}
 	all := make([]byte, c.Size())
 	if err := c.Allgather(mine, all); err != nil {
-		return fmt.Errorf("choosing the precision (auto): %w", err)
+		return "", fmt.Errorf("choosing the precision (auto): %w", err)
 	}
 	var without []int
 	for rank, ok := range all {
@@ -157,20 +157,18 @@ func (r *run) resolvePrecision(d *device) error {
 		where = "GPU is sm_80 or later"
 	}
 	if len(without) == 0 {
-		r.cfg.Precision = "bf16"
 		r.log("hpctrain: precision auto: bf16 (every rank's %s)", where)
-		return nil
+		return "bf16", nil
 	}
-	r.cfg.Precision = "fp32"
 	if len(without) == c.Size() {
 		r.log("hpctrain: precision auto: fp32, no bf16 here: %s", why) // rank 0's reason
-		return nil
+		return "fp32", nil
 	}
 	if c.Rank() == without[0] {
 		r.warn("hpctrain: rank %d: precision auto: no bf16 here: %s", c.Rank(), why)
 	}
 	r.log("hpctrain: precision auto: fp32, since %s of %d cannot compute in bf16", rankList(without), c.Size())
-	return nil
+	return "fp32", nil
 }
 
 // bf16Missing says why this rank's device cannot compute in bf16 at
