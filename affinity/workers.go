@@ -207,6 +207,10 @@ const yieldEvery = 4 * time.Millisecond
 
 var yieldEpoch = time.Now()
 
+// gosched is runtime.Gosched, a variable so that a test can tell a yield
+// from Go's own preemption.
+var gosched = runtime.Gosched
+
 // yield calls runtime.Gosched when Run has not done so for yieldEvery.
 //
 // A training goroutine runs for the whole job without blocking in Go:
@@ -225,7 +229,7 @@ var yieldEpoch = time.Now()
 // (BenchmarkGoschedLocked), hence not on every Run.
 func (w *Workers) yield() {
 	if now := time.Since(yieldEpoch); now-w.yielded >= yieldEvery {
-		runtime.Gosched()
+		gosched()
 		w.yielded = time.Since(yieldEpoch)
 	}
 }
