@@ -26,14 +26,17 @@ demo: build
 	scripts/mpirun.sh -np $(NP) ./hpctrain train $(DEMO_ARGS)
 
 # README's generated tables, from the JSON in docs/figures/ (see README).
+# README= renders into another copy (TestReadmeTablesCurrent compares it with README.md).
+README ?= README.md
 readme-tables:
-	/usr/bin/python3 bench/readme_tables.py --table cpu_precision=docs/figures/cpu_precision.json \
+	/usr/bin/python3 bench/readme_tables.py --readme $(README) --table cpu_precision=docs/figures/cpu_precision.json \
 		--table cpu_precision_cosine=docs/figures/cpu_precision_cosine.json \
 		--table cpu_precision_e2e=docs/figures/cpu_precision_e2e_e24309f.json,docs/figures/cpu_precision_e2e.json \
 		--table compare_resnet=docs/figures/compare_resnet8.json,docs/figures/compare_resnet8_bf16.json,docs/figures/compare_resnet20.json \
 		--table compare_cnn=docs/figures/compare_cnn.json,docs/figures/compare_cnn_bf16.json \
 		--table compare_cnn_avx2=docs/figures/compare_cnn_avx2_29e9895.json,docs/figures/compare_cnn_avx2_df2afeb.json,docs/figures/compare_cnn_avx2.json \
-		--table scaling_validation=docs/scaling_validation.json
+		--table scaling_validation=docs/scaling_validation.json \
+		--table cpu_targets:targets=docs/figures/compare_cnn.json,docs/figures/compare_cnn_avx2.json,docs/figures/compare_cnn_bf16.json,docs/figures/compare_resnet8_bf16.json,docs/figures/cpu_precision_e2e.json,docs/figures/cpu_precision.json,docs/figures/cpu_precision_cosine.json,docs/figures/cpu_precision_cosine_1ep_95ae3fc.json
 
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }

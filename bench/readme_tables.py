@@ -25,7 +25,9 @@ docs/scaling_validation.json (predicted against trained per layout and
 link rate); "cpu_precision", bench/cpu_precision.sh's; "compare", bench/compare_pytorch.sh's output (config,
 precision, PyTorch and hpctrain samples/s as the medians over the rounds,
 their ratio, each round's ratio; then one line with the command, commit,
-machine and statistic).
+machine and statistic); "targets", chosen only by name (--table
+NAME:targets=FILES, compare and cpu_precision files mixed), one row per
+target of the CPU issue that the files measure, with whether it holds.
 """
 import argparse, json, statistics, sys
 
@@ -277,11 +279,88 @@ def render_scaling_validation(docs):
     return out
 
 
+# --- targets: the CPU issue's targets, one row each, from the files above --
+
+def is_targets_input(d):
+    return is_compare(d) or is_cpu_precision(d)
+
+
+def spread(xs, fmt="%.2f"):
+    return (fmt + "-" + fmt) % (min(xs), max(xs))
+
+
+def render_targets(docs):
+    """One row per target of the CPU issue that a file measures: what is
+    asked, the figure (the statistic the file's own table gives), whether
+    it holds, and the run. The rows come from the data, not from prose, so
+    a new measurement moves them with `make readme-tables`:
+    compare files give 2 x 1 against PyTorch (fp32 of the reference CNN,
+    with or without the AVX2 cap; bf16 of any model, against autocast);
+    cpu_precision files give bf16 / fp32 end to end, the 2-thread step as a
+    share of the same run's SGEMM, and bf16's accuracy against fp32 with the
+    same seed (finished trainings for a schedule that ends, snapshots for a
+    constant rate), beside what fp32's own rounding moves it by (fp32 on the
+    blas kernels against fp32 on oneDNN, same seed) where the file has it."""
+    rows = []
+
+    def add(what, need, got, ok, d, note=""):
+        rows.append([what, need, got, "yes" if ok else "**no**", "%s%s, %s" % (
+            d.get("commit", "?"), " (dirty)" if d.get("dirty") or d.get("worktree_dirty") else "", d.get("cpu", "?")) + note])
+
+    for d in docs:
+        if is_compare(d):
+            s = next((s for s in d["summary"] if s["config"] == "2x1"), None)
+            if not s:
+                continue
+            got = "%.2f (rounds %s)" % (s["ratio_of_medians"], spread(s["ratios"]))
+            if d["precision"] == "fp32" and d["model"] == "cnn":
+                capped = (d.get("isa_cap") or {}).get("DNNL_MAX_CPU_ISA")
+                add("fp32 2 x 1, %s, against PyTorch DDP%s" % (d["model"], ", both sides held to " + capped if capped else ""),
+                    ">= 2.2", got, s["ratio_of_medians"] >= 2.2, d)
+            elif d["precision"] == "bf16":
+                add("bf16 2 x 1, %s, against PyTorch's autocast" % d["model"], ">= 2.5", got, s["ratio_of_medians"] >= 2.5, d)
+            continue
+        for e in d.get("e2e_summary") or []:
+            add("bf16 / fp32 end to end, 2 x 1, %s (%d alternating rounds)" % (e["model"], e["rounds"]), ">= 1.6",
+                "%.2f (rounds %s)" % (e["ratio_of_medians"], spread(e["per_round_ratio"])), e["ratio_of_medians"] >= 1.6, d)
+        for st in d.get("step_summary") or []:
+            if st["threads"] == 2 and st["kernels"] == "dnnl":
+                f = st["fraction_of_sgemm_median"]
+                add("fp32 step at 2 threads, %s, share of the same run's 2-thread SGEMM" % st["model"], ">= 75%",
+                    "%.0f%%" % (100 * f), f >= 0.75, d)
+        runs = {(a["model"], a.get("seed", 1), arm(a), a["epochs"]): a for a in d.get("accuracy") or []}
+        sched = d.get("schedule", "constant")
+        for m in dict.fromkeys(k[0] for k in runs):
+            for e in sorted({k[3] for k in runs if k[0] == m}):
+                seeds = sorted(k[1] for k in runs if k[0] == m and k[2] == "fp32" and k[3] == e and (m, k[1], "bf16", e) in runs)
+                if not seeds:
+                    continue
+                pick = [-1] if sched != "constant" else ([0, -1] if e > 1 else [-1])
+                for i in pick:
+                    diff = [100 * abs(runs[(m, s, "bf16", e)]["accuracy"][i] - runs[(m, s, "fp32", e)]["accuracy"][i]) for s in seeds]
+                    when = "after epoch %d of a %d-epoch %s run (a snapshot, the rate not yet lowered)" % (
+                        len(runs[(m, seeds[0], "fp32", e)]["accuracy"]) if i == -1 else 1, e, sched) if sched == "constant" else \
+                        "a finished %d-epoch %s schedule" % (e, sched)
+                    floor = [100 * abs(runs[(m, s, "fp32 blas", e)]["accuracy"][i] - runs[(m, s, "fp32", e)]["accuracy"][i])
+                             for s in seeds if (m, s, "fp32 blas", e) in runs]
+                    add("bf16 test accuracy within 0.3 points of fp32, %s, %s" % (m, when), "<= 0.30",
+                        "largest %.2f (seeds %s: %s)%s" % (max(diff), ", ".join(map(str, seeds)), " / ".join("%.2f" % x for x in diff),
+                                                          "; fp32 on the blas kernels, largest %.2f" % max(floor) if floor else ""),
+                        max(diff) <= 0.3, d)
+    if not rows:
+        fail("targets: none of the files measures a target")
+    out = []
+    table(out, ["target", "asked", "measured", "met", "run (commit, machine)"], rows)
+    return out
+
+
 RENDERERS = [  # (name, test of one JSON document, render of a list of them -> lines)
     ("compare", is_compare, render_compare),
     ("cpu_precision", is_cpu_precision, render_cpu_precision),
     ("scaling_validation", is_scaling_validation, render_scaling_validation),
+    ("targets", is_targets_input, render_targets),
 ]
+BY_NAME_ONLY = {"targets"}  # chosen only by --table NAME:targets=FILES, never by content
 
 
 def render(name, paths, kind):
@@ -293,7 +372,7 @@ def render(name, paths, kind):
         except (OSError, ValueError) as e:
             fail("table %s: %s: %s" % (name, p, e))
     for rname, test, fn in RENDERERS:
-        if (kind == rname) if kind else all(test(d) for d in docs):
+        if (kind == rname) if kind else (rname not in BY_NAME_ONLY and all(test(d) for d in docs)):
             return fn(docs)
     fail("table %s: no renderer%s for %s (known: %s)" % (
         name, " " + kind if kind else "", ", ".join(paths), ", ".join(r[0] for r in RENDERERS)))
@@ -314,7 +393,7 @@ def replace(lines, name, body):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--readme", default="README.md")
-    p.add_argument("--table", action="append", default=[], metavar="NAME=FILE[,FILE...]", required=True)
+    p.add_argument("--table", action="append", default=[], metavar="NAME[:KIND]=FILE[,FILE...]", required=True)
     p.add_argument("--kind", help="renderer for every table (default: chosen by content): " +
                    ", ".join(r[0] for r in RENDERERS))
     p.add_argument("--stdout", action="store_true", help="print the new README instead of writing it")
@@ -328,9 +407,12 @@ def main():
         fail(str(e))
     for t in a.table:
         name, eq, files = t.partition("=")
+        name, _, kind = name.partition(":")
         if not eq or not name or not files:
-            fail("--table %r: want NAME=FILE[,FILE...]" % t)
-        lines = replace(lines, name, render(name, files.split(","), a.kind))
+            fail("--table %r: want NAME[:KIND]=FILE[,FILE...]" % t)
+        if kind and kind not in [r[0] for r in RENDERERS]:
+            fail("--table %s: kind %s: known %s" % (t, kind, ", ".join(r[0] for r in RENDERERS)))
+        lines = replace(lines, name, render(name, files.split(","), kind or a.kind))
     text = "".join(lines)
     if a.stdout:
         sys.stdout.write(text)
