@@ -32,8 +32,10 @@ type Result struct {
 	SamplesPerSecond float64 `json:"samples_per_second"`
 	TrainSeconds     float64 `json:"train_seconds"`
 	// CommSeconds is the time the gradient all-reduces took on the MPI
-	// thread; CommWaitSeconds the part of it the steps waited for after
-	// backward (the rest was hidden behind backward).
+	// thread; CommWaitSeconds the time the steps waited for them after
+	// backward (what was not hidden behind backward). The wait includes
+	// the hand-offs to and from the MPI thread, so with nothing to overlap
+	// (one bucket, started after backward) it can pass CommSeconds.
 	CommSeconds     float64 `json:"comm_seconds"`
 	CommWaitSeconds float64 `json:"comm_wait_seconds"`
 	// ResumedFrom is the step a resumed run continued from (its lines are
@@ -606,8 +608,12 @@ func (r *run) finish() (Result, error) {
 	r.log("final: test accuracy %.2f%% after %d epochs (%d steps, %d ranks), %.0f samples/s",
 		100*res.TestAccuracy, res.Epoch, res.Step, res.WorldSize, res.SamplesPerSecond)
 	if done := r.step - r.startStep; r.c.Size() > 1 && done > 0 {
-		r.log("communication: all-reduce %.1f ms per step, of which the step waited %.1f ms (%.0f%%) after backward; %d buckets",
-			1e3*res.CommSeconds/float64(done), 1e3*res.CommWaitSeconds/float64(done), 100*res.CommWaitSeconds/max(res.CommSeconds, 1e-9), r.st.red.Buckets())
+		buckets := "buckets"
+		if r.st.red.Buckets() == 1 {
+			buckets = "bucket"
+		}
+		r.log("communication: all-reduce %.1f ms per step on the MPI thread; the step waited %.1f ms for it after backward (%.0f%%, hand-offs included); %d %s",
+			1e3*res.CommSeconds/float64(done), 1e3*res.CommWaitSeconds/float64(done), 100*res.CommWaitSeconds/max(res.CommSeconds, 1e-9), r.st.red.Buckets(), buckets)
 	}
 	return res, r.tl.write(r.cfg.Timeline)
 }
