@@ -32,7 +32,7 @@ readme-tables:
 	/usr/bin/python3 bench/readme_tables.py --readme $(README) --table cpu_precision=docs/figures/cpu_precision.json \
 		--table cpu_precision_cosine=docs/figures/cpu_precision_cosine.json \
 		--table cpu_precision_e2e=docs/figures/cpu_precision_e2e_e24309f.json,docs/figures/cpu_precision_e2e.json \
-		--table compare_resnet=docs/figures/compare_resnet8.json,docs/figures/compare_resnet8_bf16.json,docs/figures/compare_resnet20.json \
+		--table compare_resnet=docs/figures/compare_resnet8.json,docs/figures/compare_resnet8_bf16_95ae3fc.json,docs/figures/compare_resnet8_bf16.json,docs/figures/compare_resnet20.json \
 		--table compare_cnn=docs/figures/compare_cnn.json,docs/figures/compare_cnn_bf16.json \
 		--table compare_cnn_avx2=docs/figures/compare_cnn_avx2_29e9895.json,docs/figures/compare_cnn_avx2_df2afeb.json,docs/figures/compare_cnn_avx2.json \
 		--table scaling_validation=docs/scaling_validation.json \
