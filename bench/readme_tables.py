@@ -303,9 +303,9 @@ def render_targets(docs):
     blas kernels against fp32 on oneDNN, same seed) where the file has it."""
     rows = []
 
-    def add(what, need, got, ok, d, note=""):
+    def add(what, need, got, ok, d):
         rows.append([what, need, got, "yes" if ok else "**no**", "%s%s, %s" % (
-            d.get("commit", "?"), " (dirty)" if d.get("dirty") or d.get("worktree_dirty") else "", d.get("cpu", "?")) + note])
+            d.get("commit", "?"), " (dirty)" if d.get("dirty") or d.get("worktree_dirty") else "", d.get("cpu", "?"))])
 
     for d in docs:
         if is_compare(d):
@@ -338,9 +338,11 @@ def render_targets(docs):
                 pick = [-1] if sched != "constant" else ([0, -1] if e > 1 else [-1])
                 for i in pick:
                     diff = [100 * abs(runs[(m, s, "bf16", e)]["accuracy"][i] - runs[(m, s, "fp32", e)]["accuracy"][i]) for s in seeds]
-                    when = "after epoch %d of a %d-epoch %s run (a snapshot, the rate not yet lowered)" % (
-                        len(runs[(m, seeds[0], "fp32", e)]["accuracy"]) if i == -1 else 1, e, sched) if sched == "constant" else \
-                        "a finished %d-epoch %s schedule" % (e, sched)
+                    if sched == "constant":
+                        at = 1 if i == 0 else len(runs[(m, seeds[0], "fp32", e)]["accuracy"])
+                        when = "after epoch %d of a %d-epoch constant-rate run (a snapshot)" % (at, e)
+                    else:
+                        when = "a finished %d-epoch %s schedule" % (e, sched)
                     floor = [100 * abs(runs[(m, s, "fp32 blas", e)]["accuracy"][i] - runs[(m, s, "fp32", e)]["accuracy"][i])
                              for s in seeds if (m, s, "fp32 blas", e) in runs]
                     add("bf16 test accuracy within 0.3 points of fp32, %s, %s" % (m, when), "<= 0.30",
