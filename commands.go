@@ -225,7 +225,7 @@ func slurmCmd(args []string, stdout, stderr io.Writer) error {
 	// not there (or not a valid configuration) would only fail in the queue.
 	if s.Config != "" {
 		if _, _, err := train.Parse([]string{"-config", s.Config}, io.Discard); err != nil {
-			return cli.Usage(fmt.Errorf("slurm template: -config %s: %w", s.Config, err))
+			return cli.Usage(fmt.Errorf("slurm template: -config %q: %w", s.Config, err))
 		}
 	}
 	if err := slurm.Render(stdout, s); err != nil {

@@ -156,8 +156,11 @@ func evalRun(comm mpi.Comm, ck *ckptFlags, df *dataFlags, testLimit int, js bool
 		say("hpctrain: wrote %s", plotPath)
 	}
 	if js {
-		b, _ := json.Marshal(rep) // plain data: cannot fail
-		_, err := fmt.Fprintf(stdout, "%s\n", b)
+		b, err := json.Marshal(rep)
+		if err != nil { // a NaN or infinite loss
+			return fmt.Errorf("eval %s: the report holds a number JSON cannot carry (%v)", t.Path, err)
+		}
+		_, err = fmt.Fprintf(stdout, "%s\n", b)
 		return err
 	}
 	return writeEvalText(stdout, rep)

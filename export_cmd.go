@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"flag"
 	"fmt"
 	"io"
@@ -27,7 +28,8 @@ Writes a trained network for other tools:
                 normalisation in the metadata.
 
 -format defaults to the extension of -o (.onnx, .safetensors). The file is
-written whole or not at all.
+written whole or not at all. -o - writes to standard output (give -format),
+and the closing line then goes to standard error.
 
 Flags:
 `
@@ -36,9 +38,9 @@ Flags:
 func exportCmd(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("hpctrain export", flag.ContinueOnError)
 	var ck ckptFlags
-	ck.bind(fs)
+	ck.bindFile(fs)
 	format := fs.String("format", "", "onnx or safetensors (default: from the extension of -o)")
-	out := fs.String("o", "", "output `PATH`")
+	out := fs.String("o", "", "output `PATH` (-: standard output)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), exportUsage)
 		fs.PrintDefaults()
@@ -69,8 +71,11 @@ func exportCmd(args []string, stdout, stderr io.Writer) error {
 	default:
 		return cli.Usage(fmt.Errorf("-format %q: want onnx or safetensors", f))
 	}
-	if err := checkWritable(*out); err != nil {
-		return fmt.Errorf("-o %s: %w", *out, err)
+	toStdout := *out == "-"
+	if !toStdout {
+		if err := checkWritable(*out); err != nil {
+			return fmt.Errorf("-o %s: %w", *out, err)
+		}
 	}
 	ck.batch = 1 // the network is only read
 	t, err := ck.load("hpctrain export", stderr)
@@ -79,7 +84,16 @@ func exportCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	mean, std, _ := t.Config.DataConfig.Normalisation(t.Net.In.C)
 	info := export.Info{Model: t.State.Model, Step: t.State.Step, Dataset: t.Config.Dataset, ClassNames: t.ClassNames, Mean: mean, Std: std}
-	if err := atomicfile.Write(*out, func(w io.Writer) error { return write(w, t.Net, info) }); err != nil {
+	if toStdout {
+		bw := bufio.NewWriter(stdout)
+		if err := write(bw, t.Net, info); err != nil {
+			return fmt.Errorf("export %s: %w", t.Path, err)
+		}
+		if err := bw.Flush(); err != nil {
+			return fmt.Errorf("export %s: standard output: %w", t.Path, err)
+		}
+		stdout, *out = stderr, "standard output" // the closing line
+	} else if err := atomicfile.Write(*out, func(w io.Writer) error { return write(w, t.Net, info) }); err != nil {
 		return fmt.Errorf("export %s: %w", t.Path, err)
 	}
 	in := t.Net.In

@@ -143,4 +143,18 @@ func TestExportBadInput(t *testing.T) {
 	if names := dirNames(t, out); len(names) != 1 || names[0] != "m.onnx" {
 		t.Errorf("output directory holds %v, want m.onnx alone", names)
 	}
+	// -o - is standard output: the same bytes, the closing line on
+	// standard error, and no file named "-".
+	want, _ := os.ReadFile(o)
+	r := runCmd(exportCmd, "-checkpoint", ck, "-format", "onnx", "-o", "-")
+	if r.code != 0 || r.out != string(want) || !strings.HasPrefix(r.errs, "hpctrain: wrote standard output (onnx;") {
+		t.Errorf("-o -: exit %d, %d bytes out (want %d), stderr %q", r.code, len(r.out), len(want), r.errs)
+	}
+	if _, err := os.Stat("-"); err == nil {
+		t.Error(`-o - wrote a file named "-"`)
+	}
+	// export reads no batch: -batch is not one of its flags.
+	if r := runCmd(exportCmd, "-checkpoint", ck, "-batch", "-5", "-o", o); r.code != 2 || !strings.Contains(r.errs, "-batch") {
+		t.Errorf("-batch: exit %d\n%s", r.code, r.errs)
+	}
 }

@@ -61,7 +61,7 @@ func predictCmd(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("hpctrain predict", flag.ContinueOnError)
 	var ck ckptFlags
 	ck.bind(fs)
-	top := fs.Int("top", 5, "classes per input, most probable first (at most the classes)")
+	top := fs.Int("top", 5, "classes per input, most probable first (more than the network has: all of them)")
 	logits := fs.Bool("logits", false, "add each input's scores before softmax (\"logits\")")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), predictUsage)
@@ -137,7 +137,11 @@ func predictCmd(args []string, stdout, stderr io.Writer) error {
 				if *logits {
 					p.Logits = append([]float32(nil), z[i*k:(i+1)*k]...)
 				}
-				line, _ := json.Marshal(p) // plain data: cannot fail
+				line, err := json.Marshal(p)
+				if err != nil { // a NaN or infinite score
+					ld.Close()
+					return fmt.Errorf("predict: input %s: the network's scores are not finite numbers (%v)", p.Input, err)
+				}
 				out.Write(append(line, '\n'))
 			}
 			ld.Release(b)
@@ -327,19 +331,27 @@ func imageUnit(paths []string, shape data.Shape, fo data.FolderOptions) (*unit, 
 // training data's shape, and the labels beside it if there are any
 // (x-images-idx3-ubyte[.gz] and x-labels-idx1-ubyte[.gz]).
 func idxUnit(p string, shape data.Shape, classes int) (*unit, error) {
-	dims, pix, err := data.ReadIDX(p)
-	if err != nil {
+	// The shape is checked from the header, before the pixels are read.
+	var shapeErr error
+	dims, pix, err := data.ReadIDXChecked(p, func(d []int) error {
+		if len(d) == 3 {
+			d = []int{d[0], d[1], d[2], 1}
+		}
+		if len(d) != 4 {
+			shapeErr = fmt.Errorf("input %s: an IDX file of %d dimensions %v, want images (N, H, W) or (N, H, W, C)", p, len(d), d)
+		} else if got := (data.Shape{H: d[1], W: d[2], C: d[3]}); got != shape {
+			shapeErr = fmt.Errorf("input %s: images of %dx%dx%d, but the network was trained on %dx%dx%d samples", p, got.H, got.W, got.C, shape.H, shape.W, shape.C)
+		}
+		return shapeErr
+	})
+	switch {
+	case err != nil && err == shapeErr:
+		return nil, err
+	case err != nil:
 		return nil, fmt.Errorf("input %s: %w", p, unwrapIDX(err))
 	}
 	if len(dims) == 3 {
 		dims = append(dims, 1)
-	}
-	if len(dims) != 4 {
-		return nil, fmt.Errorf("input %s: an IDX file of %d dimensions %v, want images (N, H, W) or (N, H, W, C)", p, len(dims), dims)
-	}
-	got := data.Shape{H: dims[1], W: dims[2], C: dims[3]}
-	if got != shape {
-		return nil, fmt.Errorf("input %s: images of %dx%dx%d, but the network was trained on %dx%dx%d samples", p, got.H, got.W, got.C, shape.H, shape.W, shape.C)
 	}
 	labels := make([]uint8, dims[0])
 	u := &unit{idx: true, path: p}

@@ -24,11 +24,17 @@ type ckptFlags struct {
 }
 
 func (f *ckptFlags) bind(fs *flag.FlagSet) {
+	f.bindFile(fs)
+	fs.IntVar(&f.batch, "batch", 0, "samples per forward pass (0: the training run's batch per rank)")
+	fs.IntVar(&f.threads, "threads", 0, "compute threads per process (0: the cores / processes on this node)")
+}
+
+// bindFile binds the flags that choose the checkpoint alone, for commands
+// that only read the network (export).
+func (f *ckptFlags) bindFile(fs *flag.FlagSet) {
 	fs.StringVar(&f.file, "checkpoint", "", "checkpoint `FILE` (.hpck) to use")
 	fs.StringVar(&f.dir, "checkpoint-dir", "", "use the newest valid checkpoint in `DIR` instead")
 	fs.StringVar(&f.model, "model", "", "refuse a checkpoint of another model than this (zoo name or description file)")
-	fs.IntVar(&f.batch, "batch", 0, "samples per forward pass (0: the training run's batch per rank)")
-	fs.IntVar(&f.threads, "threads", 0, "compute threads per process (0: the cores / processes on this node)")
 }
 
 // load rebuilds the checkpoint's network; warnings go to warn.

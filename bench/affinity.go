@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"hpctrain/internal/cli"
 	"image/color"
 	"io"
 	"os"
@@ -23,6 +22,9 @@ import (
 	"gonum.org/v1/plot/vg"
 
 	"hpctrain/affinity"
+	"hpctrain/internal/atomicfile"
+	"hpctrain/internal/cli"
+	"hpctrain/train"
 )
 
 // GridCell is one configuration of the affinity grid.
@@ -54,6 +56,16 @@ func Affinity(args []string, self string, out io.Writer) error {
 	extra := fs.String("args", "", "extra flags for every training run")
 	if err := cli.Parse(fs, args, os.Stderr, false); err != nil {
 		return err
+	}
+	// Every cell's training flags are checked here, before any launch, so
+	// that a bad one is one line and not a child's failure after minutes.
+	if err := intIn("limit", *limit, 1, 1<<30)(); err != nil {
+		return cli.Usage(err)
+	}
+	check := append([]string{"-model", *modelName, "-limit", strconv.Itoa(*limit), "-epochs", strconv.Itoa(*epochs),
+		"-test-limit", strconv.Itoa(*testLimit)}, strings.Fields(*extra)...)
+	if _, _, err := train.Parse(check, io.Discard); err != nil {
+		return cli.Usage(fmt.Errorf("the cells' training flags (-model, -limit, -epochs, -test-limit, -args): %w", err))
 	}
 	topo, err := affinity.ReadTopology("/")
 	if err != nil {
@@ -176,19 +188,16 @@ func busyNeighbour(cpu int) (stop func(), err error) {
 }
 
 func writeGridCSV(path string, cells []GridCell) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	w := csv.NewWriter(f)
-	w.Write([]string{"instances", "threads", "bind", "noisy", "wall_s", "train_s", "samples_per_s", "test_accuracy"})
-	for _, c := range cells {
-		w.Write([]string{strconv.Itoa(c.Instances), strconv.Itoa(c.Threads), boundName(c.Pinned), strconv.FormatBool(c.Noisy),
-			fmt.Sprintf("%.2f", c.WallSeconds), fmt.Sprintf("%.2f", c.TrainSeconds), fmt.Sprintf("%.1f", c.SamplesPerSecond), fmt.Sprintf("%.4f", c.TestAccuracy)})
-	}
-	w.Flush()
-	return w.Error()
+	return atomicfile.Write(path, func(f io.Writer) error {
+		w := csv.NewWriter(f)
+		w.Write([]string{"instances", "threads", "bind", "noisy", "wall_s", "train_s", "samples_per_s", "test_accuracy"})
+		for _, c := range cells {
+			w.Write([]string{strconv.Itoa(c.Instances), strconv.Itoa(c.Threads), boundName(c.Pinned), strconv.FormatBool(c.Noisy),
+				fmt.Sprintf("%.2f", c.WallSeconds), fmt.Sprintf("%.2f", c.TrainSeconds), fmt.Sprintf("%.1f", c.SamplesPerSecond), fmt.Sprintf("%.4f", c.TestAccuracy)})
+		}
+		w.Flush()
+		return w.Error()
+	})
 }
 
 // gridChart draws training time and test accuracy per configuration, bound

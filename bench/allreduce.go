@@ -72,6 +72,19 @@ type AllreduceOverhead struct {
 	Achieved bool    // MaxR <= 1 + Target
 }
 
+// maxAllreduceBytes bounds -b and -e: 2 GiB, of which each rank holds two
+// buffers.
+const maxAllreduceBytes = 1 << 31
+
+// nextSize is size times factor, or past max when that would pass it (or
+// overflow).
+func nextSize(size, factor, max int) int {
+	if size > max/factor {
+		return max + 1
+	}
+	return size * factor
+}
+
 // rawAllreducer times raw MPI_Allreduce calls made with no wrapper in
 // between (*mpi.World; tests stand in for it).
 type rawAllreducer interface {
@@ -104,8 +117,17 @@ func Allreduce(args []string, c mpi.Comm, out io.Writer) error {
 	if *typ != "float32" {
 		return fmt.Errorf("type %q: only float32 so far", *typ)
 	}
-	if *minB < 4 || *maxB < *minB || *factor < 2 || *warm < 0 || *iters < 0 || *rounds < 1 || *target < 0 {
-		return fmt.Errorf("need 4 <= -b <= -e, -f >= 2, -w >= 0, -n >= 0, -rounds >= 1, -overhead-target >= 0")
+	err := firstBad(intIn("b", *minB, 4, maxAllreduceBytes), intIn("e", *maxB, *minB, maxAllreduceBytes),
+		func() error {
+			if *minB%4 != 0 {
+				return fmt.Errorf("-b %d: must be a multiple of 4 (float32 elements)", *minB)
+			}
+			return nil
+		},
+		intIn("f", *factor, 2, 1<<20), intIn("n", *iters, 0, 1e6), intIn("rounds", *rounds, 1, 1e6), intIn("w", *warm, 0, 1e6),
+		intIn("overhead-from", *from, 0, maxAllreduceBytes), floatIn("overhead-target", *target, 0, 1e6))
+	if err != nil {
+		return err
 	}
 	shm := *coll == "shm"
 	if shm {
@@ -140,7 +162,7 @@ func Allreduce(args []string, c mpi.Comm, out io.Writer) error {
 	}
 	recv := make([]float32, *maxB/4)
 	var req mpi.Request
-	for size := *minB; size <= *maxB; size *= *factor {
+	for size := *minB; size <= *maxB; size = nextSize(size, *factor, *maxB) {
 		count := size / 4
 		b, r := buf[:count], recv[:count]
 		it := *iters
@@ -403,7 +425,7 @@ func allreduceNCCL(sw sweep, c mpi.Comm, out io.Writer, js string) (err error) {
 		return st.Sync()
 	}
 	var rows []AllreduceRow
-	for size := sw.minB; size <= sw.maxB; size *= sw.factor {
+	for size := sw.minB; size <= sw.maxB; size = nextSize(size, sw.factor, sw.maxB) {
 		count := size / 4
 		it := sw.itersFor(size)
 		type path struct {

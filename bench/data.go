@@ -89,16 +89,17 @@ func Data(args []string, out io.Writer) error {
 	var workers []int
 	for _, s := range strings.Split(*workerList, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || n < 0 {
-			return fmt.Errorf("-workers %q: want comma-separated counts >= 0", *workerList)
+		if err != nil || n < 0 || n > 256 {
+			return fmt.Errorf("-workers %q: want comma-separated counts 0 to 256 (as -data-workers)", *workerList)
 		}
 		workers = append(workers, n)
 	}
 	if *procs != "train" && *procs != "threads" && *procs != "threads+workers" {
 		return fmt.Errorf("-gomaxprocs %q: want train, threads or threads+workers", *procs)
 	}
-	if *batch < 1 || *steps < 1 || *rounds < 1 || *threads < 0 {
-		return fmt.Errorf("batch, steps and rounds must be >= 1, threads >= 0")
+	if err := firstBad(intIn("batch", *batch, 1, train.MaxBatch), intIn("steps", *steps, 1, 1e6), intIn("rounds", *rounds, 1, 1e6),
+		intIn("threads", *threads, 0, train.MaxThreads), floatIn("seconds", *secs, 0.001, 3600)); err != nil {
+		return err
 	}
 	var ds data.Dataset
 	var err error
@@ -109,8 +110,8 @@ func Data(args []string, out io.Writer) error {
 		}
 	case "synthetic":
 		var h, w, c int
-		if n, _ := fmt.Sscanf(*shape, "%dx%dx%d", &h, &w, &c); n != 3 || h < 1 || w < 1 || c < 1 || h*w*c > 1<<24 {
-			return fmt.Errorf("-image-shape %q: want HxWxC", *shape)
+		if n, _ := fmt.Sscanf(*shape, "%dx%dx%d", &h, &w, &c); n != 3 || h < 1 || w < 1 || c < 1 || h > 1<<24 || w > 1<<24 || c > 1<<24 || h*w > 1<<24 || h*w*c > 1<<24 {
+			return fmt.Errorf("-image-shape %q: want HxWxC, at most %d values", *shape, 1<<24)
 		}
 		ds = data.NewSynthetic(10000, data.Shape{H: h, W: w, C: c}, 10, 1)
 	default:

@@ -16,10 +16,13 @@ package bench
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"sort"
 	"strings"
 	"time"
+
+	"hpctrain/internal/atomicfile"
 )
 
 // writeJSON writes v to path, indented (nothing when path is empty).
@@ -31,10 +34,10 @@ func writeJSON(path string, v any) error {
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	return nil
+	return atomicfile.Write(path, func(w io.Writer) error {
+		_, err := w.Write(append(b, '\n'))
+		return err
+	})
 }
 
 // median of durations (sorts d).

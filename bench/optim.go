@@ -3,12 +3,13 @@ package bench
 import (
 	"flag"
 	"fmt"
-	"hpctrain/internal/cli"
 	"io"
 	"os"
 	"path/filepath"
 
 	"hpctrain/chart"
+	"hpctrain/internal/atomicfile"
+	"hpctrain/internal/cli"
 	"hpctrain/optim"
 )
 
@@ -22,6 +23,9 @@ func Optim(args []string, out io.Writer) error {
 	if err := cli.Parse(fs, args, os.Stderr, false); err != nil {
 		return err
 	}
+	if err := intIn("steps", *steps, 1, 1e5)(); err != nil {
+		return cli.Usage(err)
+	}
 	var names []string
 	for _, r := range optim.TrajectoryRuns {
 		names = append(names, r.Name)
@@ -33,12 +37,8 @@ func Optim(args []string, out io.Writer) error {
 	if err := os.MkdirAll(*dir, 0o755); err != nil {
 		return err
 	}
-	f, err := os.Create(filepath.Join(*dir, "optim_trajectories.csv"))
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	if err := optim.WriteTrajectoriesCSV(f, paths); err != nil {
+	csvPath := filepath.Join(*dir, "optim_trajectories.csv")
+	if err := atomicfile.Write(csvPath, func(w io.Writer) error { return optim.WriteTrajectoriesCSV(w, paths) }); err != nil {
 		return err
 	}
 	var runs []chart.Run
@@ -51,6 +51,6 @@ func Optim(args []string, out io.Writer) error {
 	if err := chart.Trajectories(png, optim.Quadratic, [2]float64{-1.2, 1.2}, [2]float64{-1.2, 1.2}, runs); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "wrote %s and %s\n", png, f.Name())
+	fmt.Fprintf(out, "wrote %s and %s\n", png, csvPath)
 	return nil
 }

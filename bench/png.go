@@ -1,7 +1,9 @@
 package bench
 
 import (
-	"os"
+	"io"
+
+	"hpctrain/internal/atomicfile"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/vg"
@@ -19,13 +21,8 @@ func savePanels(path string, ps ...*plot.Plot) error {
 	for i, p := range ps {
 		p.Draw(canvases[0][i])
 	}
-	f, err := os.Create(path)
-	if err != nil {
+	return atomicfile.Write(path, func(w io.Writer) error {
+		_, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(w)
 		return err
-	}
-	defer f.Close()
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
-		return err
-	}
-	return f.Close()
+	})
 }

@@ -124,8 +124,18 @@ func Scaling(args []string, connect func() (mpi.Comm, error), out io.Writer) (er
 	if err := cli.Parse(fs, args, os.Stderr, false); err != nil {
 		return err
 	}
-	if *batch < 1 || *threads < 1 || *steps < 1 || *classes < 1 || *perNode < 0 || *scale <= 0 {
-		return cli.Usage(fmt.Errorf("batch, threads, steps and classes must be >= 1, -ranks-per-node >= 0, -compute-scale > 0"))
+	err = firstBad(intIn("batch", *batch, 1, train.MaxBatch), intIn("threads", *threads, 1, train.MaxThreads),
+		intIn("steps", *steps, 1, 1e6), intIn("classes", *classes, 1, 1<<20), intIn("ranks-per-node", *perNode, 0, 1<<12),
+		floatIn("compute-scale", *scale, 1e-6, 1e6), floatIn("alpha-us", *alphaUS, 0, 1e9),
+		floatIn("shm-alpha-us", *shmAlpha, 0, 1e9), floatIn("shm-gbps", *shmGbps, 0, 1e6), floatIn("sweep-max-mb", *maxMB, 0, 1<<10),
+		func() error {
+			if *bucketMB != -1 && !(*bucketMB >= 0 && *bucketMB <= train.MaxBucketMB) {
+				return fmt.Errorf("-bucket-mb %v: must be 0 to %d, or -1 (auto)", *bucketMB, train.MaxBucketMB)
+			}
+			return nil
+		})
+	if err != nil {
+		return cli.Usage(err)
 	}
 	if *bind != "cores" && *bind != "none" {
 		return cli.Usage(fmt.Errorf("-bind %q: cores or none", *bind))
@@ -136,9 +146,6 @@ func Scaling(args []string, connect func() (mpi.Comm, error), out io.Writer) (er
 	case "shm", "mpi":
 	default:
 		return cli.Usage(fmt.Errorf("-collective %q: auto, shm or mpi", *coll))
-	}
-	if *bucketMB != -1 && !(*bucketMB >= 0) {
-		return cli.Usage(fmt.Errorf("-bucket-mb %g: >= 0 or -1", *bucketMB))
 	}
 	nodes, err := intList(*nodesFlag)
 	if err != nil {
@@ -667,13 +674,20 @@ func firstRPN(rows []ScalingRow) int {
 	return rows[0].RanksPerNode
 }
 
+// Bounds of the prediction's -nodes and -link-gbps: past them the
+// arithmetic means nothing (and the rank count could overflow).
+const (
+	maxNodes         = 1 << 20
+	minGbps, maxGbps = 1e-3, 1e6
+)
+
 // intList parses "1,2,4".
 func intList(s string) ([]int, error) {
 	var v []int
 	for _, f := range strings.Split(s, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 {
-			return nil, fmt.Errorf("%q: want positive integers separated by commas", s)
+		if err != nil || n < 1 || n > maxNodes {
+			return nil, fmt.Errorf("%q: want integers 1 to %d separated by commas", s, maxNodes)
 		}
 		v = append(v, n)
 	}
@@ -688,8 +702,8 @@ func floatList(s string) ([]float64, error) {
 	var v []float64
 	for _, f := range strings.Split(s, ",") {
 		x, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
-		if err != nil || !(x > 0) || math.IsInf(x, 0) {
-			return nil, fmt.Errorf("%q: want positive numbers separated by commas", s)
+		if err != nil || !(x >= minGbps && x <= maxGbps) {
+			return nil, fmt.Errorf("%q: want numbers %g to %g separated by commas", s, minGbps, maxGbps)
 		}
 		v = append(v, x)
 	}

@@ -71,9 +71,17 @@ func Step(args []string, out io.Writer) error {
 	if *kern == "" {
 		kerns = []model.Kernels{model.DefaultKernels()}
 	}
+	seen := map[string]bool{}
 	for _, k := range strings.Split(*kern, ",") {
+		if k != "" && seen[k] {
+			return cli.Usage(fmt.Errorf("-kernels %q: %s twice", *kern, k))
+		}
+		seen[k] = true
 		switch k {
 		case "":
+			if *kern != "" {
+				return cli.Usage(fmt.Errorf("-kernels %q: an empty name in the list", *kern))
+			}
 		case "blas":
 			kerns = append(kerns, model.Kernels{})
 		case "dnnl":
@@ -94,8 +102,9 @@ func Step(args []string, out io.Writer) error {
 			return cli.Usage(fmt.Errorf("-kernels: %q is not blas, dnnl, dnnl-direct, dnnl-wino-f2, dnnl-all, dnnl-bf16, dnnl-bf16-direct or dnnl-bf16-all", k))
 		}
 	}
-	if *batch < 1 || *threads < 1 || *steps < 1 || *classes < 1 {
-		return fmt.Errorf("batch, threads, steps and classes must be >= 1")
+	if err := firstBad(intIn("batch", *batch, 1, train.MaxBatch), intIn("threads", *threads, 1, train.MaxThreads),
+		intIn("steps", *steps, 1, 1e6), intIn("classes", *classes, 1, 1<<20)); err != nil {
+		return cli.Usage(err)
 	}
 	in, err := model.ParseShape(*input)
 	if err != nil {

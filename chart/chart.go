@@ -3,14 +3,16 @@ package chart
 import (
 	"fmt"
 	"image/color"
+	"io"
 	"math"
-	"os"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
+
+	"hpctrain/internal/atomicfile"
 )
 
 // Figure sizes in pixels at DPI.
@@ -256,16 +258,12 @@ func save(path string, w, h int, plots [][]*plot.Plot) error {
 			p.Draw(canvases[i][j])
 		}
 	}
-	f, err := os.Create(path)
+	err := atomicfile.Write(path, func(w io.Writer) error {
+		_, err := (vgimg.PngCanvas{Canvas: c}).WriteTo(w)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("chart: %w", err)
-	}
-	if _, err := (vgimg.PngCanvas{Canvas: c}).WriteTo(f); err != nil {
-		f.Close()
-		return fmt.Errorf("chart: write %s: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("chart: write %s: %w", path, err)
 	}
 	return nil
 }

@@ -74,12 +74,20 @@ func TestReadMetrics(t *testing.T) {
 	if len(recs) != 4 || recs[1] != want || !recs[3].Final {
 		t.Errorf("records %+v", recs)
 	}
+	const ok = `{"epoch":1,"train_loss":0.5,"test_accuracy":0.8}` + "\n"
 	for _, tc := range []struct{ in, want string }{
-		{"{\"epoch\":1}\n{\"epoch\":2,", "metrics line 2:"},
-		{"{\"epoch\":1}\n\n[1,2]\n", "metrics line 3: want a JSON object"},
+		{ok + "{\"epoch\":2,", "metrics line 2:"},
+		{ok + "\n[1,2]\n", "metrics line 3: want a JSON object"},
 		{"{\"epoch\":\"one\"}", "metrics line 1:"},
-		{"{\"epoch\":1} {\"epoch\":2}", "metrics line 1:"},
-		{"{\"epoch\":1}\n{\"train_loss\":0.5}", "metrics line 2: no \"epoch\""},
+		{ok + ok[:len(ok)-1] + " " + ok, "metrics line 2:"},
+		{ok + `{"train_loss":0.5,"test_accuracy":0.8}`, "metrics line 2: no \"epoch\""},
+		{ok + `{"epoch":2,"test_accuracy":0.8}`, "metrics line 2: no \"train_loss\""},
+		{ok + `{"epoch":2,"train_loss":0.5}`, "metrics line 2: no \"test_accuracy\""},
+		// Values no training writes; a loss of -1e308 beside +1e308
+		// once hung the plot's axis (its range overflowed).
+		{ok + `{"epoch":2,"train_loss":-1e308,"test_accuracy":0.8}`, "metrics line 2: train_loss -1e+308: want a finite loss >= 0"},
+		{ok + `{"epoch":2,"train_loss":0.5,"test_accuracy":1e308}`, "metrics line 2: test_accuracy 1e+308: want a fraction in [0, 1]"},
+		{ok + `{"epoch":-2,"train_loss":0.5,"test_accuracy":0.8}`, "metrics line 2: epoch -2"},
 		{"epoch=1", "metrics line 1: want a JSON object"},
 	} {
 		if _, err := ReadMetrics(strings.NewReader(tc.in)); err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -91,6 +99,7 @@ func TestReadMetrics(t *testing.T) {
 func FuzzReadMetrics(f *testing.F) {
 	f.Add(metricsA)
 	f.Add("{\"epoch\":1}\n{")
+	f.Add(`{"epoch":1,"train_loss":-1e308,"test_accuracy":0.5}`)
 	f.Fuzz(func(t *testing.T, s string) { ReadMetrics(strings.NewReader(s)) })
 }
 
@@ -107,7 +116,7 @@ func TestMetricsPNG(t *testing.T) {
 	checkPNG(t, out, CurvesWidth, CurvesHeight)
 
 	bad := filepath.Join(dir, "bad.jsonl")
-	os.WriteFile(bad, []byte("{\"epoch\":1}\n{oops}\n"), 0o644)
+	os.WriteFile(bad, []byte(`{"epoch":1,"train_loss":0.5,"test_accuracy":0.8}`+"\n{oops}\n"), 0o644)
 	if err := MetricsPNG(out, []string{a, bad}); err == nil || !strings.Contains(err.Error(), "bad.jsonl: metrics line 2") {
 		t.Errorf("bad file: %v", err)
 	}

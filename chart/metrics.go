@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 )
@@ -28,7 +29,9 @@ type Record struct {
 // ReadMetrics parses JSON-lines metrics: one JSON object per line, blank
 // lines skipped, unknown fields ignored (newer writers may add some). A
 // malformed line, a line that is not one object, or a per-epoch line without
-// "epoch" is an error naming the line number (from 1).
+// "epoch", "train_loss" and "test_accuracy", or with values no training
+// writes (a negative or infinite loss, an accuracy outside [0, 1]), is an
+// error naming the line number (from 1).
 func ReadMetrics(r io.Reader) ([]Record, error) {
 	var recs []Record
 	sc := bufio.NewScanner(r)
@@ -49,8 +52,20 @@ func ReadMetrics(r io.Reader) ([]Record, error) {
 		if err := json.Unmarshal(line, &rec); err != nil {
 			return nil, fmt.Errorf("metrics line %d: %w", n, err)
 		}
-		if _, ok := keys["epoch"]; !ok && !rec.Final {
-			return nil, fmt.Errorf("metrics line %d: no \"epoch\" field (and not \"final\": true)", n)
+		if !rec.Final {
+			for _, k := range []string{"epoch", "train_loss", "test_accuracy"} {
+				if _, ok := keys[k]; !ok {
+					return nil, fmt.Errorf("metrics line %d: no %q field (and not \"final\": true)", n, k)
+				}
+			}
+			switch {
+			case rec.Epoch < 0:
+				return nil, fmt.Errorf("metrics line %d: epoch %d: want >= 0", n, rec.Epoch)
+			case !(rec.TrainLoss >= 0) || math.IsInf(rec.TrainLoss, 0):
+				return nil, fmt.Errorf("metrics line %d: train_loss %g: want a finite loss >= 0", n, rec.TrainLoss)
+			case !(rec.TestAccuracy >= 0 && rec.TestAccuracy <= 1):
+				return nil, fmt.Errorf("metrics line %d: test_accuracy %g: want a fraction in [0, 1]", n, rec.TestAccuracy)
+			}
 		}
 		recs = append(recs, rec)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -189,6 +190,30 @@ func TestIDXPromiseNotAllocated(t *testing.T) {
 		}
 		if grew := after.TotalAlloc - before.TotalAlloc; grew > 64<<20 {
 			t.Errorf("gzip %v: reading a 100-byte file allocated %d MiB", gz, grew>>20)
+		}
+	}
+}
+
+// ReadIDXChecked asks its check before it reads any element: a file of
+// the wrong shape is refused with the check's own error, read no further
+// (here the elements are missing, which a read would report), and a file
+// that passes is read as ReadIDX reads it.
+func TestIDXChecked(t *testing.T) {
+	dir := t.TempDir()
+	wrong := errors.New("wrong shape")
+	for _, gz := range []bool{false, true} {
+		p := filepath.Join(dir, fmt.Sprint("short", gz))
+		writeIDX(t, p, 8, []int{1000, 200, 200}, nil, gz)
+		var seen []int
+		_, _, err := ReadIDXChecked(p, func(d []int) error { seen = d; return wrong })
+		if err != wrong || fmt.Sprint(seen) != "[1000 200 200]" {
+			t.Errorf("gzip %v: %v after the check saw %v, want the check's error after [1000 200 200]", gz, err, seen)
+		}
+		q := filepath.Join(dir, fmt.Sprint("ok", gz))
+		writeIDX(t, q, 8, []int{2, 3}, []byte{1, 2, 3, 4, 5, 6}, gz)
+		dims, elems, err := ReadIDXChecked(q, func(d []int) error { return nil })
+		if err != nil || fmt.Sprint(dims, elems) != "[2 3] [1 2 3 4 5 6]" {
+			t.Errorf("gzip %v: %v %v %v", gz, dims, elems, err)
 		}
 	}
 }

@@ -33,6 +33,14 @@ func (e *IDXError) Error() string { return e.Path + ": " + e.Msg }
 // (a raw file's size is checked first), so a header that promises more
 // than the file holds fails without allocating what it promised.
 func ReadIDX(path string) (dims []int, elems []byte, err error) {
+	return ReadIDXChecked(path, nil)
+}
+
+// ReadIDXChecked is ReadIDX with a check of the dimensions, called once
+// the header is read and before any element is: its error, returned as it
+// is, refuses a file of the wrong shape without reading (or, for gzip,
+// inflating) what its header promises.
+func ReadIDXChecked(path string, check func(dims []int) error) (dims []int, elems []byte, err error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, nil, err
@@ -87,6 +95,11 @@ func ReadIDX(path string) (dims []int, elems []byte, err error) {
 		}
 		dims = append(dims, d)
 		n *= d
+	}
+	if check != nil {
+		if err := check(dims); err != nil {
+			return nil, nil, err
+		}
 	}
 	head := int64(4 + 4*nd)
 	if st, err := f.Stat(); err == nil && st.Mode().IsRegular() && !gz {

@@ -156,7 +156,12 @@ func (s JobSpec) Validate() error {
 		}
 	}
 	if len(errs) > 0 {
-		return fmt.Errorf("invalid job spec: %w", errors.Join(errs...))
+		// One line, every fault named: "nodes: ...; time: ...".
+		msgs := make([]string, len(errs))
+		for i, e := range errs {
+			msgs[i] = e.Error()
+		}
+		return fmt.Errorf("invalid job spec: %s", strings.Join(msgs, "; "))
 	}
 	return nil
 }

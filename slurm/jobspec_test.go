@@ -44,10 +44,13 @@ func TestLoadJobSpecErrors(t *testing.T) {
 		{"config = \"c\"\nextra_args = [\"a\\nb\"]\n", "extra_args"},
 		{"", "config: must not be empty"},
 		{"config = \"c\"\nnodes = \"2\"\n", "nodes"},
+		// Several faults: every one named, on one line.
+		{"config = \"c\"\nnodes = -1\ntasks_per_node = 0\ntime = \"x\"\n",
+			`nodes: -1 out of range [1, 100000]; tasks_per_node: 0 out of range [1, 4096]; time: "x"`},
 	} {
 		_, err := LoadJobSpec(writeSpec(t, c.text))
-		if err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%q: error %v, want it to contain %q", c.text, err, c.want)
+		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%q: error %v, want one line containing %q", c.text, err, c.want)
 		}
 	}
 	if _, err := LoadJobSpec(filepath.Join(t.TempDir(), "missing.toml")); err == nil || !strings.Contains(err.Error(), "missing.toml") {

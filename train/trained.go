@@ -114,6 +114,12 @@ func restore(path string, st *checkpoint.State, opts LoadOptions) (*Trained, err
 	if t.Config.Model == "" || st.Model != "" {
 		t.Config.Model = st.Model
 	}
+	// The data settings are used below as they are recorded: a record
+	// that training would have refused (a damaged or hand-made file) is
+	// refused here too, before anything indexes by it.
+	if err := t.Config.DataConfig.Validate(); err != nil {
+		return nil, fail("its recorded settings do not hold: %v", err)
+	}
 
 	// The description: recorded in the checkpoint, else the model's own.
 	var desc model.Desc
@@ -174,6 +180,9 @@ func restore(path string, st *checkpoint.State, opts LoadOptions) (*Trained, err
 		return nil, fail("%d parameters, but model %s on %v input with %d classes has %d: the checkpoint is of another network or input shape (%s)",
 			len(params), st.Model, in, classes, len(t.Net.Params), describeData(dc))
 	}
+	if i := nonFinite(params); i >= 0 {
+		return nil, fail("parameter %d of %d is %v: the network cannot compute (training stops before it writes such a checkpoint)", i, len(params), params[i])
+	}
 	copy(t.Net.Params, params)
 	bufs := st.Lookup("buffers")
 	switch {
@@ -181,6 +190,9 @@ func restore(path string, st *checkpoint.State, opts LoadOptions) (*Trained, err
 		return nil, fail("it holds no batch-norm running statistics (section \"buffers\"), which model %s needs in evaluation: it was written by a build that did not save them", st.Model)
 	case len(bufs) != len(t.Net.Buffers):
 		return nil, fail("%d buffer values (running statistics), the model has %d", len(bufs), len(t.Net.Buffers))
+	}
+	if i := nonFinite(bufs); i >= 0 {
+		return nil, fail("buffer value %d of %d (running statistics) is %v: the network cannot compute", i, len(bufs), bufs[i])
 	}
 	copy(t.Net.Buffers, bufs)
 	t.Net.SetTraining(false)
@@ -451,4 +463,14 @@ func argmax(z []float32) int {
 		}
 	}
 	return b
+}
+
+// nonFinite is the index of the first NaN or infinity in v, or -1.
+func nonFinite(v []float32) int {
+	for i, x := range v {
+		if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+			return i
+		}
+	}
+	return -1
 }

@@ -217,6 +217,55 @@ func TestLoadTrainedBuffers(t *testing.T) {
 	}
 }
 
+// A checkpoint whose recorded data settings training would have refused
+// (a mean without a std once panicked in Normalisation), or whose
+// parameters or running statistics are not finite, is refused in one
+// line naming it.
+func TestLoadTrainedDamagedRecord(t *testing.T) {
+	d, _ := model.LoadDesc("resnet8")
+	net, err := model.Build(d, model.Shape{H: 28, W: 28, C: 1}, 10, 4, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	save := func(step int64, config string, params, bufs []float32) string {
+		t.Helper()
+		st := &checkpoint.State{Model: "resnet8", Desc: string(net.Desc.TOML()), RunID: "r", Step: step, Config: []byte(config),
+			Sections: []checkpoint.Section{{Name: "params", Data: params}, {Name: "buffers", Data: bufs}}}
+		p, err := checkpoint.Save(dir, st, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	nan := func(v []float32, i int, x float64) []float32 {
+		w := append([]float32(nil), v...)
+		w[i] = float32(x)
+		return w
+	}
+	for _, c := range []struct {
+		config       string
+		params, bufs []float32
+		want         string
+	}{
+		{`{"mean":[0.5]}`, net.Params, net.Buffers, "its recorded settings do not hold: config: mean [0.5] and std []"},
+		{`{"mean":[0.5,0.5],"std":[0.5]}`, net.Params, net.Buffers, "give both, one value per channel"},
+		{`{"dataset":"nosuch"}`, net.Params, net.Buffers, `dataset = "nosuch"`},
+		{`{}`, nan(net.Params, 7, math.NaN()), net.Buffers, "parameter 7 of 77754 is NaN"},
+		{`{}`, net.Params, nan(net.Buffers, 3, math.Inf(-1)), "buffer value 3 of"},
+	} {
+		p := save(1, c.config, c.params, c.bufs)
+		_, err := LoadTrained(p, LoadOptions{})
+		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), p) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%s: %v, want one line naming the file and saying %q", c.config, err, c.want)
+		}
+		os.Remove(p)
+	}
+	if _, err := LoadTrained(save(2, `{}`, net.Params, net.Buffers), LoadOptions{}); err != nil {
+		t.Errorf("the undamaged record: %v", err)
+	}
+}
+
 func TestClassesFromParams(t *testing.T) {
 	d, _ := model.LoadDesc("lenet5")
 	in := model.Shape{H: 32, W: 32, C: 3}

@@ -13,11 +13,26 @@ import (
 // 0644. The error names path and what failed, for example "write
 // out/m.onnx: not writable: permission denied" or "write out/m.onnx: no
 // such directory out".
+//
+// A symbolic link is followed: the file it names is replaced (or
+// created), and the link stays. A path that names something other than a regular file or a
+// directory (a device such as /dev/null, a named pipe, a socket) is written
+// to in place, as a shell's redirection would, since it cannot be
+// replaced: such a write is not all or nothing.
 func Write(path string, write func(w io.Writer) error) (err error) {
-	dir := filepath.Dir(path)
-	if st, serr := os.Stat(path); serr == nil && st.IsDir() {
-		return fmt.Errorf("write %s: is a directory", path)
+	path, err = follow(path)
+	if err != nil {
+		return err
 	}
+	if st, serr := os.Stat(path); serr == nil {
+		switch {
+		case st.IsDir():
+			return fmt.Errorf("write %s: is a directory", path)
+		case !st.Mode().IsRegular():
+			return inPlace(path, write)
+		}
+	}
+	dir := filepath.Dir(path)
 	if st, serr := os.Stat(dir); serr != nil || !st.IsDir() {
 		return fmt.Errorf("write %s: no such directory %s (create it first)", path, dir)
 	}
@@ -32,7 +47,7 @@ func Write(path string, write func(w io.Writer) error) (err error) {
 		}
 	}()
 	if err := write(tmp); err != nil {
-		return err
+		return named(path, tmp.Name(), err)
 	}
 	if err := tmp.Chmod(0o644); err != nil {
 		return fmt.Errorf("write %s: %w", path, cause(err))
@@ -47,6 +62,57 @@ func Write(path string, write func(w io.Writer) error) (err error) {
 		return fmt.Errorf("write %s: %w", path, cause(err))
 	}
 	return nil
+}
+
+// follow is the file that path names once symbolic links are followed,
+// which may not exist yet (a link to a file still to be written).
+func follow(path string) (string, error) {
+	for hops := 0; ; hops++ {
+		st, err := os.Lstat(path)
+		if err != nil || st.Mode()&fs.ModeSymlink == 0 {
+			return path, nil
+		}
+		if hops == 40 {
+			return "", fmt.Errorf("write %s: too many symbolic links", path)
+		}
+		t, err := os.Readlink(path)
+		if err != nil {
+			return "", fmt.Errorf("write %s: %w", path, cause(err))
+		}
+		if !filepath.IsAbs(t) {
+			t = filepath.Join(filepath.Dir(path), t)
+		}
+		path = t
+	}
+}
+
+// inPlace writes to the existing non-regular file path (a device, a named
+// pipe).
+func inPlace(path string, write func(w io.Writer) error) error {
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return fmt.Errorf("write %s: not writable: %w", path, cause(err))
+	}
+	if err := write(f); err != nil {
+		f.Close()
+		return named(path, path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("write %s: %w", path, cause(err))
+	}
+	return nil
+}
+
+// named is the error of write on file name (the temporary file, or path
+// itself) as an error of path: an *fs.PathError of name becomes "write
+// path: its cause", so the message names what the user asked for; any
+// other error is write's own and is returned as it is.
+func named(path, name string, err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) && pe.Path == name {
+		return fmt.Errorf("write %s: %w", path, pe.Err)
+	}
+	return err
 }
 
 // cause drops an *fs.PathError's operation and (temporary) path.

@@ -3,9 +3,11 @@ package atomicfile
 import (
 	"errors"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -87,4 +89,89 @@ func assertOnly(t *testing.T, dir string, names ...string) {
 	if strings.Join(got, ",") != strings.Join(names, ",") {
 		t.Errorf("directory holds %v, want %v", got, names)
 	}
+}
+
+// A symbolic link is followed: its target gets the content, and the link
+// stays a link. One to nowhere is refused in one line.
+func TestWriteThroughSymlink(t *testing.T) {
+	dir := t.TempDir()
+	target, link := filepath.Join(dir, "real.bin"), filepath.Join(dir, "link.bin")
+	os.WriteFile(target, []byte("old"), 0o644)
+	if err := os.Symlink("real.bin", link); err != nil {
+		t.Skipf("no symbolic links here: %v", err)
+	}
+	if err := Write(link, func(w io.Writer) error { _, err := io.WriteString(w, "new"); return err }); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(target); string(b) != "new" {
+		t.Errorf("target holds %q, want new", b)
+	}
+	if st, err := os.Lstat(link); err != nil || st.Mode()&fs.ModeSymlink == 0 {
+		t.Errorf("the link was replaced: %v, %v", st.Mode(), err)
+	}
+	assertOnly(t, dir, "link.bin", "real.bin")
+
+	// A link to a file still to be written: the file is created.
+	os.Symlink("later.bin", filepath.Join(dir, "next.bin"))
+	if err := Write(filepath.Join(dir, "next.bin"), func(w io.Writer) error { _, err := io.WriteString(w, "x"); return err }); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "later.bin")); string(b) != "x" {
+		t.Errorf("the link's target holds %q, want x", b)
+	}
+	// One into a directory that does not exist, and a loop: one line each.
+	os.Symlink(filepath.Join(dir, "nowhere", "x"), filepath.Join(dir, "dangling"))
+	os.Symlink("loop", filepath.Join(dir, "loop"))
+	for _, c := range []struct{ name, want string }{{"dangling", "no such directory"}, {"loop", "too many symbolic links"}} {
+		err := Write(filepath.Join(dir, c.name), func(w io.Writer) error { return nil })
+		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%s: %v, want one line with %q", c.name, err, c.want)
+		}
+	}
+}
+
+// A named pipe (like a device) is written in place: it is still a pipe
+// afterwards and its reader got every byte.
+func TestWriteNonRegular(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "pipe")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Skipf("no named pipes here: %v", err)
+	}
+	want := strings.Repeat("0123456789", 100000) // more than a pipe holds
+	got := make(chan string, 1)
+	go func() {
+		f, err := os.Open(fifo)
+		if err != nil {
+			got <- err.Error()
+			return
+		}
+		b, _ := io.ReadAll(f)
+		f.Close()
+		got <- string(b)
+	}()
+	if err := Write(fifo, func(w io.Writer) error { _, err := io.WriteString(w, want); return err }); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Lstat(fifo); err != nil || st.Mode()&fs.ModeNamedPipe == 0 {
+		t.Fatalf("the pipe was replaced: %v, %v", st.Mode(), err) // (its reader waits on forever)
+	}
+	if g := <-got; g != want {
+		t.Errorf("reader got %d bytes, want %d", len(g), len(want))
+	}
+	assertOnly(t, dir, "pipe")
+}
+
+// A failed write of the temporary file is reported under the path asked
+// for, not the temporary file's name.
+func TestWriteErrorNamesPath(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "m.onnx")
+	err := Write(p, func(w io.Writer) error {
+		return &fs.PathError{Op: "write", Path: w.(*os.File).Name(), Err: syscall.ENOSPC}
+	})
+	if err == nil || err.Error() != "write "+p+": "+syscall.ENOSPC.Error() || !errors.Is(err, syscall.ENOSPC) {
+		t.Errorf("got %v, want write %s: %v", err, p, syscall.ENOSPC)
+	}
+	assertOnly(t, dir)
 }

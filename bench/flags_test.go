@@ -1,0 +1,48 @@
+package bench
+
+import (
+	"io"
+	"strings"
+	"testing"
+
+	"hpctrain/mpi"
+)
+
+// Out-of-range flags of the benchmarks are refused in one line naming the
+// flag, before anything runs: each of these once crashed (out of memory,
+// thread exhaustion, an index or slice panic), hung, or printed
+// meaningless figures with exit 0.
+func TestBenchFlagsRefused(t *testing.T) {
+	noComm := func() (mpi.Comm, error) { t.Fatal("connected despite a bad flag"); return nil, nil }
+	for _, c := range []struct {
+		run  func([]string) error
+		args string
+		want string
+	}{
+		{func(a []string) error { return Allreduce(a, nil, io.Discard) }, "-e 99999999999999", "-e 99999999999999: must be"},
+		{func(a []string) error { return Allreduce(a, nil, io.Discard) }, "-f 2305843009213693952", "-f 2305843009213693952: must be"},
+		{func(a []string) error { return Allreduce(a, nil, io.Discard) }, "-b 6 -e 64", "-b 6: must be a multiple of 4"},
+		{func(a []string) error { return Allreduce(a, nil, io.Discard) }, "-overhead-target NaN", "-overhead-target NaN"},
+		{func(a []string) error { return Scaling(a, noComm, io.Discard) }, "-threads 100000", "-threads 100000: must be 1 to"},
+		{func(a []string) error { return Scaling(a, noComm, io.Discard) }, "-sweep-max-mb 1000000", "-sweep-max-mb 1e+06"},
+		{func(a []string) error { return Scaling(a, noComm, io.Discard) }, "-alpha-us -5", "-alpha-us -5"},
+		{func(a []string) error { return Scaling(a, noComm, io.Discard) }, "-shm-gbps NaN", "-shm-gbps NaN"},
+		{func(a []string) error { return Scaling(a, noComm, io.Discard) }, "-compute-scale Inf", "-compute-scale +Inf"},
+		{func(a []string) error { return Scaling(a, noComm, io.Discard) }, "-bucket-mb Inf", "-bucket-mb +Inf"},
+		{func(a []string) error { return Scaling(a, noComm, io.Discard) }, "-nodes 9223372036854775807", "-nodes:"},
+		{func(a []string) error { return Scaling(a, noComm, io.Discard) }, "-link-gbps 1e-300", "-link-gbps:"},
+		{func(a []string) error { return Data(a, io.Discard) }, "-dataset synthetic -image-shape 4294967296x4294967296x1", "-image-shape"},
+		{func(a []string) error { return Data(a, io.Discard) }, "-seconds NaN", "-seconds NaN"},
+		{func(a []string) error { return Data(a, io.Discard) }, "-workers 100000", "-workers \"100000\""},
+		{func(a []string) error { return Optim(a, io.Discard) }, "-steps 99999999999", "-steps 99999999999"},
+		{func(a []string) error { return Step(a, io.Discard) }, "-kernels ,", "an empty name"},
+		{func(a []string) error { return Step(a, io.Discard) }, "-kernels blas,blas", "blas twice"},
+		{func(a []string) error { return Affinity(a, "hpctrain", io.Discard) }, "-limit 0", "-limit 0"},
+		{func(a []string) error { return Affinity(a, "hpctrain", io.Discard) }, "-epochs 0", "epochs = 0"},
+	} {
+		err := c.run(strings.Fields(c.args))
+		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%s: %v, want one line with %q", c.args, err, c.want)
+		}
+	}
+}
