@@ -37,6 +37,7 @@ func TestBenchFlagsRefused(t *testing.T) {
 		{func(a []string) error { return Optim(a, io.Discard) }, "-steps 99999999999", "-steps 99999999999"},
 		{func(a []string) error { return Step(a, io.Discard) }, "-kernels ,", "an empty name"},
 		{func(a []string) error { return Step(a, io.Discard) }, "-kernels blas,blas", "blas twice"},
+		{func(a []string) error { return Step(a, io.Discard) }, "-batch 16777216 -steps 1", "with batches of 16777216 samples needs"},
 		{func(a []string) error { return Affinity(a, "hpctrain", io.Discard) }, "-limit 0", "-limit 0"},
 		{func(a []string) error { return Affinity(a, "hpctrain", io.Discard) }, "-epochs 0", "epochs = 0"},
 	} {

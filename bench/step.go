@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"hpctrain/affinity"
+	"hpctrain/data"
 	"hpctrain/model"
 	"hpctrain/mpi"
 	"hpctrain/optim"
@@ -144,6 +145,19 @@ func StepRate(name string, in model.Shape, classes, batch, threads, steps int, o
 // StepRateKernels is StepRate with the given convolution and linear
 // kernels.
 func StepRateKernels(k model.Kernels, name string, in model.Shape, classes, batch, threads, steps int, optimizer string) (StepReport, error) {
+	// Refused in one line, as train refuses it, before the allocation
+	// would end the process.
+	d, err := model.LoadDesc(name)
+	if err != nil {
+		return StepReport{}, err
+	}
+	s, err := model.Summarize(d, in, classes)
+	if err != nil {
+		return StepReport{}, err
+	}
+	if err := data.NewBudget(1).Take(fmt.Sprintf("model %s with batches of %d samples", name, batch), train.NetBytes(s, batch), "lower -batch"); err != nil {
+		return StepReport{}, err
+	}
 	net, err := model.New(name, in, classes, batch, 1)
 	if err != nil {
 		return StepReport{}, err

@@ -349,17 +349,23 @@ func (r *run) fitModel(in model.Shape, classes int) error {
 		return err
 	}
 	r.params = s.Params
-	// Per sample: every layer's output and its gradient, and the input;
-	// the parameters four times (values, gradients, two optimizer buffers).
-	perSample := int64(2*s.OutputBytes + s.InputBytes)
-	need := int64(r.cfg.Batch)*perSample + 4*int64(s.ParamBytes)
-	if perSample > 0 && int64(r.cfg.Batch) > math.MaxInt64/4/perSample {
-		need = math.MaxInt64
-	}
-	if err := r.pipe.budget.Take(fmt.Sprintf("model %s with batches of %d samples", r.cfg.Model, r.cfg.Batch), need, "lower -batch"); err != nil {
+	if err := r.pipe.budget.Take(fmt.Sprintf("model %s with batches of %d samples", r.cfg.Model, r.cfg.Batch), NetBytes(s, r.cfg.Batch), "lower -batch"); err != nil {
 		return cli.Usage(err)
 	}
 	return nil
+}
+
+// NetBytes estimates the memory of a network of summary s training with
+// batches of batch samples: per sample every layer's output and its
+// gradient, and the input; the parameters four times (values, gradients,
+// two optimizer buffers). math.MaxInt64 stands for more than can be
+// counted.
+func NetBytes(s model.Summary, batch int) int64 {
+	perSample := int64(2*s.OutputBytes + s.InputBytes)
+	if perSample > 0 && int64(batch) > math.MaxInt64/4/perSample {
+		return math.MaxInt64
+	}
+	return int64(batch)*perSample + 4*int64(s.ParamBytes)
 }
 
 // placeAndPin pins this rank's compute workers to its own cores; the model
