@@ -44,6 +44,12 @@ func topoCmd(args []string, stdout, stderr io.Writer) error {
 	if *np < 1 {
 		return cli.Usage(fmt.Errorf("-np %d: must be >= 1", *np))
 	}
+	if *threads < 0 || *threads > train.MaxThreads {
+		return cli.Usage(fmt.Errorf("-threads %d: must be 0 to %d (0: cores / ranks)", *threads, train.MaxThreads))
+	}
+	if !*gpuMatrix && (*gpus != "" || *gpuShare) {
+		return cli.Usage(fmt.Errorf("-gpus and -gpu-share apply with -gpu (the GPU plan) only"))
+	}
 	topo, err := affinity.ReadTopology(*sys)
 	if err != nil {
 		return err

@@ -41,6 +41,35 @@ func TestTopoCommand(t *testing.T) {
 	if r.code != 2 || !strings.Contains(r.out, "sideways") {
 		t.Errorf("bad policy: %d\n%s", r.code, r.out)
 	}
+	// Refused before the topology is printed: one line each.
+	for _, args := range [][]string{{"-threads", "-1"}, {"-gpus", "0,1"}, {"-gpu-share"}} {
+		r = hpctrain(t, 0, 10*time.Second, append([]string{"topo"}, args...)...)
+		if r.code != 2 || strings.Count(r.out, "\n") != 1 {
+			t.Errorf("topo %v: exit %d, want 2 and one line:\n%s", args, r.code, r.out)
+		}
+	}
+}
+
+// TestTrainDescriptionFile: the README's path to a network of one's own,
+// a description printed by hpctrain models and passed to train -model,
+// trains under mpirun (train's settings check once knew only the zoo's
+// names); a bad file is one line naming it.
+func TestTrainDescriptionFile(t *testing.T) {
+	dir := t.TempDir()
+	desc := filepath.Join(dir, "my.toml")
+	r := hpctrain(t, 0, 10*time.Second, "models", "mlp")
+	if r.code != 0 {
+		t.Fatalf("models mlp: %d\n%s", r.code, r.out)
+	}
+	os.WriteFile(desc, []byte(r.out), 0o644)
+	r = hpctrain(t, 2, 2*time.Minute, "train", "-model", desc, "-limit", "640", "-test-limit", "100", "-progress", "0")
+	if r.code != 0 || !strings.Contains(r.out, "final: test accuracy") {
+		t.Errorf("train -model %s: exit %d\n%s", desc, r.code, r.out)
+	}
+	r = hpctrain(t, 0, 10*time.Second, "train", "-model", filepath.Join(dir, "none.toml"), "-limit", "640")
+	if r.code != 2 || !strings.Contains(r.out, "none.toml: no such file") || strings.Count(r.out, "\n") != 1 {
+		t.Errorf("missing description: exit %d\n%s", r.code, r.out)
+	}
 }
 
 // TestBadPlacement: a -cpu-list outside the mask and -threads 0 with

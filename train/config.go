@@ -494,10 +494,14 @@ func (c *Config) Validate() error {
 	if _, err := parseEvery(c.CheckpointEvery); err != nil {
 		return err
 	}
-	known := slices.Contains(model.Names(), c.Model)
+	// A built-in model, or a description file: read here, so that a bad
+	// one is refused (naming its layer and key) before MPI starts.
+	if !slices.Contains(model.Names(), c.Model) {
+		if _, err := model.LoadDesc(c.Model); err != nil {
+			return fmt.Errorf("config: model = %q: %w", c.Model, err)
+		}
+	}
 	switch {
-	case !known:
-		return fmt.Errorf("config: model = %q: unknown model %q (known: %s)", c.Model, c.Model, strings.Join(model.Names(), ", "))
 	case c.Epochs < 1 || c.Epochs > MaxEpochs:
 		return bad("epochs", c.Epochs, fmt.Sprintf(">= 1 (at most %d)", MaxEpochs))
 	case c.Steps < 0 || c.Steps > MaxSteps:
