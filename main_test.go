@@ -228,21 +228,36 @@ func TestBadInput(t *testing.T) {
 	}
 }
 
-// TestConfigMismatch starts two ranks with different learning rates (MPMD):
-// both stop with a message naming the odd rank instead of training apart.
+// TestConfigMismatch starts two ranks with different settings (MPMD): both
+// stop with a message naming the odd rank and key instead of training
+// apart. The collective and the checkpoint directory are keys a
+// checkpoint does not record, which once escaped the comparison and left
+// the ranks waiting on each other.
 func TestConfigMismatch(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "mpirun", "--oversubscribe", "--bind-to", "none",
-		"-np", "1", bin, "train", "-model", "mlp", "-limit", "640", "-lr", "0.01", ":",
-		"-np", "1", bin, "train", "-model", "mlp", "-limit", "640", "-lr", "0.02")
-	cmd.Env = mpitest.Env()
-	out, err := cmd.CombinedOutput()
-	if ctx.Err() != nil || err == nil {
-		t.Fatalf("err %v ctx %v\n%s", err, ctx.Err(), out)
-	}
-	if n := strings.Count(string(out), "configuration differs from rank 0's"); n != 2 || !strings.Contains(string(out), "rank 1 has") {
-		t.Errorf("want both ranks to name rank 1:\n%s", out)
+	ck := t.TempDir()
+	for _, c := range []struct {
+		odd  []string
+		want string
+	}{
+		{[]string{"-lr", "0.02"}, "rank 1 has another lr;"},
+		{[]string{"-collective", "mpi"}, "rank 1 has another collective;"},
+		{[]string{"-checkpoint-dir", ck}, "rank 1 has another checkpoint_dir;"},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		base := []string{bin, "train", "-model", "mlp", "-limit", "640", "-collective", "shm"}
+		args := append([]string{"--oversubscribe", "--bind-to", "none", "-np", "1"}, base...)
+		args = append(append(append(args, ":", "-np", "1"), base...), c.odd...)
+		cmd := exec.CommandContext(ctx, "mpirun", args...)
+		cmd.Env = mpitest.Env()
+		out, err := cmd.CombinedOutput()
+		timedOut := ctx.Err()
+		cancel()
+		if timedOut != nil || err == nil {
+			t.Fatalf("%v: err %v ctx %v\n%s", c.odd, err, timedOut, out)
+		}
+		if n := strings.Count(string(out), "configuration differs from rank 0's: "+c.want); n != 2 {
+			t.Errorf("%v: want both ranks to say %q:\n%s", c.odd, c.want, out)
+		}
 	}
 }
 

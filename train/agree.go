@@ -2,6 +2,7 @@ package train
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"strings"
@@ -52,12 +53,53 @@ func Agree(c mpi.Comm, stage string, err error) error {
 // agree is Agree, as the run calls it.
 func agree(c mpi.Comm, stage string, err error) error { return Agree(c, stage, err) }
 
-// agreeConfig checks that every rank runs with rank 0's configuration. It
-// gathers every rank's configuration hash so that all ranks name the same
-// culprits and stop together.
+// agreeConfig checks that every rank runs with rank 0's configuration, key
+// by key: every key but those that only shape a rank's own output, since
+// a key a checkpoint does not record (the collective, the checkpoint
+// directory, -resume) also decides which collectives a rank calls, and a
+// difference there left the ranks waiting on each other. It gathers a
+// digest of each key from every rank, so that all ranks name the same
+// ranks and keys and stop together.
 func agreeConfig(c mpi.Comm, cfg *Config) error {
-	return agreeHash(c, "configuration", cfg.Hash(), "start every rank with the same flags and config file")
+	var names []string
+	var sums []byte
+	for _, k := range cfg.keys() {
+		if perRankKeys[k.name] {
+			continue
+		}
+		h := sha256.Sum256([]byte(fmt.Sprintf("%#v", k.value.Interface())))
+		names, sums = append(names, k.name), append(sums, h[:keyDigest]...)
+	}
+	all := make([]byte, len(sums)*c.Size())
+	if err := c.Allgather(sums, all); err != nil {
+		return fmt.Errorf("comparing configurations: %w", err)
+	}
+	ref := all[:len(sums)]
+	var bad []string
+	for r := 1; r < c.Size(); r++ {
+		got := all[r*len(sums) : (r+1)*len(sums)]
+		var keys []string
+		for i, name := range names {
+			if !bytes.Equal(got[i*keyDigest:(i+1)*keyDigest], ref[i*keyDigest:(i+1)*keyDigest]) {
+				keys = append(keys, name)
+			}
+		}
+		if len(keys) > 0 {
+			bad = append(bad, fmt.Sprintf("rank %d has another %s", r, strings.Join(keys, ", ")))
+		}
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("configuration differs from rank 0's: %s; start every rank with the same flags and config file", strings.Join(bad, "; "))
+	}
+	return nil
 }
+
+// keyDigest is the bytes of a key's digest agreeConfig compares.
+const keyDigest = 8
+
+// perRankKeys may differ between the ranks of a job: they shape what a
+// rank writes or prints of its own, and no collective depends on them.
+var perRankKeys = map[string]bool{"metrics": true, "loss_log": true, "verbose": true, "collective_timeout": true}
 
 // agreeHash checks that every rank holds rank 0's hash h of what (16 hex
 // digits), naming the ranks that differ.

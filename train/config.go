@@ -552,8 +552,10 @@ func (c *Config) Validate() error {
 		return bad("label_smoothing", c.LabelSmoothing, "in [0, 1)")
 	case c.TimelineSteps < 1 || c.TimelineSteps > MaxTimelineSteps:
 		return bad("timeline_steps", c.TimelineSteps, fmt.Sprintf("1 to %d", MaxTimelineSteps))
-	case c.CollectiveTimeout < 0:
-		return bad("collective_timeout", c.CollectiveTimeout, ">= 0")
+	case c.CollectiveTimeout < 0 || c.CollectiveTimeout > 0 && c.CollectiveTimeout < time.Second:
+		// Below a second the watchdog would take start-up itself for a
+		// dead peer (and under 4 ns it had no interval to tick at).
+		return bad("collective_timeout", c.CollectiveTimeout, "0 (never) or at least 1s")
 	case c.Progress < 0:
 		return bad("progress", c.Progress, ">= 0")
 	}

@@ -295,6 +295,8 @@ func TestValidateBeforeData(t *testing.T) {
 		{"-bind sockets", `bind = "sockets"`},
 		{"-cpu-list 3-x", `cpu_list = "3-x"`},
 		{"-gpus 0,0", `gpus = "0,0"`},
+		{"-collective-timeout 1ns", "collective_timeout = 1ns: must be 0 (never) or at least 1s"},
+		{"-collective-timeout 300ms", "collective_timeout = 300ms"},
 	} {
 		_, _, err := Parse(strings.Fields(c.args+nowhere), io.Discard)
 		assertUsage(t, c.args, err, c.want)
