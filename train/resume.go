@@ -353,6 +353,14 @@ func (cp *checkpointer) load() (*checkpoint.State, error) {
 		}
 		if st == nil {
 			cp.runID = checkpoint.NewRunID()
+			// Files that cannot be resumed still hold the names a fresh
+			// run saves to: refused now, not when the first save is
+			// refused after the training.
+			if err := checkpoint.CheckFresh(cfg.CheckpointDir, cp.identity()); errors.Is(err, checkpoint.ErrInUse) {
+				return nil, cli.Usage(fmt.Errorf("resume = \"auto\": no checkpoint in %s can be resumed (see the warnings above), and a fresh run would have to replace them: move them away, or use another -checkpoint-dir", cfg.CheckpointDir))
+			} else if err != nil {
+				return nil, err
+			}
 			cp.log("hpctrain: no checkpoint in %s: starting a fresh run", cfg.CheckpointDir)
 			return nil, nil
 		}

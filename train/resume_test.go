@@ -324,6 +324,48 @@ func TestCheckpointerBuffers(t *testing.T) {
 	}
 }
 
+// TestResumeAutoNothingUsable: -resume auto in a directory whose only
+// checkpoint is damaged stops at the start, saying so, on every rank;
+// it used to start a fresh run, train, and fail at the first save (the
+// damaged file holds the name the save needs). An empty or missing
+// directory starts fresh.
+func TestResumeAutoNothingUsable(t *testing.T) {
+	cfg := smallRun()
+	cfg.CheckpointDir = t.TempDir()
+	cps := testCheckpointers(t, cfg, 1, 5, 0, io.Discard)
+	cps[0].resume()
+	if err := cps[0].save(8, 1); err != nil {
+		t.Fatal(err)
+	}
+	files, _ := filepath.Glob(filepath.Join(cfg.CheckpointDir, "ckpt-*.hpck"))
+	if len(files) != 1 {
+		t.Fatalf("checkpoints %v, want one", files)
+	}
+	b, _ := os.ReadFile(files[0])
+	os.WriteFile(files[0], b[:len(b)/2], 0o644)
+	cfg.Resume = "auto"
+	for r, err := range onRanks(testCheckpointers(t, cfg, 2, 5, 0, io.Discard), func(cp *checkpointer) error {
+		_, err := cp.resume()
+		return err
+	}) {
+		if !errors.As(err, new(cli.UsageError)) || r == 0 && !strings.Contains(err.Error(), "can be resumed (see the warnings above), and a fresh run would have to replace them") {
+			t.Errorf("rank %d: %v, want a usage error", r, err)
+		}
+	}
+	cfg.CheckpointDir = filepath.Join(t.TempDir(), "new")
+	for r, err := range onRanks(testCheckpointers(t, cfg, 2, 5, 0, io.Discard), func(cp *checkpointer) error {
+		step, err := cp.resume()
+		if err == nil && step != 0 {
+			err = fmt.Errorf("step %d, want a fresh start", step)
+		}
+		return err
+	}) {
+		if err != nil {
+			t.Errorf("missing directory, rank %d: %v", r, err)
+		}
+	}
+}
+
 // TestCheckpointerComplete: the checkpoint written at the end of a run
 // records its result; resuming it with no more steps to take reports the
 // run complete with that result on every rank, and a run with more steps

@@ -581,7 +581,22 @@ func (r *run) endEpoch() error {
 	}
 	r.log("epoch %d/%d: train loss %.4f, test loss %.4f, test accuracy %.2f%%, %.0f samples/s, %.1f s",
 		r.epoch, r.cfg.Epochs, r.res.TrainLoss, r.res.TestLoss, 100*r.res.TestAccuracy, r.res.SamplesPerSecond, r.res.TrainSeconds)
-	return writeMetrics(r.metrics, r.res)
+	if err := writeMetrics(r.metrics, r.res); err != nil {
+		return err
+	}
+	return r.flushLossLog()
+}
+
+// flushLossLog writes out the -loss-log lines buffered so far: a write
+// that fails (a full disk) is an error, as the metrics' is.
+func (r *run) flushLossLog() error {
+	if r.lossLog == nil {
+		return nil
+	}
+	if err := r.lossLog.Flush(); err != nil {
+		return fmt.Errorf("writing the loss log: %w", err)
+	}
+	return nil
 }
 
 // finish writes the final checkpoint, metrics line and summary.
@@ -609,6 +624,9 @@ func (r *run) finish() (Result, error) {
 	res.Final = true
 	res.Params = r.net.Params
 	if err := writeMetrics(r.metrics, res); err != nil {
+		return res, err
+	}
+	if err := r.flushLossLog(); err != nil {
 		return res, err
 	}
 	r.log("final: test accuracy %.2f%% after %d epochs (%d steps, %d ranks), %.0f samples/s",

@@ -282,3 +282,26 @@ func TestClassesFromParams(t *testing.T) {
 		t.Errorf("12345 parameters: %d classes, want 0", got)
 	}
 }
+
+// A -loss-log (or -metrics) that cannot be written is an error of the
+// run, not lines lost in silence: the loss log's buffered write errors were
+// dropped when it was closed.
+func TestOutputWriteErrors(t *testing.T) {
+	if _, err := os.Stat("/dev/full"); err != nil {
+		t.Skipf("no /dev/full here: %v", err)
+	}
+	for _, c := range []struct {
+		set  func(*Config)
+		want string
+	}{
+		{func(c *Config) { c.LossLog = "/dev/full" }, "writing the loss log: write /dev/full: no space left on device"},
+		{func(c *Config) { c.Metrics = "/dev/full" }, "writing metrics: write /dev/full: no space left on device"},
+	} {
+		cfg := smallRun()
+		cfg.Epochs, cfg.Steps, cfg.Bind = 1, 0, "none"
+		c.set(&cfg)
+		if _, err := Run(cfg, mpi.NewSingle(), io.Discard); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v, want an error saying %q", err, c.want)
+		}
+	}
+}
