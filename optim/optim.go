@@ -216,10 +216,14 @@ func (c Config) validate() error {
 	unit := func(x float64) bool { return x >= 0 && x <= 1 }
 	beta := func(x float64) bool { return x >= 0 && x < 1 }
 	pos := func(x float64) bool { return x > 0 }
+	// Past these bounds every step diverges (a momentum of 1 or more
+	// never forgets, an RMSprop alpha of 1 never learns the squares):
+	// refused here rather than found as a NaN loss blamed on the lr.
+	upToOne := func(x float64) bool { return x > 0 && x <= 1 }
 	checks := []check{
 		{"lr", &c.LR, nonNeg, "must be >= 0"},
-		{"weight_decay", &c.WeightDecay, nonNeg, "must be >= 0"},
-		{"momentum", &c.Momentum, nonNeg, "must be >= 0"},
+		{"weight_decay", &c.WeightDecay, unit, "must be in [0, 1]"},
+		{"momentum", &c.Momentum, beta, "must be in [0, 1)"},
 		{"dampening", &c.Dampening, unit, "must be in [0, 1]"},
 		{"lr_decay", &c.LRDecay, nonNeg, "must be >= 0"},
 		{"initial_accumulator_value", &c.InitialAccumulatorValue, nonNeg, "must be >= 0"},
@@ -227,9 +231,9 @@ func (c Config) validate() error {
 		{"beta2", c.Beta2, beta, "must be in [0, 1)"},
 		{"eps", c.Eps, pos, "must be > 0"},
 		{"rho", c.Rho, unit, "must be in [0, 1]"},
-		{"alpha", c.Alpha, unit, "must be in [0, 1]"},
+		{"alpha", c.Alpha, beta, "must be in [0, 1)"},
 		{"momentum_decay", c.MomentumDecay, nonNeg, "must be >= 0"},
-		{"trust_coefficient", c.TrustCoefficient, pos, "must be > 0"},
+		{"trust_coefficient", c.TrustCoefficient, upToOne, "must be in (0, 1]"},
 	}
 	for _, k := range checks {
 		if k.v != nil && !k.ok(*k.v) {
