@@ -562,6 +562,9 @@ func (c *Config) Validate() error {
 	if err := c.Config.Validate(); err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
+	if err := c.inert(); err != nil {
+		return err
+	}
 	if err := c.ScheduleConfig.Validate(); err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
@@ -576,6 +579,30 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("config: gpus = %q: %w", c.GPUs, err)
 	}
 	return c.DataConfig.Validate()
+}
+
+// inert refuses a setting that this run would ignore, which the user can
+// only have meant for another optimizer or schedule. (checkpoint_every
+// without checkpoint_dir is a warning of the run instead: a job file may
+// leave the directory to the sbatch script's flags.)
+func (c *Config) inert() error {
+	for _, k := range []struct {
+		key  string
+		set  bool
+		want []string // the optimizers or schedules that read it
+		of   string
+	}{
+		{"nesterov", c.Nesterov, []string{"sgd", "lars"}, c.Config.Name},
+		{"amsgrad", c.AMSGrad, []string{"adam", "adamw"}, c.Config.Name},
+		{"centered", c.Centered, []string{"rmsprop"}, c.Config.Name},
+		{"milestones", len(c.Milestones) > 0, []string{"multistep"}, c.ScheduleConfig.Name},
+		{"min_lr", c.MinLR != 0, []string{"cosine"}, c.ScheduleConfig.Name},
+	} {
+		if k.set && !slices.Contains(k.want, k.of) {
+			return cli.Usage(fmt.Errorf("config: %s applies to %s only, and this run uses %s: drop it, or choose one that reads it", k.key, strings.Join(k.want, " and "), k.of))
+		}
+	}
+	return nil
 }
 
 // checkRun checks what depends on the size of the training set, n

@@ -296,6 +296,11 @@ func TestValidateBeforeData(t *testing.T) {
 		{"-cpu-list 3-x", `cpu_list = "3-x"`},
 		{"-gpus 0,0", `gpus = "0,0"`},
 		{"-collective-timeout 1ns", "collective_timeout = 1ns: must be 0 (never) or at least 1s"},
+		{"-optimizer adam -nesterov", "nesterov applies to sgd and lars only, and this run uses adam"},
+		{"-optimizer sgd -amsgrad", "amsgrad applies to adam and adamw only"},
+		{"-optimizer adam -centered", "centered applies to rmsprop only"},
+		{"-milestones 2,4", "milestones applies to multistep only, and this run uses constant"},
+		{"-schedule constant -min-lr 0.001", "min_lr applies to cosine only"},
 		{"-collective-timeout 300ms", "collective_timeout = 300ms"},
 	} {
 		_, _, err := Parse(strings.Fields(c.args+nowhere), io.Discard)

@@ -12,6 +12,7 @@ import (
 	"hpctrain/gpu/cuda"
 	"hpctrain/gpu/cudanet"
 	"hpctrain/gpu/cudaoptim"
+	"hpctrain/internal/cli"
 	"hpctrain/internal/dnnl"
 	"hpctrain/model"
 	"hpctrain/mpi"
@@ -116,6 +117,9 @@ func (r *run) openDevice() (*device, error) {
 	if err := agreeHash(c, "device, collective and precision", hex.EncodeToString(sum[:8]), "give every rank a GPU, or none (-device cpu), and the same -precision"); err != nil {
 		d.close()
 		return nil, err
+	}
+	if d == nil && cfg.Collective == "nccl" {
+		return nil, agree(c, "choosing the collective", cli.Usage(fmt.Errorf("collective = \"nccl\" sums on GPUs, and this run computes on the CPU (-device %s found no usable GPU): use -collective auto, shm or mpi", cfg.Device)))
 	}
 	if d == nil && cfg.Precision != "fp32" && cfg.Precision != "bf16" {
 		return nil, agree(c, "choosing the precision", fmt.Errorf("precision %s needs a CUDA device, and this run computes on the CPU (fp32 or bf16 there)", cfg.Precision))

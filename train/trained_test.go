@@ -1,6 +1,7 @@
 package train
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"math"
@@ -303,5 +304,34 @@ func TestOutputWriteErrors(t *testing.T) {
 		if _, err := Run(cfg, mpi.NewSingle(), io.Discard); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v, want an error saying %q", err, c.want)
 		}
+	}
+}
+
+// -collective nccl where -device auto finds no GPU is refused in one line
+// (it quietly summed on the CPU instead), as it is with -device cpu.
+func TestNCCLWithoutGPU(t *testing.T) {
+	if cudaPresent() {
+		t.Skip("a CUDA driver sees a device here: -device auto would use it")
+	}
+	cfg := smallRun()
+	cfg.Epochs, cfg.Steps, cfg.Bind, cfg.Collective = 1, 0, "none", "nccl"
+	_, err := Run(cfg, mpi.NewSingle(), io.Discard)
+	if !errors.As(err, new(cli.UsageError)) || !strings.Contains(err.Error(), `collective = "nccl" sums on GPUs, and this run computes on the CPU`) {
+		t.Errorf("%v, want a usage error", err)
+	}
+}
+
+// checkpoint_every without checkpoint_dir writes nothing, and says so (a
+// job file may leave the directory to the sbatch script's flags, so it is
+// no error).
+func TestCheckpointEveryWithoutDir(t *testing.T) {
+	cfg := smallRun()
+	cfg.Epochs, cfg.Steps, cfg.Bind, cfg.CheckpointEvery = 1, 0, "none", "5"
+	var out bytes.Buffer
+	if _, err := Run(cfg, mpi.NewSingle(), &out); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "warning: checkpoint_every and keep apply with checkpoint_dir, and none is given: this run writes no checkpoint") {
+		t.Errorf("no warning:\n%s", out.String())
 	}
 }
