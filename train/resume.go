@@ -400,6 +400,14 @@ func (cp *checkpointer) fits(st *checkpoint.State) error {
 	case len(b) != len(cp.buffers):
 		return fmt.Errorf("%w at step %d: %d buffer values (running statistics), the model has %d", checkpoint.ErrIncompatible, st.Step, len(b), len(cp.buffers))
 	}
+	// Training stops before it writes non-finite values: such a file was
+	// damaged or made by hand, and every step from it would be NaN.
+	if i := nonFinite(st.Lookup("params")); i >= 0 {
+		return fmt.Errorf("step %d: parameter %d is %v: the run cannot continue from it", st.Step, i, st.Lookup("params")[i])
+	}
+	if i := nonFinite(b); i >= 0 {
+		return fmt.Errorf("step %d: buffer value %d (running statistics) is %v: the run cannot continue from it", st.Step, i, b[i])
+	}
 	return nil
 }
 

@@ -324,6 +324,35 @@ func TestCheckpointerBuffers(t *testing.T) {
 	}
 }
 
+// TestResumeNonFinite: a checkpoint whose parameters hold a NaN (training
+// never writes one) is refused in one line at the start, instead of a NaN
+// loss at the first step blamed on -lr.
+func TestResumeNonFinite(t *testing.T) {
+	cfg := smallRun()
+	cfg.CheckpointDir = t.TempDir()
+	cps := testCheckpointers(t, cfg, 2, 5, 0, io.Discard)
+	for _, err := range onRanks(cps, func(cp *checkpointer) error {
+		if _, err := cp.resume(); err != nil {
+			return err
+		}
+		cp.net.Params[3] = float32(math.NaN())
+		return cp.save(2, 1)
+	}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg.Resume = "auto"
+	for r, err := range onRanks(testCheckpointers(t, cfg, 2, 5, 0, io.Discard), func(cp *checkpointer) error {
+		_, err := cp.resume()
+		return err
+	}) {
+		if !errors.As(err, new(cli.UsageError)) || r == 0 && !strings.Contains(err.Error(), "step 2: parameter 3 is NaN: the run cannot continue from it") {
+			t.Errorf("rank %d: %v, want a usage error naming parameter 3", r, err)
+		}
+	}
+}
+
 // TestResumeAutoNothingUsable: -resume auto in a directory whose only
 // checkpoint is damaged stops at the start, saying so, on every rank;
 // it used to start a fresh run, train, and fail at the first save (the
