@@ -125,7 +125,7 @@ func Allreduce(args []string, c mpi.Comm, out io.Writer) error {
 			return nil
 		},
 		intIn("f", *factor, 2, 1<<20), intIn("n", *iters, 0, 1e6), intIn("rounds", *rounds, 1, 1e6), intIn("w", *warm, 0, 1e6),
-		intIn("overhead-from", *from, 0, maxAllreduceBytes), floatIn("overhead-target", *target, 0, 1e6))
+		intIn("overhead-from", *from, 0, maxAllreduceBytes), floatIn("overhead-target", *target, 0, 1e6), rank0(c, writable("json", *js)))
 	if err != nil {
 		return err
 	}

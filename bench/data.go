@@ -98,7 +98,7 @@ func Data(args []string, out io.Writer) error {
 		return fmt.Errorf("-gomaxprocs %q: want train, threads or threads+workers", *procs)
 	}
 	if err := firstBad(intIn("batch", *batch, 1, train.MaxBatch), intIn("steps", *steps, 1, 1e6), intIn("rounds", *rounds, 1, 1e6),
-		intIn("threads", *threads, 0, train.MaxThreads), floatIn("seconds", *secs, 0.001, 3600)); err != nil {
+		intIn("threads", *threads, 0, train.MaxThreads), floatIn("seconds", *secs, 0.001, 3600), writable("json", *js)); err != nil {
 		return err
 	}
 	var ds data.Dataset

@@ -48,6 +48,9 @@ func Gemm(args []string, out io.Writer) error {
 	if err := cli.Parse(fs, args, os.Stderr, false); err != nil {
 		return err
 	}
+	if err := writable("json", *js)(); err != nil {
+		return cli.Usage(err)
+	}
 	rows, err := GemmRates(*reps)
 	if err != nil {
 		return err

@@ -31,6 +31,9 @@ func Peak(args []string, out io.Writer) error {
 	if err := cli.Parse(fs, args, os.Stderr, false); err != nil {
 		return err
 	}
+	if err := writable("json", *js)(); err != nil {
+		return cli.Usage(err)
+	}
 	mask, err := affinity.Allowed()
 	if err != nil {
 		return err

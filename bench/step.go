@@ -104,7 +104,7 @@ func Step(args []string, out io.Writer) error {
 		}
 	}
 	if err := firstBad(intIn("batch", *batch, 1, train.MaxBatch), intIn("threads", *threads, 1, train.MaxThreads),
-		intIn("steps", *steps, 1, 1e6), intIn("classes", *classes, 1, 1<<20)); err != nil {
+		intIn("steps", *steps, 1, 1e6), intIn("classes", *classes, 1, 1<<20), writable("json", *js)); err != nil {
 		return cli.Usage(err)
 	}
 	in, err := model.ParseShape(*input)
