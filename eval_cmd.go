@@ -6,9 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
-	"path/filepath"
-	"strings"
 	"text/tabwriter"
 
 	"hpctrain/chart"
@@ -76,7 +73,7 @@ func evalCmd(args []string, stdout, stderr io.Writer) error {
 		return cli.Usage(fmt.Errorf("-test-limit %d: must be >= 0", *testLimit))
 	}
 	if *plotPath != "" {
-		if err := checkWritable(*plotPath); err != nil {
+		if err := atomicfile.Check(*plotPath); err != nil {
 			return fmt.Errorf("-plot %s: %w", *plotPath, err)
 		}
 	}
@@ -220,27 +217,3 @@ func writeEvalText(out io.Writer, rep evalReport) error {
 	return tw.Flush()
 }
 
-// checkWritable tells early whether a file can be created at path (its
-// directory exists and takes new files), before a long computation.
-func checkWritable(path string) error {
-	if st, err := os.Stat(path); err == nil && st.IsDir() {
-		return fmt.Errorf("is a directory")
-	}
-	dir := filepath.Dir(path)
-	if st, err := os.Stat(dir); err != nil {
-		return fmt.Errorf("no such directory %s", dir)
-	} else if !st.IsDir() {
-		return fmt.Errorf("%s is not a directory", dir)
-	}
-	f, err := os.CreateTemp(dir, ".hpctrain-probe-*")
-	if err != nil {
-		msg := err.Error()
-		if i := strings.LastIndex(msg, ": "); i >= 0 {
-			msg = msg[i+2:]
-		}
-		return fmt.Errorf("not writable: %s", msg)
-	}
-	f.Close()
-	os.Remove(f.Name())
-	return nil
-}

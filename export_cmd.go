@@ -73,7 +73,7 @@ func exportCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	toStdout := *out == "-"
 	if !toStdout {
-		if err := checkWritable(*out); err != nil {
+		if err := atomicfile.Check(*out); err != nil {
 			return fmt.Errorf("-o %s: %w", *out, err)
 		}
 	}

@@ -3,9 +3,8 @@ package bench
 import (
 	"fmt"
 	"math"
-	"os"
-	"path/filepath"
 
+	"hpctrain/internal/atomicfile"
 	"hpctrain/mpi"
 )
 
@@ -54,27 +53,16 @@ func finiteFrom(name string, v, lo float64) flagCheck {
 }
 
 // writable checks that -name's file path (none when empty) can be written
-// once the benchmark has run: not a directory, in a directory that exists
-// and takes new files. Checked before the run, so that a typo costs no
-// minutes of measuring.
+// once the benchmark has run (atomicfile.Check), before the run, so that a
+// typo costs no minutes of measuring.
 func writable(name, path string) flagCheck {
 	return func() error {
 		if path == "" {
 			return nil
 		}
-		if st, err := os.Stat(path); err == nil && st.IsDir() {
-			return fmt.Errorf("-%s %s: is a directory", name, path)
+		if err := atomicfile.Check(path); err != nil {
+			return fmt.Errorf("-%s %s: %w", name, path, err)
 		}
-		dir := filepath.Dir(path)
-		if st, err := os.Stat(dir); err != nil || !st.IsDir() {
-			return fmt.Errorf("-%s %s: no such directory %s", name, path, dir)
-		}
-		f, err := os.CreateTemp(dir, ".hpctrain-probe-*")
-		if err != nil {
-			return fmt.Errorf("-%s %s: directory %s is not writable", name, path, dir)
-		}
-		f.Close()
-		os.Remove(f.Name())
 		return nil
 	}
 }

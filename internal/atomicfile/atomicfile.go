@@ -20,9 +20,8 @@ import (
 // to in place, as a shell's redirection would, since it cannot be
 // replaced: such a write is not all or nothing.
 func Write(path string, write func(w io.Writer) error) (err error) {
-	path, err = follow(path)
-	if err != nil {
-		return err
+	if path, err = follow(path); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
 	}
 	if st, serr := os.Stat(path); serr == nil {
 		switch {
@@ -64,6 +63,34 @@ func Write(path string, write func(w io.Writer) error) (err error) {
 	return nil
 }
 
+// Check reports, before any work is done, whether Write(path, ...) could
+// write there: path (links followed) is not a directory, and its
+// directory exists and takes new files. The error says what is wrong
+// without naming path ("is a directory", "no such directory out"), for
+// the caller to name the flag or key.
+func Check(path string) error {
+	path, err := follow(path)
+	if err != nil {
+		return err
+	}
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		return errors.New("is a directory")
+	}
+	dir := filepath.Dir(path)
+	if st, err := os.Stat(dir); err != nil {
+		return fmt.Errorf("no such directory %s", dir)
+	} else if !st.IsDir() {
+		return fmt.Errorf("%s is not a directory", dir)
+	}
+	f, err := os.CreateTemp(dir, ".hpctrain-probe-*")
+	if err != nil {
+		return fmt.Errorf("not writable: %w", cause(err))
+	}
+	f.Close()
+	os.Remove(f.Name())
+	return nil
+}
+
 // follow is the file that path names once symbolic links are followed,
 // which may not exist yet (a link to a file still to be written).
 func follow(path string) (string, error) {
@@ -73,11 +100,11 @@ func follow(path string) (string, error) {
 			return path, nil
 		}
 		if hops == 40 {
-			return "", fmt.Errorf("write %s: too many symbolic links", path)
+			return path, errors.New("too many symbolic links")
 		}
 		t, err := os.Readlink(path)
 		if err != nil {
-			return "", fmt.Errorf("write %s: %w", path, cause(err))
+			return path, cause(err)
 		}
 		if !filepath.IsAbs(t) {
 			t = filepath.Join(filepath.Dir(path), t)

@@ -175,3 +175,24 @@ func TestWriteErrorNamesPath(t *testing.T) {
 	}
 	assertOnly(t, dir)
 }
+
+// Check says beforehand what Write would find: a directory, a missing
+// directory, a link into one; and nothing for a path Write can create.
+func TestCheck(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "file"), nil, 0o644)
+	os.Symlink(filepath.Join(dir, "nowhere", "x"), filepath.Join(dir, "dangling"))
+	for _, c := range []struct{ path, want string }{
+		{dir, "is a directory"},
+		{filepath.Join(dir, "missing", "x.onnx"), "no such directory " + filepath.Join(dir, "missing")},
+		{filepath.Join(dir, "file", "x.onnx"), filepath.Join(dir, "file") + " is not a directory"},
+		{filepath.Join(dir, "dangling"), "no such directory " + filepath.Join(dir, "nowhere")},
+		{filepath.Join(dir, "new.onnx"), ""},
+	} {
+		err := Check(c.path)
+		if c.want == "" && err != nil || c.want != "" && (err == nil || err.Error() != c.want) {
+			t.Errorf("Check(%s): %v, want %q", c.path, err, c.want)
+		}
+	}
+	assertOnly(t, dir, "dangling", "file")
+}
