@@ -216,4 +216,3 @@ func writeEvalText(out io.Writer, rep evalReport) error {
 	}
 	return tw.Flush()
 }
-
