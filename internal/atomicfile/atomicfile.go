@@ -15,10 +15,10 @@ import (
 // such directory out".
 //
 // A symbolic link is followed: the file it names is replaced (or
-// created), and the link stays. A path that names something other than a regular file or a
-// directory (a device such as /dev/null, a named pipe, a socket) is written
-// to in place, as a shell's redirection would, since it cannot be
-// replaced: such a write is not all or nothing.
+// created), and the link stays. A path that names something other than a
+// regular file or a directory (a device such as /dev/null, a named pipe, a
+// socket) is written to in place, as a shell's redirection would, since it
+// cannot be replaced: such a write is not all or nothing.
 func Write(path string, write func(w io.Writer) error) (err error) {
 	if path, err = follow(path); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
