@@ -86,6 +86,15 @@ func (j *job) end(t *testing.T, limit time.Duration) (int, time.Duration) {
 // rankPID returns the process of rank r among the job's processes.
 func (j *job) rankPID(t *testing.T, r int) int {
 	t.Helper()
+	pid := j.findRank(r)
+	if pid == 0 {
+		t.Fatalf("rank %d not found among the job's processes", r)
+	}
+	return pid
+}
+
+// findRank returns the process of rank r, or 0 while there is none.
+func (j *job) findRank(r int) int {
 	want := "OMPI_COMM_WORLD_RANK=" + strconv.Itoa(r)
 	for _, pid := range descendants(j.cmd.Process.Pid) {
 		env, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
@@ -98,7 +107,6 @@ func (j *job) rankPID(t *testing.T, r int) int {
 			}
 		}
 	}
-	t.Fatalf("rank %d not found among the job's processes", r)
 	return 0
 }
 
@@ -258,5 +266,58 @@ func TestWatchdogEveryPhase(t *testing.T) {
 				t.Errorf("no message naming %q, %sand host %s:\n%s", tc.want, reporter, host, out)
 			}
 		})
+	}
+}
+
+// TestTwoJobsOneCheckpointDir: a second job resuming into the directory a
+// running job writes (an sbatch submitted twice, an overlapping requeue)
+// is refused at its start, in one line per rank; the first job goes on.
+// Before, neither held the directory: each save removed the other's
+// temporary file, and one of them died at its next checkpoint.
+func TestTwoJobsOneCheckpointDir(t *testing.T) {
+	ck := filepath.Join(t.TempDir(), "ck")
+	args := []string{"train", "-model", "mlp", "-limit", "6400", "-test-limit", "200", "-epochs", "5000", "-threads", "1",
+		"-progress", "0", "-checkpoint-dir", ck, "-checkpoint-every", "50", "-resume", "auto"}
+	first := startJob(t, 2, nil, args...) // ended by the test's cleanup
+	first.waitFor(t, "hpctrain: checkpoint ", time.Minute)
+	r := hpctrain(t, 2, time.Minute, args...)
+	if r.code == 0 || strings.Count(r.out, "another job is writing checkpoints there now; wait for it to end, or use another -checkpoint-dir") != 1 {
+		t.Errorf("second job: exit %d, want a refusal from rank 0:\n%s", r.code, r.out)
+	}
+	select {
+	case <-first.done:
+		t.Fatalf("the first job ended:\n%s", first.out.String())
+	default:
+	}
+}
+
+// TestSignalDuringStartup: a preemption signal that reaches a rank before
+// MPI_Init (rank 1 stops itself there, the signal waits for SIGCONT) is
+// acted on after the first step: every rank checkpoints and exits 85 for the
+// requeue. Before, SIGTERM killed the rank (exit 143, no checkpoint, no
+// requeue) and SIGUSR1, Go's default, was ignored.
+func TestSignalDuringStartup(t *testing.T) {
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGUSR1} {
+		ck := filepath.Join(t.TempDir(), "ck")
+		j := startJob(t, 2, []string{"HPCTRAIN_FAULT=stop@1:init"}, "train", "-model", "mlp", "-limit", "640", "-test-limit", "100",
+			"-threads", "1", "-progress", "0", "-checkpoint-dir", ck)
+		var pid int
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("rank 1 never stopped before MPI_Init:\n%s", j.out.String())
+			}
+			if pid = j.findRank(1); pid == 0 {
+				continue
+			}
+			if st, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat"); err == nil && strings.Contains(string(st), ") T ") {
+				break
+			}
+		}
+		syscall.Kill(pid, sig)
+		syscall.Kill(pid, syscall.SIGCONT)
+		code, _ := j.end(t, time.Minute)
+		if code != 85 || !strings.Contains(j.out.String(), "; exiting with code 85 for requeue") {
+			t.Errorf("%v during start-up: exit %d, want 85 after a checkpoint:\n%s", sig, code, j.out.String())
+		}
 	}
 }

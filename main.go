@@ -141,6 +141,9 @@ func trainCmd(args []string, stdout, stderr io.Writer) error {
 	if printCfg {
 		return cfg.WriteTOML(stdout)
 	}
+	if cfg.CheckpointDir != "" {
+		train.CatchStopSignals() // from here on: a preemption during start-up is not lost
+	}
 	train.StopBeforeInit() // a test fault: a rank that never reaches MPI_Init
 	comm, err := connectWithin(cfg.CollectiveTimeout)
 	if err != nil {

@@ -8,12 +8,9 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"os/signal"
 	"reflect"
 	"strconv"
 	"strings"
-	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/BurntSushi/toml"
@@ -159,16 +156,15 @@ func parseEvery(e Every) (everyPolicy, error) {
 
 // checkpointer writes and restores the run's state.
 type checkpointer struct {
-	cfg      Config
-	comm     mpi.Comm
-	net      *model.Net
-	opt      optim.Optimizer
-	every    everyPolicy
-	last     time.Time
-	stopFlag atomic.Bool // a signal arrived
-	sigs     chan os.Signal
-	flag     []float64
-	log      func(string, ...any)
+	cfg    Config
+	comm   mpi.Comm
+	net    *model.Net
+	opt    optim.Optimizer
+	every  everyPolicy
+	last   time.Time
+	flag   []float64
+	log    func(string, ...any)
+	unlock func() // rank 0's hold on the checkpoint directory
 
 	config json.RawMessage // resumeConfig(cfg)
 	runID  string          // the run the checkpoints belong to (set by resume)
@@ -201,25 +197,21 @@ func newCheckpointer(cfg Config, c mpi.Comm, net *model.Net, opt optim.Optimizer
 			if err := os.MkdirAll(cfg.CheckpointDir, 0o755); err != nil {
 				return nil, fmt.Errorf("checkpoint dir %s: %w", cfg.CheckpointDir, err)
 			}
-		}
-		// SIGUSR1 (SLURM's warning before the time limit) and SIGTERM
-		// (preemption) only set a flag; a second one while the checkpoint
-		// is being written changes nothing.
-		cp.sigs = make(chan os.Signal, 4)
-		signal.Notify(cp.sigs, syscall.SIGUSR1, syscall.SIGTERM)
-		go func() {
-			for range cp.sigs {
-				cp.stopFlag.Store(true)
+			// The writer holds the directory for the whole run: a second
+			// job there (resuming too) would remove this one's files.
+			if cp.unlock, err = checkpoint.Lock(cfg.CheckpointDir); err != nil {
+				return nil, err
 			}
-		}()
+		}
+		CatchStopSignals()
 	}
 	return cp, nil
 }
 
+// close gives up the checkpoint directory.
 func (cp *checkpointer) close() {
-	if cp.sigs != nil {
-		signal.Stop(cp.sigs)
-		close(cp.sigs)
+	if cp.unlock != nil {
+		cp.unlock()
 	}
 }
 
@@ -400,13 +392,11 @@ func (cp *checkpointer) fits(st *checkpoint.State) error {
 	case len(b) != len(cp.buffers):
 		return fmt.Errorf("%w at step %d: %d buffer values (running statistics), the model has %d", checkpoint.ErrIncompatible, st.Step, len(b), len(cp.buffers))
 	}
-	// Training stops before it writes non-finite values: such a file was
-	// damaged or made by hand, and every step from it would be NaN.
+	// Training stops before it writes non-finite parameters: such a file
+	// was damaged or made by hand, and every step from it would be NaN.
+	// (Buffers are restored as they are, special values included.)
 	if i := nonFinite(st.Lookup("params")); i >= 0 {
 		return fmt.Errorf("step %d: parameter %d is %v: the run cannot continue from it", st.Step, i, st.Lookup("params")[i])
-	}
-	if i := nonFinite(b); i >= 0 {
-		return fmt.Errorf("step %d: buffer value %d (running statistics) is %v: the run cannot continue from it", st.Step, i, b[i])
 	}
 	return nil
 }
@@ -516,7 +506,7 @@ func (cp *checkpointer) agreeStep(step int) (stop, save bool, err error) {
 		return false, false, nil
 	}
 	cp.flag[0], cp.flag[1] = 0, 0
-	if cp.stopFlag.Load() {
+	if stopSignalled.Load() {
 		cp.flag[0] = 1
 	}
 	if cp.comm.Rank() == 0 && cp.due(step) {

@@ -1,0 +1,37 @@
+package train
+
+import (
+	"os"
+	"os/signal"
+	"sync"
+	"sync/atomic"
+	"syscall"
+)
+
+// stopSignalled is set by SIGUSR1 (SLURM's warning before the time limit)
+// or SIGTERM (preemption) once CatchStopSignals has run: a signal only
+// sets it, and the run acts on it at its next step boundary (checkpoint,
+// exit ExitRequeue). A second one while the checkpoint is being written
+// changes nothing.
+var stopSignalled atomic.Bool
+
+var catchOnce sync.Once
+
+// CatchStopSignals starts catching SIGUSR1 and SIGTERM for a run that
+// writes checkpoints. The train command calls it before MPI_Init, so that
+// a signal during start-up (MPI_Init, reading the data, building the
+// model) is acted on at the first step instead of killing the rank (TERM)
+// or being ignored (USR1, Go's default); a run started by RunWith alone
+// catches them from its checkpointer on. Idempotent; never undone (the
+// process ends with the run).
+func CatchStopSignals() {
+	catchOnce.Do(func() {
+		ch := make(chan os.Signal, 4)
+		signal.Notify(ch, syscall.SIGUSR1, syscall.SIGTERM)
+		go func() {
+			for range ch {
+				stopSignalled.Store(true)
+			}
+		}()
+	})
+}
