@@ -455,6 +455,20 @@ func TestBadDataInput(t *testing.T) {
 			t.Errorf("%v: exit %d, want success with a warning %q:\n%s", c.args, r.code, c.want, r.out)
 		}
 	}
+
+	// Stopping on a training image read as zeros, with a checkpoint after
+	// every step (13 of them in the epoch): the run stops at the first
+	// checkpoint after the image was read, so no checkpoint holds a model
+	// trained on zeros. Before, every step's checkpoint was written and
+	// the run stopped at the end of the epoch; -resume auto then went on
+	// from the damaged model.
+	ck := filepath.Join(t.TempDir(), "ck")
+	r := hpctrain(t, 0, time.Minute, append([]string{"train", "-model", "mlp", "-batch", "1", "-progress", "0", "-threads", "1",
+		"-checkpoint-dir", ck, "-checkpoint-every", "1"}, folder(at("cut"), "-test-dir", at("good"), "-lazy")...)...)
+	kept, _ := filepath.Glob(filepath.Join(ck, "ckpt-*.hpck"))
+	if lines := errorLines(t, r); len(lines) != 1 || !strings.Contains(lines[0], "reading images") || len(kept) >= 13 {
+		t.Errorf("a training image read as zeros: %d checkpoints (want fewer than the epoch's 13), error lines %q:\n%s", len(kept), lines, r.out)
+	}
 }
 
 // errorLines fails t unless the run failed without a panic trace, and

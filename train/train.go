@@ -539,6 +539,14 @@ func (r *run) checkpointOrStop() error {
 	}
 	if save {
 		r.enter(&phaseCheckpoint)
+		// A model trained on images a lazy folder read as zeros is not
+		// saved: under bad_input = "stop" every rank stops here instead,
+		// as at the end of the epoch, and the newest checkpoint stays the
+		// last good one.
+		r.pipe.warn.flush(r.log, "read as zeros since the last report (lazy decoding)")
+		if err := agree(r.c, "reading images", r.pipe.lazyErr(r.cfg)); err != nil {
+			return err
+		}
 		if err := r.syncBuffers(); err != nil {
 			return err
 		}
