@@ -537,9 +537,6 @@ func (r *run) checkpointOrStop() error {
 	if err != nil {
 		return err
 	}
-	if save && !stop && r.step >= r.total {
-		save = false // the run's last step: finish writes it, with the result
-	}
 	if save {
 		r.enter(&phaseCheckpoint)
 		// A model trained on images a lazy folder read as zeros is not
