@@ -242,6 +242,7 @@ func TestConfigMismatch(t *testing.T) {
 		{[]string{"-lr", "0.02"}, "rank 1 has another lr;"},
 		{[]string{"-collective", "mpi"}, "rank 1 has another collective;"},
 		{[]string{"-checkpoint-dir", ck}, "rank 1 has another checkpoint_dir;"},
+		{[]string{"-optimizer", "adam", "-beta2", "0.98"}, "rank 1 has another optimizer, beta2;"},
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		base := []string{bin, "train", "-model", "mlp", "-limit", "640", "-collective", "shm"}
@@ -258,6 +259,13 @@ func TestConfigMismatch(t *testing.T) {
 		if n := strings.Count(string(out), "configuration differs from rank 0's: "+c.want); n != 2 {
 			t.Errorf("%v: want both ranks to say %q:\n%s", c.odd, c.want, out)
 		}
+	}
+	// The same settings agree, pointer keys (an optimizer's beta2) too:
+	// each process holds its own pointer, and the comparison is of values.
+	r := hpctrain(t, 2, time.Minute, "train", "-model", "mlp", "-limit", "640", "-test-limit", "100", "-progress", "0",
+		"-optimizer", "adam", "-beta1", "0.8", "-beta2", "0.98", "-eps", "1e-7")
+	if r.code != 0 {
+		t.Errorf("2 ranks with the same adam settings: exit %d\n%s", r.code, r.out)
 	}
 }
 

@@ -3,6 +3,7 @@ package train
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -67,7 +68,13 @@ func agreeConfig(c mpi.Comm, cfg *Config) error {
 		if perRankKeys[k.name] {
 			continue
 		}
-		h := sha256.Sum256([]byte(fmt.Sprintf("%#v", k.value.Interface())))
+		// The value as JSON: a pointer key (an optimizer's beta1) is
+		// hashed by what it points to (null when unset), not its address.
+		b, err := json.Marshal(k.value.Interface())
+		if err != nil {
+			b = []byte(fmt.Sprintf("%#v", k.value.Interface()))
+		}
+		h := sha256.Sum256(b)
 		names, sums = append(names, k.name), append(sums, h[:keyDigest]...)
 	}
 	all := make([]byte, len(sums)*c.Size())
