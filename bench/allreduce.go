@@ -125,8 +125,13 @@ func Allreduce(args []string, c mpi.Comm, out io.Writer) error {
 			return nil
 		},
 		intIn("f", *factor, 2, 1<<20), intIn("n", *iters, 0, 1e6), intIn("rounds", *rounds, 1, 1e6), intIn("w", *warm, 0, 1e6),
-		intIn("overhead-from", *from, 0, maxAllreduceBytes), floatIn("overhead-target", *target, 0, 1e6), rank0(c, writable("json", *js)))
+		intIn("overhead-from", *from, 0, maxAllreduceBytes), floatIn("overhead-target", *target, 0, 1e6))
 	if err != nil {
+		return err
+	}
+	// Rank 0 writes -json: its check is every rank's answer, so that no
+	// rank goes on into a collective the others have left.
+	if err := outputsWritable(c, writable("json", *js)); err != nil {
 		return err
 	}
 	shm := *coll == "shm"

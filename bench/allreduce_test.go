@@ -318,3 +318,24 @@ func TestAllreduceNCCL(t *testing.T) {
 		}
 	}
 }
+
+// TestAllreduceBadJSONPath: rank 0's -json path that cannot be written
+// stops every rank before the first all-reduce (rank 0 alone stopped, and
+// the others waited in it forever).
+func TestAllreduceBadJSONPath(t *testing.T) {
+	fakes := mpi.NewFake(2, 0)
+	errs := make(chan error, 2)
+	for _, f := range fakes {
+		go func() { errs <- Allreduce([]string{"-b", "4", "-e", "64", "-rounds", "1", "-json", "/nonexistent/ar.json"}, fakeRaw{f}, io.Discard) }()
+	}
+	for range fakes {
+		select {
+		case err := <-errs:
+			if err == nil || !strings.Contains(err.Error(), "/nonexistent") && !strings.Contains(err.Error(), "failed on rank 0") {
+				t.Errorf("%v, want every rank to stop on rank 0's bad -json", err)
+			}
+		case <-time.After(time.Minute):
+			t.Fatal("a rank still running after a minute")
+		}
+	}
+}

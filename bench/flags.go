@@ -6,6 +6,7 @@ import (
 
 	"hpctrain/internal/atomicfile"
 	"hpctrain/mpi"
+	"hpctrain/train"
 )
 
 // A flag check: each names the flag and the range it must be in, so that
@@ -67,13 +68,17 @@ func writable(name, path string) flagCheck {
 	}
 }
 
-// rank0 is check on rank 0 alone (the rank that writes); c may be nil (no
-// job yet: every caller is rank 0).
-func rank0(c mpi.Comm, check flagCheck) flagCheck {
-	return func() error {
-		if c != nil && c.Rank() != 0 {
-			return nil
-		}
-		return check()
+// outputsWritable runs checks of the files rank 0 writes on rank 0, and
+// makes every rank of c return rank 0's answer (train.Agree): a rank that
+// stopped alone would leave the others waiting in the benchmark's first
+// collective. c may be nil (no job: this process is rank 0). Collective.
+func outputsWritable(c mpi.Comm, checks ...flagCheck) error {
+	var err error
+	if c == nil || c.Rank() == 0 {
+		err = firstBad(checks...)
 	}
+	if c == nil {
+		return err
+	}
+	return train.Agree(c, "checking the output files", err)
 }

@@ -128,7 +128,6 @@ func Scaling(args []string, connect func() (mpi.Comm, error), out io.Writer) (er
 		intIn("steps", *steps, 1, 1e6), intIn("classes", *classes, 1, 1<<20), intIn("ranks-per-node", *perNode, 0, 1<<12),
 		floatIn("compute-scale", *scale, 1e-6, 1e6), floatIn("alpha-us", *alphaUS, 0, 1e9),
 		floatIn("shm-alpha-us", *shmAlpha, 0, 1e9), floatIn("shm-gbps", *shmGbps, 0, 1e6), floatIn("sweep-max-mb", *maxMB, 0, 1<<10),
-		writable("json", *js), writable("png", *png),
 		func() error {
 			if *bucketMB != -1 && !(*bucketMB >= 0 && *bucketMB <= train.MaxBucketMB) {
 				return fmt.Errorf("-bucket-mb %v: must be 0 to %d, or -1 (auto)", *bucketMB, train.MaxBucketMB)
@@ -162,6 +161,9 @@ func Scaling(args []string, connect func() (mpi.Comm, error), out io.Writer) (er
 	}
 	c, err := connect()
 	if err != nil {
+		return err
+	}
+	if err := outputsWritable(c, writable("json", *js), writable("png", *png)); err != nil {
 		return err
 	}
 	rank0 := c.Rank() == 0
