@@ -326,7 +326,9 @@ func TestAllreduceBadJSONPath(t *testing.T) {
 	fakes := mpi.NewFake(2, 0)
 	errs := make(chan error, 2)
 	for _, f := range fakes {
-		go func() { errs <- Allreduce([]string{"-b", "4", "-e", "64", "-rounds", "1", "-json", "/nonexistent/ar.json"}, fakeRaw{f}, io.Discard) }()
+		go func() {
+			errs <- Allreduce([]string{"-b", "4", "-e", "64", "-rounds", "1", "-json", "/nonexistent/ar.json"}, fakeRaw{f}, io.Discard)
+		}()
 	}
 	for range fakes {
 		select {
