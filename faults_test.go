@@ -321,3 +321,17 @@ func TestSignalDuringStartup(t *testing.T) {
 		}
 	}
 }
+
+// TestRankZeroOutputFails: rank 0's -loss-log (or -metrics) on a full
+// disk stops every rank at once, each saying why; rank 0 used to stop
+// alone and the others waited in the next collective until the watchdog.
+func TestRankZeroOutputFails(t *testing.T) {
+	if _, err := os.Stat("/dev/full"); err != nil {
+		t.Skipf("no /dev/full here: %v", err)
+	}
+	r := hpctrain(t, 2, time.Minute, "train", "-model", "mlp", "-limit", "640", "-test-limit", "100", "-threads", "1", "-progress", "0", "-loss-log", "/dev/full")
+	if r.code == 0 || !strings.Contains(r.out, "writing the loss log: write /dev/full: no space left on device") ||
+		!strings.Contains(r.out, "rank 1 (") || !strings.Contains(r.out, "writing the metrics and the loss log failed on rank 0") {
+		t.Errorf("exit %d, want both ranks to stop on rank 0's full disk:\n%s", r.code, r.out)
+	}
+}

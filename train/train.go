@@ -592,10 +592,19 @@ func (r *run) endEpoch() error {
 	}
 	r.log("epoch %d/%d: train loss %.4f, test loss %.4f, test accuracy %.2f%%, %.0f samples/s, %.1f s",
 		r.epoch, r.cfg.Epochs, r.res.TrainLoss, r.res.TestLoss, 100*r.res.TestAccuracy, r.res.SamplesPerSecond, r.res.TrainSeconds)
-	if err := writeMetrics(r.metrics, r.res); err != nil {
-		return err
+	return r.writeOutputs(r.res)
+}
+
+// writeOutputs writes res to the metrics file and flushes the loss log,
+// both rank 0's, and makes every rank return rank 0's failure: a rank 0
+// that stopped alone on a full disk left the others waiting in the next
+// collective. Collective.
+func (r *run) writeOutputs(res Result) error {
+	err := writeMetrics(r.metrics, res)
+	if err == nil {
+		err = r.flushLossLog()
 	}
-	return r.flushLossLog()
+	return agree(r.c, "writing the metrics and the loss log", err)
 }
 
 // flushLossLog writes out the -loss-log lines buffered so far: a write
@@ -634,10 +643,7 @@ func (r *run) finish() (Result, error) {
 	res := r.res
 	res.Final = true
 	res.Params = r.net.Params
-	if err := writeMetrics(r.metrics, res); err != nil {
-		return res, err
-	}
-	if err := r.flushLossLog(); err != nil {
+	if err := r.writeOutputs(res); err != nil {
 		return res, err
 	}
 	r.log("final: test accuracy %.2f%% after %d epochs (%d steps, %d ranks), %.0f samples/s",
