@@ -27,7 +27,10 @@ func Lock(dir string) (release func(), err error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, notWritable(dir, err)
 	}
-	key, err := filepath.Abs(dir)
+	key, err := filepath.EvalSymlinks(dir) // one directory, however spelled
+	if err == nil {
+		key, err = filepath.Abs(key)
+	}
 	if err != nil {
 		key = dir
 	}

@@ -20,16 +20,14 @@ import (
 // socket) is written to in place, as a shell's redirection would, since it
 // cannot be replaced: such a write is not all or nothing.
 func Write(path string, write func(w io.Writer) error) (err error) {
+	if inPlaceOnly(path) {
+		return inPlace(path, write)
+	}
 	if path, err = follow(path); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	if st, serr := os.Stat(path); serr == nil {
-		switch {
-		case st.IsDir():
-			return fmt.Errorf("write %s: is a directory", path)
-		case !st.Mode().IsRegular():
-			return inPlace(path, write)
-		}
+	if st, serr := os.Stat(path); serr == nil && st.IsDir() {
+		return fmt.Errorf("write %s: is a directory", path)
 	}
 	dir := filepath.Dir(path)
 	if st, serr := os.Stat(dir); serr != nil || !st.IsDir() {
@@ -69,6 +67,9 @@ func Write(path string, write func(w io.Writer) error) (err error) {
 // without naming path ("is a directory", "no such directory out"), for
 // the caller to name the flag or key.
 func Check(path string) error {
+	if inPlaceOnly(path) {
+		return nil // opened when written; nothing to create beside it
+	}
 	path, err := follow(path)
 	if err != nil {
 		return err
@@ -91,9 +92,23 @@ func Check(path string) error {
 	return nil
 }
 
+// inPlaceOnly reports whether path, links followed by the kernel, names
+// something that is neither a regular file nor a directory (a device, a
+// named pipe, /dev/stdout on a pipe): written where it is, never replaced.
+func inPlaceOnly(path string) bool {
+	st, err := os.Stat(path)
+	return err == nil && !st.IsDir() && !st.Mode().IsRegular()
+}
+
 // follow is the file that path names once symbolic links are followed,
-// which may not exist yet (a link to a file still to be written).
+// which may not exist yet (a link to a file still to be written). An
+// existing file is resolved by filepath.EvalSymlinks; for one still to
+// come, each link's relative target is taken from the link's real
+// directory (a link inside a linked directory points from there).
 func follow(path string) (string, error) {
+	if real, err := filepath.EvalSymlinks(path); err == nil {
+		return real, nil
+	}
 	for hops := 0; ; hops++ {
 		st, err := os.Lstat(path)
 		if err != nil || st.Mode()&fs.ModeSymlink == 0 {
@@ -107,7 +122,11 @@ func follow(path string) (string, error) {
 			return path, cause(err)
 		}
 		if !filepath.IsAbs(t) {
-			t = filepath.Join(filepath.Dir(path), t)
+			dir := filepath.Dir(path)
+			if real, err := filepath.EvalSymlinks(dir); err == nil {
+				dir = real
+			}
+			t = filepath.Join(dir, t)
 		}
 		path = t
 	}

@@ -196,3 +196,29 @@ func TestCheck(t *testing.T) {
 	}
 	assertOnly(t, dir, "dangling", "file")
 }
+
+// A link inside a linked directory points from the directory's real
+// place: out -> real/out, out/x.png -> ../figs/x.png names real/figs/x.png.
+// Check passes a device (nothing to create beside it), and Write writes
+// /dev/stdout where it is, whatever it resolves to.
+func TestLinksFromRealDirectory(t *testing.T) {
+	dir := t.TempDir()
+	os.MkdirAll(filepath.Join(dir, "real", "out"), 0o755)
+	os.MkdirAll(filepath.Join(dir, "real", "figs"), 0o755)
+	os.Symlink(filepath.Join(dir, "real", "out"), filepath.Join(dir, "out"))
+	os.Symlink(filepath.Join("..", "figs", "x.png"), filepath.Join(dir, "real", "out", "x.png"))
+	if err := Write(filepath.Join(dir, "out", "x.png"), func(w io.Writer) error { _, err := io.WriteString(w, "png"); return err }); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "real", "figs", "x.png")); err != nil || string(b) != "png" {
+		t.Errorf("real/figs/x.png: %q, %v", b, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "figs")); err == nil {
+		t.Error("wrote beside the link instead of beside its directory's real place")
+	}
+	if _, err := os.Stat("/dev/null"); err == nil {
+		if err := Check("/dev/null"); err != nil {
+			t.Errorf("Check(/dev/null): %v", err)
+		}
+	}
+}
