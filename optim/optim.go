@@ -216,14 +216,10 @@ func (c Config) validate() error {
 	unit := func(x float64) bool { return x >= 0 && x <= 1 }
 	beta := func(x float64) bool { return x >= 0 && x < 1 }
 	pos := func(x float64) bool { return x > 0 }
-	// Past these bounds every step diverges (a momentum of 1 or more
-	// never forgets, an RMSprop alpha of 1 never learns the squares):
-	// refused here rather than found as a NaN loss blamed on the lr.
-	upToOne := func(x float64) bool { return x > 0 && x <= 1 }
 	checks := []check{
 		{"lr", &c.LR, nonNeg, "must be >= 0"},
-		{"weight_decay", &c.WeightDecay, unit, "must be in [0, 1]"},
-		{"momentum", &c.Momentum, beta, "must be in [0, 1)"},
+		{"weight_decay", &c.WeightDecay, nonNeg, "must be >= 0"},
+		{"momentum", &c.Momentum, nonNeg, "must be >= 0"},
 		{"dampening", &c.Dampening, unit, "must be in [0, 1]"},
 		{"lr_decay", &c.LRDecay, nonNeg, "must be >= 0"},
 		{"initial_accumulator_value", &c.InitialAccumulatorValue, nonNeg, "must be >= 0"},
@@ -231,14 +227,29 @@ func (c Config) validate() error {
 		{"beta2", c.Beta2, beta, "must be in [0, 1)"},
 		{"eps", c.Eps, pos, "must be > 0"},
 		{"rho", c.Rho, unit, "must be in [0, 1]"},
-		{"alpha", c.Alpha, beta, "must be in [0, 1)"},
+		{"alpha", c.Alpha, unit, "must be in [0, 1]"},
 		{"momentum_decay", c.MomentumDecay, nonNeg, "must be >= 0"},
-		{"trust_coefficient", c.TrustCoefficient, upToOne, "must be in (0, 1]"},
+		{"trust_coefficient", c.TrustCoefficient, pos, "must be > 0"},
 	}
 	for _, k := range checks {
 		if k.v != nil && !k.ok(*k.v) {
 			return fmt.Errorf("%s %v: %s", k.key, *k.v, k.accept)
 		}
+	}
+	// Past these every step diverges, found before as a NaN loss blamed
+	// on the lr: a momentum of 1 or more never forgets; RMSprop's alpha of
+	// 1 never learns the squares it divides by; a decay with lr x decay
+	// above 1 shrinks the weights past zero at every step (infinite values
+	// are Validate's to name).
+	switch {
+	case c.Momentum >= 1:
+		return fmt.Errorf("momentum %v: must be below 1 (1 or more never forgets a gradient)", c.Momentum)
+	case c.Alpha != nil && *c.Alpha >= 1:
+		return fmt.Errorf("alpha %v: must be below 1 (1 never learns the squared gradients)", *c.Alpha)
+	case !math.IsInf(c.WeightDecay, 0) && !math.IsInf(c.LR, 0) && c.LR*c.WeightDecay > 1:
+		return fmt.Errorf("weight_decay %v: must be at most 1/lr = %v (lr x weight_decay above 1 shrinks the weights past zero every step)", c.WeightDecay, 1/c.LR)
+	case c.TrustCoefficient != nil && *c.TrustCoefficient > 1 && !math.IsInf(*c.TrustCoefficient, 0):
+		return fmt.Errorf("trust_coefficient %v: must be at most 1 (LARS takes 0.001 to 0.02)", *c.TrustCoefficient)
 	}
 	return nil
 }

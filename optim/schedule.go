@@ -105,10 +105,9 @@ func (c ScheduleConfig) check() error {
 	if c.Gamma < 0 || math.IsNaN(c.Gamma) {
 		return fmt.Errorf("schedule: gamma %v: must be > 0", c.Gamma)
 	}
-	if c.Gamma > 1 && !math.IsInf(c.Gamma, 1) {
-		// A factor above 1 grows the rate at every milestone or step
-		// until the loss diverges.
-		return fmt.Errorf("schedule: gamma %v: must be at most 1 (a factor the rate is multiplied by)", c.Gamma)
+	if c.Name == "exponential" && c.Gamma > 1 && !math.IsInf(c.Gamma, 1) {
+		// A per-step factor above 1 grows the rate without end.
+		return fmt.Errorf("schedule: gamma %v: exponential's per-step factor must be at most 1", c.Gamma)
 	}
 	switch c.Name {
 	case "", "constant", "cosine":

@@ -205,7 +205,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.Float64Var(&c.Momentum, "momentum", c.Momentum, "momentum of sgd, rmsprop, lars (0 to below 1)")
 	fs.Float64Var(&c.Dampening, "dampening", c.Dampening, "SGD dampening")
 	fs.BoolVar(&c.Nesterov, "nesterov", c.Nesterov, "use Nesterov momentum (sgd)")
-	fs.Float64Var(&c.WeightDecay, "weight-decay", c.WeightDecay, "weight decay, never applied to biases (0 to 1; adamw: decoupled, default 0.01)")
+	fs.Float64Var(&c.WeightDecay, "weight-decay", c.WeightDecay, "weight decay, never applied to biases (>= 0, lr x it at most 1; adamw: decoupled, default 0.01)")
 	fs.Var(optFloat{&c.Beta1}, "beta1", "first-moment decay of adam, adamw, adamax, nadam, lamb (default 0.9)")
 	fs.Var(optFloat{&c.Beta2}, "beta2", "second-moment decay (default 0.999)")
 	fs.Var(optFloat{&c.Eps}, "eps", "denominator guard (default per optimizer, as in PyTorch)")
@@ -219,7 +219,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.Var(optFloat{&c.TrustCoefficient}, "trust-coefficient", "LARS trust coefficient, above 0 to 1 (default 0.001)")
 	fs.StringVar(&c.ScheduleConfig.Name, "schedule", c.ScheduleConfig.Name, "learning-rate schedule, stepped per iteration: "+strings.Join(optim.ScheduleNames(), ", "))
 	fs.Var(intList{&c.Milestones}, "milestones", "multistep: steps after which the lr is multiplied by -gamma, e.g. 400,800")
-	fs.Float64Var(&c.Gamma, "gamma", c.Gamma, "multistep factor (default 0.1) or exponential per-step factor, above 0 to 1")
+	fs.Float64Var(&c.Gamma, "gamma", c.Gamma, "multistep factor (default 0.1) or exponential per-step factor (at most 1)")
 	fs.Float64Var(&c.MinLR, "min-lr", c.MinLR, "cosine: the lr at the end")
 	fs.IntVar(&c.WarmupSteps, "warmup-steps", c.WarmupSteps, "linear warm-up steps in front of the schedule")
 	fs.Float64Var(&c.WarmupStartFactor, "warmup-start-factor", c.WarmupStartFactor, "warm-up starts at this fraction of the lr (default 1/3)")
@@ -562,9 +562,6 @@ func (c *Config) Validate() error {
 	if err := c.Config.Validate(); err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
-	if err := c.inert(); err != nil {
-		return err
-	}
 	if err := c.ScheduleConfig.Validate(); err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
@@ -581,11 +578,14 @@ func (c *Config) Validate() error {
 	return c.DataConfig.Validate()
 }
 
-// inert refuses a setting that this run would ignore, which the user can
-// only have meant for another optimizer or schedule. (checkpoint_every
-// without checkpoint_dir is a warning of the run instead: a job file may
-// leave the directory to the sbatch script's flags.)
-func (c *Config) inert() error {
+// inert lists, as warnings, the settings this run will ignore: a variant
+// of another optimizer or schedule (-nesterov with adam), and the
+// checkpoint interval without a checkpoint directory (a job file may
+// leave the directory to the sbatch script's flags). Warnings, not
+// errors: a run already checkpointed with such a setting must still
+// resume, and resuming compares the settings.
+func (c *Config) inert() []string {
+	var ws []string
 	for _, k := range []struct {
 		key  string
 		set  bool
@@ -599,10 +599,13 @@ func (c *Config) inert() error {
 		{"min_lr", c.MinLR != 0, []string{"cosine"}, c.ScheduleConfig.Name},
 	} {
 		if k.set && !slices.Contains(k.want, k.of) {
-			return cli.Usage(fmt.Errorf("config: %s applies to %s only, and this run uses %s: drop it, or choose one that reads it", k.key, strings.Join(k.want, " and "), k.of))
+			ws = append(ws, fmt.Sprintf("%s applies to %s only, and this run uses %s: it has no effect", k.key, strings.Join(k.want, " and "), k.of))
 		}
 	}
-	return nil
+	if c.CheckpointDir == "" && (c.CheckpointEvery != "" || c.Keep != 0) {
+		ws = append(ws, "checkpoint_every and keep apply with checkpoint_dir, and none is given: this run writes no checkpoint")
+	}
+	return ws
 }
 
 // checkRun checks what depends on the size of the training set, n

@@ -296,11 +296,6 @@ func TestValidateBeforeData(t *testing.T) {
 		{"-cpu-list 3-x", `cpu_list = "3-x"`},
 		{"-gpus 0,0", `gpus = "0,0"`},
 		{"-collective-timeout 1ns", "collective_timeout = 1ns: must be 0 (never) or at least 1s"},
-		{"-optimizer adam -nesterov", "nesterov applies to sgd and lars only, and this run uses adam"},
-		{"-optimizer sgd -amsgrad", "amsgrad applies to adam and adamw only"},
-		{"-optimizer adam -centered", "centered applies to rmsprop only"},
-		{"-milestones 2,4", "milestones applies to multistep only, and this run uses constant"},
-		{"-schedule constant -min-lr 0.001", "min_lr applies to cosine only"},
 		{"-collective-timeout 300ms", "collective_timeout = 300ms"},
 	} {
 		_, _, err := Parse(strings.Fields(c.args+nowhere), io.Discard)
@@ -407,6 +402,29 @@ func TestBF16Missing(t *testing.T) {
 	} {
 		if got := rankList(c.ranks); got != c.want {
 			t.Errorf("rankList(%v) = %q, want %q", c.ranks, got, c.want)
+		}
+	}
+}
+
+// Settings this run ignores are warned about, not refused: a run that
+// checkpointed with one must still resume.
+func TestInertSettings(t *testing.T) {
+	for _, c := range []struct{ args, want string }{
+		{"-optimizer adam -nesterov", "nesterov applies to sgd and lars only, and this run uses adam: it has no effect"},
+		{"-optimizer sgd -amsgrad", "amsgrad applies to adam and adamw only"},
+		{"-optimizer adam -centered", "centered applies to rmsprop only"},
+		{"-milestones 2,4", "milestones applies to multistep only, and this run uses constant"},
+		{"-schedule constant -min-lr 0.001", "min_lr applies to cosine only"},
+		{"-checkpoint-every 5", "this run writes no checkpoint"},
+		{"-optimizer sgd -nesterov -schedule multistep -milestones 2,4", ""},
+	} {
+		cfg, _, err := Parse(strings.Fields(c.args), io.Discard)
+		if err != nil {
+			t.Fatalf("%s: %v", c.args, err)
+		}
+		ws := cfg.inert()
+		if c.want == "" && len(ws) != 0 || c.want != "" && (len(ws) != 1 || !strings.Contains(ws[0], c.want)) {
+			t.Errorf("%s: warnings %q, want %q", c.args, ws, c.want)
 		}
 	}
 }

@@ -216,8 +216,8 @@ func start(cfg Config, comm mpi.Comm, out, errOut io.Writer) (r *run, err error)
 	r.log("hpctrain: model %s, %d parameters, %d ranks x %d threads (%s), batch %d per rank (%d global), %d steps per epoch, %s lr %g (%s schedule)",
 		cfg.Model, len(r.net.Params), c.Size(), r.pl.plan.Threads, describeDevice(r.dev, r.cfg.Precision, r.net), cfg.Batch, cfg.Batch*c.Size(), r.steps, r.opt.Name(), r.lr, cfg.ScheduleConfig.Name)
 	r.log("hpctrain: %s", r.pipe.desc)
-	if cfg.CheckpointDir == "" && (cfg.CheckpointEvery != "" || cfg.Keep != 0) {
-		r.log("hpctrain: warning: checkpoint_every and keep apply with checkpoint_dir, and none is given: this run writes no checkpoint")
+	for _, w := range cfg.inert() {
+		r.log("hpctrain: warning: %s", w)
 	}
 	if cfg.Verbose && c.Rank() == 0 {
 		if err := r.net.Summary().Write(out); err != nil {
