@@ -187,10 +187,12 @@ func start(cfg Config, comm mpi.Comm, out, errOut io.Writer) (r *run, err error)
 	}
 	r.enter(&phaseResume)
 	r.cp, err = newCheckpointer(cfg, c, r.net, r.opt, r.log)
+	if r.cp != nil {
+		r.closers = append(r.closers, r.cp.close) // its lock, even if another rank failed
+	}
 	if err = agree(c, "preparing checkpoints", err); err != nil {
 		return r, err
 	}
-	r.closers = append(r.closers, r.cp.close)
 	if r.startStep, err = r.cp.resume(); err != nil {
 		return r, err
 	}
