@@ -23,17 +23,10 @@ func Write(path string, write func(w io.Writer) error) (err error) {
 	if inPlaceOnly(path) {
 		return inPlace(path, write)
 	}
-	if path, err = follow(path); err != nil {
+	if path, err = target(path); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	if st, serr := os.Stat(path); serr == nil && st.IsDir() {
-		return fmt.Errorf("write %s: is a directory", path)
-	}
-	dir := filepath.Dir(path)
-	if st, serr := os.Stat(dir); serr != nil || !st.IsDir() {
-		return fmt.Errorf("write %s: no such directory %s (create it first)", path, dir)
-	}
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*.tmp")
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
 	if err != nil {
 		return fmt.Errorf("write %s: not writable: %w", path, cause(err))
 	}
@@ -70,26 +63,37 @@ func Check(path string) error {
 	if inPlaceOnly(path) {
 		return nil // opened when written; nothing to create beside it
 	}
-	path, err := follow(path)
+	path, err := target(path)
 	if err != nil {
 		return err
 	}
-	if st, err := os.Stat(path); err == nil && st.IsDir() {
-		return errors.New("is a directory")
-	}
-	dir := filepath.Dir(path)
-	if st, err := os.Stat(dir); err != nil {
-		return fmt.Errorf("no such directory %s", dir)
-	} else if !st.IsDir() {
-		return fmt.Errorf("%s is not a directory", dir)
-	}
-	f, err := os.CreateTemp(dir, ".hpctrain-probe-*")
+	f, err := os.CreateTemp(filepath.Dir(path), ".hpctrain-probe-*")
 	if err != nil {
 		return fmt.Errorf("not writable: %w", cause(err))
 	}
 	f.Close()
 	os.Remove(f.Name())
 	return nil
+}
+
+// target is the file Write replaces for path (links followed), checked to
+// be no directory and to lie in an existing directory; the error, which
+// does not name path, says which of these fails.
+func target(path string) (string, error) {
+	path, err := follow(path)
+	if err != nil {
+		return path, err
+	}
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		return path, errors.New("is a directory")
+	}
+	dir := filepath.Dir(path)
+	if st, err := os.Stat(dir); err != nil {
+		return path, fmt.Errorf("no such directory %s", dir)
+	} else if !st.IsDir() {
+		return path, fmt.Errorf("%s is not a directory", dir)
+	}
+	return path, nil
 }
 
 // inPlaceOnly reports whether path, links followed by the kernel, names
