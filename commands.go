@@ -254,6 +254,8 @@ func plotCmd(args []string, stdout, stderr io.Writer) error {
 	if err := chart.MetricsPNG(*out, strings.Split(*metrics, ",")); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "wrote %s\n", *out)
+	// On standard error, like every status line: -out /dev/stdout (a
+	// pipe to a viewer) must get the PNG and nothing else.
+	fmt.Fprintf(stderr, "hpctrain: wrote %s\n", *out)
 	return nil
 }

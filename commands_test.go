@@ -214,3 +214,22 @@ func TestSlurmTemplateAndPlot(t *testing.T) {
 	}
 	mustPNG(t, png)
 }
+
+// TestPlotStatusOnStderr: plot's closing line goes to standard error, so
+// -out /dev/stdout piped to a viewer gets the PNG and nothing else.
+func TestPlotStatusOnStderr(t *testing.T) {
+	dir := t.TempDir()
+	m := filepath.Join(dir, "m.jsonl")
+	lines := `{"epoch":1,"step":10,"train_loss":0.9,"test_accuracy":0.7}
+{"epoch":2,"step":20,"train_loss":0.5,"test_accuracy":0.8}
+`
+	if err := os.WriteFile(m, []byte(lines), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	png := filepath.Join(dir, "c.png")
+	r := runCmd(plotCmd, "-metrics", m, "-out", png)
+	if r.code != 0 || r.out != "" || r.errs != "hpctrain: wrote "+png+"\n" {
+		t.Fatalf("plot: exit %d, stdout %q, stderr %q", r.code, r.out, r.errs)
+	}
+	mustPNG(t, png)
+}

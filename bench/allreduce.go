@@ -115,7 +115,7 @@ func Allreduce(args []string, c mpi.Comm, out io.Writer) error {
 		return err
 	}
 	if *typ != "float32" {
-		return fmt.Errorf("type %q: only float32 so far", *typ)
+		return cli.Usage(fmt.Errorf("-type %q: only float32 so far", *typ))
 	}
 	err := firstBad(intIn("b", *minB, 4, maxAllreduceBytes), intIn("e", *maxB, *minB, maxAllreduceBytes),
 		func() error {
@@ -140,7 +140,7 @@ func Allreduce(args []string, c mpi.Comm, out io.Writer) error {
 	}
 	mode, err := collective.ParseMode(*coll)
 	if err != nil {
-		return fmt.Errorf("%w, or shm", err)
+		return cli.Usage(fmt.Errorf("%w, or shm", err))
 	}
 	if mode == collective.NCCL {
 		return allreduceNCCL(sweep{minB: *minB, maxB: *maxB, factor: *factor, iters: *iters, rounds: *rounds, warm: *warm}, c, out, *js)

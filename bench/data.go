@@ -90,12 +90,12 @@ func Data(args []string, out io.Writer) error {
 	for _, s := range strings.Split(*workerList, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || n < 0 || n > 256 {
-			return fmt.Errorf("-workers %q: want comma-separated counts 0 to 256 (as -data-workers)", *workerList)
+			return cli.Usage(fmt.Errorf("-workers %q: want comma-separated counts 0 to 256 (as -data-workers)", *workerList))
 		}
 		workers = append(workers, n)
 	}
 	if *procs != "train" && *procs != "threads" && *procs != "threads+workers" {
-		return fmt.Errorf("-gomaxprocs %q: want train, threads or threads+workers", *procs)
+		return cli.Usage(fmt.Errorf("-gomaxprocs %q: want train, threads or threads+workers", *procs))
 	}
 	if err := firstBad(intIn("batch", *batch, 1, train.MaxBatch), intIn("steps", *steps, 1, 1e6), intIn("rounds", *rounds, 1, 1e6),
 		intIn("threads", *threads, 0, train.MaxThreads), floatIn("seconds", *secs, 0.001, 3600), writable("json", *js)); err != nil {
@@ -111,11 +111,11 @@ func Data(args []string, out io.Writer) error {
 	case "synthetic":
 		var h, w, c int
 		if n, _ := fmt.Sscanf(*shape, "%dx%dx%d", &h, &w, &c); n != 3 || h < 1 || w < 1 || c < 1 || h > 1<<24 || w > 1<<24 || c > 1<<24 || h*w > 1<<24 || h*w*c > 1<<24 {
-			return fmt.Errorf("-image-shape %q: want HxWxC, at most %d values", *shape, 1<<24)
+			return cli.Usage(fmt.Errorf("-image-shape %q: want HxWxC, at most %d values", *shape, 1<<24))
 		}
 		ds = data.NewSynthetic(10000, data.Shape{H: h, W: w, C: c}, 10, 1)
 	default:
-		return fmt.Errorf("-dataset %q: want fashion-mnist or synthetic", *dsName)
+		return cli.Usage(fmt.Errorf("-dataset %q: want fashion-mnist or synthetic", *dsName))
 	}
 	mask, err := affinity.Allowed()
 	if err != nil {
@@ -126,7 +126,7 @@ func Data(args []string, out io.Writer) error {
 		*threads = len(cpus)
 	}
 	if *threads > len(cpus) {
-		return fmt.Errorf("%d threads but %d cpus in the mask %s", *threads, len(cpus), mask)
+		return cli.Usage(fmt.Errorf("-threads %d: only %d cpus in the mask %s", *threads, len(cpus), mask))
 	}
 	rep := DataReport{Dataset: *dsName, Model: "cnn", Batch: *batch, Threads: *threads, GOMAXPROCS: *procs}
 	s := ds.Shape()

@@ -5,19 +5,21 @@ import (
 	"math"
 
 	"hpctrain/internal/atomicfile"
+	"hpctrain/internal/cli"
 	"hpctrain/mpi"
 	"hpctrain/train"
 )
 
 // A flag check: each names the flag and the range it must be in, so that
 // a bad value is refused in one line before anything runs; firstBad
-// returns the first that fails.
+// returns the first that fails, as a usage error (exit 2, as for a flag
+// that does not parse).
 type flagCheck func() error
 
 func firstBad(checks ...flagCheck) error {
 	for _, c := range checks {
 		if err := c(); err != nil {
-			return err
+			return cli.Usage(err)
 		}
 	}
 	return nil

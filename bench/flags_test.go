@@ -1,10 +1,12 @@
 package bench
 
 import (
+	"errors"
 	"io"
 	"strings"
 	"testing"
 
+	"hpctrain/internal/cli"
 	"hpctrain/mpi"
 )
 
@@ -35,6 +37,9 @@ func TestBenchFlagsRefused(t *testing.T) {
 		{func(a []string) error { return Data(a, io.Discard) }, "-dataset synthetic -image-shape 4294967296x4294967296x1", "-image-shape"},
 		{func(a []string) error { return Data(a, io.Discard) }, "-seconds NaN", "-seconds NaN"},
 		{func(a []string) error { return Data(a, io.Discard) }, "-workers 100000", "-workers \"100000\""},
+		{func(a []string) error { return Data(a, io.Discard) }, "-gomaxprocs many", "-gomaxprocs \"many\""},
+		{func(a []string) error { return Data(a, io.Discard) }, "-dataset cifar", "-dataset \"cifar\""},
+		{func(a []string) error { return Allreduce(a, nil, io.Discard) }, "-type float64", "-type \"float64\""},
 		{func(a []string) error { return Optim(a, io.Discard) }, "-steps 99999999999", "-steps 99999999999"},
 		{func(a []string) error { return Step(a, io.Discard) }, "-kernels ,", "an empty name"},
 		{func(a []string) error { return Step(a, io.Discard) }, "-kernels blas,blas", "blas twice"},
@@ -49,6 +54,11 @@ func TestBenchFlagsRefused(t *testing.T) {
 		err := c.run(strings.Fields(c.args))
 		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "\n") {
 			t.Errorf("%s: %v, want one line with %q", c.args, err, c.want)
+		}
+		// A value out of range is a usage error (exit 2), as is a flag
+		// that does not parse.
+		if !errors.As(err, new(cli.UsageError)) {
+			t.Errorf("%s: %v is not a usage error", c.args, err)
 		}
 	}
 }

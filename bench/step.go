@@ -156,7 +156,7 @@ func StepRateKernels(k model.Kernels, name string, in model.Shape, classes, batc
 		return StepReport{}, err
 	}
 	if err := data.NewBudget(1).Take(fmt.Sprintf("model %s with batches of %d samples", name, batch), train.NetBytes(s, batch), "lower -batch"); err != nil {
-		return StepReport{}, err
+		return StepReport{}, cli.Usage(err)
 	}
 	net, err := model.New(name, in, classes, batch, 1)
 	if err != nil {
@@ -182,7 +182,7 @@ func StepRateKernels(k model.Kernels, name string, in model.Shape, classes, batc
 	}
 	cpus := mask.CPUs()
 	if threads > len(cpus) {
-		return StepReport{}, fmt.Errorf("%d threads but %d cpus in the mask %s", threads, len(cpus), mask)
+		return StepReport{}, cli.Usage(fmt.Errorf("-threads %d: only %d cpus in the mask %s", threads, len(cpus), mask))
 	}
 	w, err := affinity.NewWorkers(cpus[:threads])
 	if err != nil {

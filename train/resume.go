@@ -392,11 +392,15 @@ func (cp *checkpointer) fits(st *checkpoint.State) error {
 	case len(b) != len(cp.buffers):
 		return fmt.Errorf("%w at step %d: %d buffer values (running statistics), the model has %d", checkpoint.ErrIncompatible, st.Step, len(b), len(cp.buffers))
 	}
-	// Training stops before it writes non-finite parameters: such a file
-	// was damaged or made by hand, and every step from it would be NaN.
-	// (Buffers are restored as they are, special values included.)
+	// Training stops before it writes non-finite parameters or running
+	// statistics: such a file was damaged or made by hand. Every step from
+	// NaN parameters would be NaN, and NaN statistics would make every
+	// evaluation NaN (eval, predict and export refuse them too).
 	if i := nonFinite(st.Lookup("params")); i >= 0 {
 		return fmt.Errorf("step %d: parameter %d is %v: the run cannot continue from it", st.Step, i, st.Lookup("params")[i])
+	}
+	if i := nonFinite(b); i >= 0 {
+		return fmt.Errorf("step %d: buffer value %d (running statistics) is %v: the run cannot continue from it", st.Step, i, b[i])
 	}
 	return nil
 }

@@ -245,7 +245,7 @@ func TestCheckpointerBuffers(t *testing.T) {
 	cfg.CheckpointDir = t.TempDir()
 	desc := "[[layer]]\nkind = \"batchnorm\"\nchannels = 3\n"
 	cps := testCheckpointers(t, cfg, 2, 5, 6, io.Discard)
-	want := []float32{1, float32(math.NaN()), float32(math.Inf(-1)), float32(math.Copysign(0, -1)), 1e-38, 3}
+	want := []float32{1, math.SmallestNonzeroFloat32, -math.MaxFloat32, float32(math.Copysign(0, -1)), 1e-38, 3}
 	for _, err := range onRanks(cps, func(cp *checkpointer) error {
 		cp.desc = desc
 		if _, err := cp.resume(); err != nil {
@@ -324,32 +324,44 @@ func TestCheckpointerBuffers(t *testing.T) {
 	}
 }
 
-// TestResumeNonFinite: a checkpoint whose parameters hold a NaN (training
-// never writes one) is refused in one line at the start, instead of a NaN
-// loss at the first step blamed on -lr.
+// TestResumeNonFinite: a checkpoint whose parameters or running statistics
+// hold a NaN or an infinity (training never writes one) is refused in one
+// line at the start, instead of a NaN loss at the first step blamed on -lr
+// (parameters) or a run whose every evaluation is NaN (statistics).
 func TestResumeNonFinite(t *testing.T) {
-	cfg := smallRun()
-	cfg.CheckpointDir = t.TempDir()
-	cps := testCheckpointers(t, cfg, 2, 5, 0, io.Discard)
-	for _, err := range onRanks(cps, func(cp *checkpointer) error {
-		if _, err := cp.resume(); err != nil {
-			return err
-		}
-		cp.net.Params[3] = float32(math.NaN())
-		return cp.save(2, 1)
-	}) {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	cfg.Resume = "auto"
-	for r, err := range onRanks(testCheckpointers(t, cfg, 2, 5, 0, io.Discard), func(cp *checkpointer) error {
-		_, err := cp.resume()
-		return err
-	}) {
-		if !errors.As(err, new(cli.UsageError)) || r == 0 && !strings.Contains(err.Error(), "step 2: parameter 3 is NaN: the run cannot continue from it") {
-			t.Errorf("rank %d: %v, want a usage error naming parameter 3", r, err)
-		}
+	for _, c := range []struct {
+		name string
+		bad  func(cp *checkpointer)
+		want string
+	}{
+		{"parameter", func(cp *checkpointer) { cp.net.Params[3] = float32(math.NaN()) }, "step 2: parameter 3 is NaN: the run cannot continue from it"},
+		{"buffer", func(cp *checkpointer) { cp.buffers[4] = float32(math.Inf(1)) }, "step 2: buffer value 4 (running statistics) is +Inf: the run cannot continue from it"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := smallRun()
+			cfg.CheckpointDir = t.TempDir()
+			cps := testCheckpointers(t, cfg, 2, 5, 6, io.Discard)
+			for _, err := range onRanks(cps, func(cp *checkpointer) error {
+				if _, err := cp.resume(); err != nil {
+					return err
+				}
+				c.bad(cp)
+				return cp.save(2, 1)
+			}) {
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			cfg.Resume = "auto"
+			for r, err := range onRanks(testCheckpointers(t, cfg, 2, 5, 6, io.Discard), func(cp *checkpointer) error {
+				_, err := cp.resume()
+				return err
+			}) {
+				if !errors.As(err, new(cli.UsageError)) || r == 0 && !strings.Contains(err.Error(), c.want) {
+					t.Errorf("rank %d: %v, want a usage error saying %q", r, err, c.want)
+				}
+			}
+		})
 	}
 }
 
