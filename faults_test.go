@@ -215,6 +215,37 @@ func TestNaNStopsAllRanks(t *testing.T) {
 	}
 }
 
+// TestRankFailsAlone: a rank whose step fails on it alone (a device's
+// failed allocation, a failed kernel) used to wait in MPI_Finalize while
+// the others waited in their next all-reduce, until the watchdog ended the
+// job minutes later (or never, with -collective-timeout 0). Now it aborts
+// the job once the others have not stopped within finalizeGrace: exit 1,
+// its own line first. The checkpoint written before the failure stays
+// whole.
+func TestRankFailsAlone(t *testing.T) {
+	ck := filepath.Join(t.TempDir(), "ck")
+	args := []string{"train", "-model", "cnn", "-epochs", "1", "-limit", "3200", "-test-limit", "200", "-threads", "1",
+		"-progress", "0", "-checkpoint-dir", ck, "-checkpoint-every", "2", "-collective-timeout", "0"}
+	start := time.Now()
+	r := hpctrainEnv(t, 2, 90*time.Second, []string{"HPCTRAIN_FAULT=fail@1:3"}, args...)
+	took := time.Since(start)
+	t.Logf("job ended after %v, exit %d", took.Round(time.Millisecond), r.code)
+	if r.code != 1 {
+		t.Errorf("exit %d, want 1:\n%s", r.code, r.out)
+	}
+	for _, want := range []string{
+		"hpctrain: rank 1 (", "epoch 1 step 3: HPCTRAIN_FAULT: step 3 fails on rank 1 alone",
+		"the other ranks did not stop within 10s of this rank's error: aborting the job (exit 1)",
+	} {
+		if !strings.Contains(r.out, want) {
+			t.Errorf("output lacks %q:\n%s", want, r.out)
+		}
+	}
+	if st, path, err := checkpoint.Latest(ck, func(msg string) { t.Log(msg) }); err != nil || st == nil || st.Step != 2 {
+		t.Errorf("newest checkpoint %s: %+v, %v; want step 2", path, st, err)
+	}
+}
+
 func TestDivergenceCheck(t *testing.T) {
 	args := []string{"train", "-model", "cnn", "-epochs", "1", "-limit", "3200", "-test-limit", "200", "-threads", "1",
 		"-progress", "0", "-check-every", "2"}

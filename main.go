@@ -97,18 +97,22 @@ func run(args []string, stdout, stderr io.Writer) int {
 	default:
 		err = cli.Usage(fmt.Errorf("unknown command %q (commands: train, eval, predict, export, models, summary, topo, bench, slurm, plot; see hpctrain -h)", cmd))
 	}
-	switch {
-	case err == nil:
-		return 0
-	case errors.Is(err, flag.ErrHelp):
-		return 0
-	case errors.Is(err, train.ErrPreempted):
-		return train.ExitRequeue // checkpoint written: the batch script requeues
-	}
-	if !errors.As(err, new(reported)) {
+	if err != nil && !errors.Is(err, flag.ErrHelp) && !errors.Is(err, train.ErrPreempted) && !errors.As(err, new(reported)) {
 		fmt.Fprintf(stderr, "hpctrain: %s%v\n", where(), err)
 	}
-	if errors.As(err, new(cli.UsageError)) {
+	return exitCode(err)
+}
+
+// exitCode is the process's exit status after err: 0, ExitRequeue for a
+// run that checkpointed because it was asked to stop (the batch script
+// requeues it), 2 for bad flags or configuration, 1 for the rest.
+func exitCode(err error) int {
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, train.ErrPreempted):
+		return train.ExitRequeue
+	case errors.As(err, new(cli.UsageError)):
 		return 2
 	}
 	return 1
@@ -160,19 +164,44 @@ func trainCmd(args []string, stdout, stderr io.Writer) error {
 	return closeComm(comm, err, stderr)
 }
 
+// finalizeGrace bounds how long a rank whose run failed waits in
+// MPI_Finalize, which returns only once every rank has called it. A
+// failure the ranks agreed on brings them all there within moments; a
+// failure of this rank alone (a device error, a failed allocation) leaves
+// the others in their next collective, which only the watchdog would end,
+// minutes later or, with -collective-timeout 0, never.
+const finalizeGrace = 10 * time.Second
+
 // closeComm ends a rank's part in the job after its run returned err. A
 // failed rank says so before MPI_Finalize: once one rank has exited
 // non-zero, mpirun kills the others, and a line not yet written is lost;
 // Open MPI's MPI_Finalize is a fence, so the ranks that failed together
 // (their errors agreed, as every stage of a run is) have all written
-// their lines before any of them exits.
+// their lines before any of them exits. After a failure in a job of
+// several ranks, MPI_Finalize is given finalizeGrace:
+// if the other ranks have not stopped by then, the rank says so and
+// aborts the job (MPI_Abort with the exit status the error calls for),
+// so that mpirun ends every rank at once.
 func closeComm(comm mpi.Comm, err error, stderr io.Writer) error {
 	if err != nil && !errors.Is(err, train.ErrPreempted) && !errors.Is(err, flag.ErrHelp) {
 		fmt.Fprintf(stderr, "hpctrain: %s%v\n", where(), err)
 		err = reported{err}
 	}
-	if cerr := comm.Close(); err == nil {
-		err = cerr
+	w, ok := comm.(*mpi.World)
+	if err == nil || errors.Is(err, flag.ErrHelp) || !ok || w.Size() == 1 {
+		if cerr := comm.Close(); err == nil {
+			err = cerr
+		}
+		return err
+	}
+	done := make(chan struct{})
+	go func() { w.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(finalizeGrace):
+		code := exitCode(err)
+		fmt.Fprintf(stderr, "hpctrain: %sthe other ranks did not stop within %v of this rank's error: aborting the job (exit %d)\n", where(), finalizeGrace, code)
+		w.Abort(code)
 	}
 	return err
 }

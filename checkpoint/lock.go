@@ -36,13 +36,21 @@ func Lock(dir string) (release func(), err error) {
 	}
 	locks.Lock()
 	defer locks.Unlock()
-	if h := locks.held[key]; h != nil {
-		h.n++
-		return h.release(key), nil
-	}
 	f, err := os.Open(dir)
 	if err != nil {
 		return nil, notWritable(dir, err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, notWritable(dir, err)
+	}
+	// A hold of a directory since removed (and perhaps made again) is not
+	// a hold of the one there now.
+	if h := locks.held[key]; h != nil && os.SameFile(h.fi, fi) {
+		f.Close()
+		h.n++
+		return h.release(key), nil
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		f.Close()
@@ -51,7 +59,7 @@ func Lock(dir string) (release func(), err error) {
 		}
 		return func() {}, nil // no locks on this file system
 	}
-	h := &heldLock{f: f, n: 1}
+	h := &heldLock{f: f, fi: fi, n: 1}
 	locks.held[key] = h
 	return h.release(key), nil
 }
@@ -63,8 +71,9 @@ var locks = struct {
 }{held: map[string]*heldLock{}}
 
 type heldLock struct {
-	f *os.File
-	n int // releases still to come
+	f  *os.File
+	fi os.FileInfo // the directory locked
+	n  int         // releases still to come
 }
 
 // release returns the function that gives up one hold of key (once).
@@ -77,7 +86,9 @@ func (h *heldLock) release(key string) func() {
 			if h.n--; h.n == 0 {
 				syscall.Flock(int(h.f.Fd()), syscall.LOCK_UN)
 				h.f.Close()
-				delete(locks.held, key)
+				if locks.held[key] == h {
+					delete(locks.held, key)
+				}
 			}
 		})
 	}

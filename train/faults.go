@@ -20,6 +20,8 @@ import (
 //	perturb@2:3        rank 2 changes one parameter after step 3
 //	overflow@1:4       rank 1's gradients of step 4 are not finite (an fp16
 //	                   overflow on one rank: all skip the step together)
+//	fail@1:3           rank 1's step 3 fails after the all-reduce, on that
+//	                   rank alone (as a device's failed allocation would)
 //	stop@1:evaluation  rank 1 stops itself (SIGSTOP) when it enters a phase:
 //	                   init (before MPI_Init), startup, broadcast, resume,
 //	                   signals, checksum, checkpoint, evaluation, training
@@ -37,9 +39,9 @@ var stopPhases = map[string]*string{
 
 // fault is one injected failure.
 type fault struct {
-	kind  string // "nan", "perturb", "overflow" or "stop"
+	kind  string // "nan", "perturb", "overflow", "fail" or "stop"
 	rank  int
-	step  int     // nan, perturb
+	step  int     // nan, perturb, overflow, fail
 	phase *string // stop; nil for "init"
 }
 
@@ -60,7 +62,7 @@ func parseFaults(spec string, rank int) (faults, error) {
 		ft := fault{kind: kind, rank: ri}
 		var err2 error
 		switch kind {
-		case "nan", "perturb", "overflow":
+		case "nan", "perturb", "overflow", "fail":
 			ft.step, err2 = strconv.Atoi(s)
 		case "stop":
 			if ft.phase = stopPhases[s]; ft.phase == nil && s != "init" {
@@ -70,7 +72,7 @@ func parseFaults(spec string, rank int) (faults, error) {
 			ok = false
 		}
 		if !ok || !ok2 || err1 != nil || err2 != nil {
-			return nil, fmt.Errorf("%s: %q is not nan@rank:step, perturb@rank:step, overflow@rank:step or stop@rank:phase (phases: init, %s)", FaultEnv, f, strings.Join(phaseNames(), ", "))
+			return nil, fmt.Errorf("%s: %q is not nan@rank:step, perturb@rank:step, overflow@rank:step, fail@rank:step or stop@rank:phase (phases: init, %s)", FaultEnv, f, strings.Join(phaseNames(), ", "))
 		}
 		if ri == rank {
 			fs = append(fs, ft)
@@ -138,6 +140,16 @@ func (fs faults) overflow(step int) bool {
 		}
 	}
 	return false
+}
+
+// fail returns the error a fault gives this rank's step (1-based), or nil.
+func (fs faults) fail(step int) error {
+	for _, f := range fs {
+		if f.kind == "fail" && f.step == step {
+			return fmt.Errorf("%s: step %d fails on rank %d alone", FaultEnv, step, f.rank)
+		}
+	}
+	return nil
 }
 
 // perturbs reports whether perturb changes a parameter after step.

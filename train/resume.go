@@ -20,6 +20,7 @@ import (
 	"hpctrain/model"
 	"hpctrain/mpi"
 	"hpctrain/optim"
+	"hpctrain/slurm"
 )
 
 // ExitRequeue is the exit code of a run that stopped on SIGUSR1 or SIGTERM
@@ -164,7 +165,8 @@ type checkpointer struct {
 	last   time.Time
 	flag   []float64
 	log    func(string, ...any)
-	unlock func() // rank 0's hold on the checkpoint directory
+	unlock func()      // rank 0's hold on the checkpoint directory
+	locked os.FileInfo // the directory it holds (relock)
 
 	config json.RawMessage // resumeConfig(cfg)
 	runID  string          // the run the checkpoints belong to (set by resume)
@@ -202,6 +204,7 @@ func newCheckpointer(cfg Config, c mpi.Comm, net *model.Net, opt optim.Optimizer
 			if cp.unlock, err = checkpoint.Lock(cfg.CheckpointDir); err != nil {
 				return nil, err
 			}
+			cp.locked, _ = os.Stat(cfg.CheckpointDir)
 		}
 		CatchStopSignals()
 	}
@@ -353,6 +356,12 @@ func (cp *checkpointer) load() (*checkpoint.State, error) {
 			} else if err != nil {
 				return nil, err
 			}
+			if env, inJob, _ := slurm.ReadEnv(os.Getenv); inJob && env.RestartCount > 0 {
+				// A requeued job's earlier run may have checkpointed
+				// here: say loudly that this one starts from nothing.
+				cp.log("hpctrain: warning: SLURM job %s was requeued %d times, but %s holds no checkpoint: starting a fresh run from step 0 (if an earlier run wrote checkpoints there, they were removed)", env.JobID, env.RestartCount, cfg.CheckpointDir)
+				return nil, nil
+			}
 			cp.log("hpctrain: no checkpoint in %s: starting a fresh run", cfg.CheckpointDir)
 			return nil, nil
 		}
@@ -478,12 +487,37 @@ func (cp *checkpointer) write(step, epoch int, final json.RawMessage) error {
 	for i, s := range cp.opt.State() {
 		st.Sections = append(st.Sections, checkpoint.Section{Name: fmt.Sprintf("optim.%d", i), Data: s})
 	}
+	if err := cp.relock(); err != nil {
+		return err
+	}
 	path, err := checkpoint.Save(cp.cfg.CheckpointDir, st, cp.cfg.Keep)
 	if err != nil {
 		return err
 	}
 	cp.last = time.Now()
 	cp.log("hpctrain: checkpoint %s (step %d)", path, step)
+	return nil
+}
+
+// relock makes sure that the directory Save writes into is the one this
+// run holds. If it was removed during the run (by hand, by a clean-up
+// script), Save would make it again, unlocked, and a second job could be
+// let in beside this one: relock makes it and locks it first, warning that
+// the checkpoints written before are gone, or fails if another job holds
+// it by now. Rank 0.
+func (cp *checkpointer) relock() error {
+	dir := cp.cfg.CheckpointDir
+	if fi, err := os.Stat(dir); cp.locked == nil || err == nil && os.SameFile(fi, cp.locked) {
+		return nil
+	}
+	cp.unlock()
+	var err error
+	if cp.unlock, err = checkpoint.Lock(dir); err != nil {
+		cp.unlock = func() {}
+		return fmt.Errorf("checkpoint dir %s was removed during the run, and %w", dir, err)
+	}
+	cp.locked, _ = os.Stat(dir)
+	cp.log("hpctrain: warning: checkpoint dir %s was removed during the run: made it again and locked it; the checkpoints written before are gone", dir)
 	return nil
 }
 

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"hpctrain/checkpoint"
@@ -575,5 +576,90 @@ func TestResumeVersion1(t *testing.T) {
 	latest, _, err := checkpoint.Latest(dir, nil)
 	if err != nil || latest.Step != 30 || latest.Version != checkpoint.Version || latest.RunID == "" {
 		t.Errorf("newest checkpoint %+v, %v", latest, err)
+	}
+}
+
+// TestCheckpointDirRemoved: a checkpoint directory removed during the run
+// is made again and locked before the next save, with a warning (before,
+// Save made it unlocked, and a second job was let in beside this one);
+// if another job holds the new directory by then, the save fails saying
+// so, and writes nothing there.
+func TestCheckpointDirRemoved(t *testing.T) {
+	cfg := smallRun()
+	cfg.CheckpointDir = filepath.Join(t.TempDir(), "ck")
+	var log bytes.Buffer
+	cp := testCheckpointers(t, cfg, 1, 5, 0, &log)[0]
+	if _, err := cp.resume(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cp.save(1, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(cfg.CheckpointDir); err != nil {
+		t.Fatal(err)
+	}
+	if err := cp.save(2, 1); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(log.String(), "hpctrain: warning: checkpoint dir "+cfg.CheckpointDir+" was removed during the run: made it again and locked it") {
+		t.Errorf("no warning:\n%s", log.String())
+	}
+	other, err := os.Open(cfg.CheckpointDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if err := syscall.Flock(int(other.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err == nil {
+		t.Skip("no flock on directories here")
+	} else if !errors.Is(err, syscall.EWOULDBLOCK) {
+		t.Fatalf("flock: %v", err)
+	}
+	if st, _, err := checkpoint.Latest(cfg.CheckpointDir, nil); err != nil || st == nil || st.Step != 2 {
+		t.Errorf("after the directory was made again: %+v, %v; want step 2", st, err)
+	}
+
+	// Removed again, and another job holds the new one first.
+	os.RemoveAll(cfg.CheckpointDir)
+	os.Mkdir(cfg.CheckpointDir, 0o755)
+	taken, err := os.Open(cfg.CheckpointDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	if err := syscall.Flock(int(taken.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		t.Fatal(err)
+	}
+	err = cp.save(3, 1)
+	if err == nil || !strings.Contains(err.Error(), "was removed during the run, and checkpoint dir "+cfg.CheckpointDir+" in use: another job") {
+		t.Errorf("save into a directory another job holds: %v", err)
+	}
+	if es, _ := os.ReadDir(cfg.CheckpointDir); len(es) != 0 {
+		t.Errorf("wrote %d files into the other job's directory", len(es))
+	}
+}
+
+// TestRequeuedWithoutCheckpoint: a requeued SLURM job (SLURM_RESTART_COUNT
+// above 0) that finds no checkpoint says loudly that it starts from step
+// 0: its directory was emptied or removed between the runs.
+func TestRequeuedWithoutCheckpoint(t *testing.T) {
+	for _, c := range []struct {
+		restarts string
+		want     string
+	}{
+		{"0", "hpctrain: no checkpoint in "},
+		{"2", "hpctrain: warning: SLURM job 7 was requeued 2 times, but "},
+	} {
+		t.Setenv("SLURM_JOB_ID", "7")
+		t.Setenv("SLURM_RESTART_COUNT", c.restarts)
+		cfg := smallRun()
+		cfg.CheckpointDir, cfg.Resume = t.TempDir(), "auto"
+		var log bytes.Buffer
+		cp := testCheckpointers(t, cfg, 1, 5, 0, &log)[0]
+		if step, err := cp.resume(); err != nil || step != 0 {
+			t.Fatalf("restarts %s: step %d, %v", c.restarts, step, err)
+		}
+		if !strings.HasPrefix(log.String(), c.want) {
+			t.Errorf("restarts %s: %q, want it to start %q", c.restarts, log.String(), c.want)
+		}
 	}
 }

@@ -123,7 +123,7 @@ func (s *Step) Run(step int) (loss float64, err error) {
 	// the mean loss over the global batch.
 	s.rep.Backward(s.red)
 	if err := s.rep.Err(); err != nil {
-		return loss, fmt.Errorf("batch-norm statistics (sync_bn): %w", err)
+		return loss, fmt.Errorf("forward and backward passes: %w", err)
 	}
 	s.Marks.Backward = time.Now()
 	s.Comm, err = s.red.Wait(step)
@@ -149,6 +149,9 @@ func (s *Step) Run(step int) (loss float64, err error) {
 			return loss, errLossNotFinite
 		}
 		return loss, errPeerNotFinite
+	}
+	if err := s.flt.fail(step + 1); err != nil {
+		return loss, err
 	}
 	if s.opt != nil {
 		net := s.rep.Host()

@@ -415,13 +415,16 @@ func (e Evaluation) ClassAccuracy() []float64 {
 // Evaluate evaluates net on the n samples ld reads, as the training run's
 // evaluation does: each rank takes its contiguous shard (data.Shard), in
 // batches, and the sums (loss times samples, correct, samples, and the
-// confusion counts) are reduced over the ranks. Collective.
+// confusion counts) are reduced over the ranks. A device error during the
+// passes (net.Err: a failed kernel leaves stale scores behind) fails the
+// evaluation on every rank, rather than giving a wrong accuracy.
+// Collective.
 func Evaluate(c mpi.Comm, net model.Replica, ld *data.Loader, n int) (Evaluation, error) {
 	k := net.Host().Classes
 	lo, hi := data.Shard(n, c.Rank(), c.Size())
 	ld.StartRange(lo, hi)
-	sums := make([]float64, 3+k*k) // loss*n, correct, n, confusion
-	conf := sums[3:]
+	sums := make([]float64, 4+k*k) // loss*n, correct, n, ranks failed, confusion
+	conf := sums[4:]
 	for {
 		b, ok := ld.Next()
 		if !ok {
@@ -438,8 +441,18 @@ func Evaluate(c mpi.Comm, net model.Replica, ld *data.Loader, n int) (Evaluation
 		sums[2] += float64(b.N)
 		ld.Release(b)
 	}
+	nerr := net.Err()
+	if nerr != nil {
+		sums[3] = 1
+	}
 	if err := c.AllreduceSum64(sums); err != nil {
 		return Evaluation{}, fmt.Errorf("reducing test results: %w", err)
+	}
+	switch {
+	case nerr != nil:
+		return Evaluation{}, fmt.Errorf("evaluation: %w", nerr)
+	case sums[3] > 0:
+		return Evaluation{}, fmt.Errorf("evaluation failed on %d other rank(s) (see their message); stopping", int(sums[3]))
 	}
 	if sums[2] == 0 {
 		return Evaluation{}, errors.New("empty test set")

@@ -127,7 +127,43 @@ func testEvaluate(t *testing.T, change func(*Config), minAcc float64) {
 			t.Errorf("rank %d of 2: %+v, %v; one rank: accuracy %v loss %v", r, evs[r], errs[r], ev.Accuracy, ev.Loss)
 		}
 	}
+
+	// A device error on rank 1 during its passes (a failed kernel leaves
+	// stale scores) fails the evaluation on both ranks, instead of an
+	// accuracy of whatever the scores held.
+	fakes = mpi.NewFake(2, 2)
+	for r := range fakes {
+		tr, err := LoadTrained(path, LoadOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		set, err := tr.OpenEval(tr.Config.DataConfig, tr.Config.TestLimit, 2, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer set.Close()
+		var net model.Replica = tr.Net
+		if r == 1 {
+			net = failingReplica{net}
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			evs[r], errs[r] = Evaluate(fakes[r], net, set.Loader, set.Test.Len())
+		}()
+	}
+	wg.Wait()
+	for r, want := range []string{"evaluation failed on 1 other rank(s)", "evaluation: cuLaunchKernel: CUDA_ERROR_LAUNCH_FAILED"} {
+		if errs[r] == nil || !strings.Contains(errs[r].Error(), want) {
+			t.Errorf("rank %d of 2, rank 1's device failing: %+v, %v; want an error saying %q", r, evs[r], errs[r], want)
+		}
+	}
 }
+
+// failingReplica is a replica whose device failed: Err reports it.
+type failingReplica struct{ model.Replica }
+
+func (failingReplica) Err() error { return errors.New("cuLaunchKernel: CUDA_ERROR_LAUNCH_FAILED") }
 
 func TestLoadTrainedRefusals(t *testing.T) {
 	_, path := trainedRun(t, func(c *Config) { c.Steps, c.TestLimit = 1, 10 })
