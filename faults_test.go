@@ -246,6 +246,57 @@ func TestRankFailsAlone(t *testing.T) {
 	}
 }
 
+// TestRanksDataDiffers: each node reads its own copy of the data; copies
+// of another length or shape used to hang the ranks until the watchdog,
+// or overrun the parameter broadcast (a segfault). Now every rank stops at
+// start-up naming what differs. Rank 1's copy here has a test set of 300
+// images, rank 0's the whole 10,000; the flags are the same (-data-dir
+// data, each rank in its own working directory).
+func TestRanksDataDiffers(t *testing.T) {
+	real := "/usr/share/datasets/fashion-mnist"
+	dirs := []string{filepath.Join(t.TempDir(), "w0"), filepath.Join(t.TempDir(), "w1")}
+	for i, w := range dirs {
+		d := filepath.Join(w, "data")
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range []string{"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"} {
+			if i == 1 && strings.HasPrefix(f, "t10k") {
+				continue
+			}
+			if err := os.Symlink(filepath.Join(real, f), filepath.Join(d, f)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	writeIDX(t, filepath.Join(dirs[1], "data"), 300)
+	for _, f := range []string{"images-idx3-ubyte", "labels-idx1-ubyte"} {
+		if err := os.Rename(filepath.Join(dirs[1], "data", "test-"+f), filepath.Join(dirs[1], "data", "t10k-"+f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	args := []string{"train", "-model", "mlp", "-data-dir", "data", "-limit", "640", "-threads", "1", "-progress", "0"}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	mpmd := []string{"--oversubscribe", "--bind-to", "none"}
+	for i, w := range dirs {
+		if i > 0 {
+			mpmd = append(mpmd, ":")
+		}
+		mpmd = append(append(mpmd, "-np", "1", "-wdir", w, bin), args...)
+	}
+	cmd := exec.CommandContext(ctx, "mpirun", mpmd...)
+	cmd.Env = mpitest.Env()
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("hang:\n%s", out)
+	}
+	want := "data differs from rank 0's (640 training and 10000 test samples of 28x28x1, 10 classes): rank 1 has 640 training and 300 test samples of 28x28x1, 10 classes; give every node the same data set"
+	if err == nil || strings.Count(string(out), want) != 2 {
+		t.Errorf("%v, want both ranks to say %q:\n%s", err, want, out)
+	}
+}
+
 func TestDivergenceCheck(t *testing.T) {
 	args := []string{"train", "-model", "cnn", "-epochs", "1", "-limit", "3200", "-test-limit", "200", "-threads", "1",
 		"-progress", "0", "-check-every", "2"}

@@ -17,6 +17,8 @@ import (
 	"unicode"
 
 	"github.com/BurntSushi/toml"
+
+	"hpctrain/internal/tomlfile"
 )
 
 // Desc describes a network as data: a list of layers, some of which
@@ -123,6 +125,9 @@ func Kinds() []string {
 // keys and kinds are errors. Shapes are checked by Build.
 func ParseDesc(name string, text []byte) (Desc, error) {
 	d := Desc{Name: name}
+	if err := tomlfile.Check(text); err != nil {
+		return d, fmt.Errorf("model %s: %w", name, err)
+	}
 	var raw map[string]any
 	if _, err := toml.Decode(string(text), &raw); err != nil {
 		return d, fmt.Errorf("model %s: %s", name, strings.ReplaceAll(strings.TrimSpace(err.Error()), "\n", "; "))
@@ -564,7 +569,7 @@ func LoadDesc(nameOrPath string) (Desc, error) {
 	if !strings.HasSuffix(nameOrPath, ".toml") && statErr != nil {
 		return Desc{}, fmt.Errorf("unknown model %q (zoo: %s; or a .toml file)", nameOrPath, strings.Join(Zoo(), ", "))
 	}
-	b, err := os.ReadFile(nameOrPath)
+	b, err := tomlfile.Read(nameOrPath)
 	if err != nil {
 		var pe *fs.PathError
 		if errors.As(err, &pe) {

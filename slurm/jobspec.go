@@ -3,13 +3,14 @@ package slurm
 import (
 	"errors"
 	"fmt"
-	"os"
 	"regexp"
 	"sort"
 	"strconv"
 	"strings"
 
 	"github.com/BurntSushi/toml"
+
+	"hpctrain/internal/tomlfile"
 )
 
 // JobSpec describes one sbatch job running hpctrain. The toml tags are the
@@ -70,9 +71,9 @@ func DefaultJobSpec() JobSpec {
 // is an error naming it (a typo must not silently fall back to a default).
 func LoadJobSpec(path string) (JobSpec, error) {
 	s := DefaultJobSpec()
-	b, err := os.ReadFile(path)
+	b, err := tomlfile.Read(path)
 	if err != nil {
-		return s, fmt.Errorf("load job spec: %w", err)
+		return s, fmt.Errorf("load job spec %s: %w", path, err)
 	}
 	md, err := toml.Decode(string(b), &s)
 	if err != nil {

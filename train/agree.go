@@ -108,6 +108,32 @@ const keyDigest = 8
 // rank writes or prints of its own, and no collective depends on them.
 var perRankKeys = map[string]bool{"metrics": true, "loss_log": true, "verbose": true, "collective_timeout": true}
 
+// agreeText checks that every rank's text about what (at most textWidth
+// bytes are compared) is rank 0's, naming the ranks that differ and what
+// they have.
+func agreeText(c mpi.Comm, what, text, hint string) error {
+	b := make([]byte, textWidth)
+	copy(b, text)
+	all := make([]byte, textWidth*c.Size())
+	if err := c.Allgather(b, all); err != nil {
+		return fmt.Errorf("comparing %s: %w", what, err)
+	}
+	ref := all[:textWidth]
+	var bad []string
+	for r := 1; r < c.Size(); r++ {
+		if got := all[r*textWidth : (r+1)*textWidth]; !bytes.Equal(got, ref) {
+			bad = append(bad, fmt.Sprintf("rank %d has %s", r, bytes.TrimRight(got, "\x00")))
+		}
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("%s differs from rank 0's (%s): %s; %s", what, bytes.TrimRight(ref, "\x00"), strings.Join(bad, "; "), hint)
+	}
+	return nil
+}
+
+// textWidth is the bytes of a text agreeText compares.
+const textWidth = 128
+
 // agreeHash checks that every rank holds rank 0's hash h of what (16 hex
 // digits), naming the ranks that differ.
 func agreeHash(c mpi.Comm, what, hash, hint string) error {

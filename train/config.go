@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"reflect"
 	"slices"
 	"strconv"
@@ -22,6 +21,7 @@ import (
 	"hpctrain/data"
 	"hpctrain/gpu"
 	"hpctrain/internal/cli"
+	"hpctrain/internal/tomlfile"
 	"hpctrain/model"
 	"hpctrain/optim"
 )
@@ -341,9 +341,9 @@ func (c *Config) keys() []key {
 // integers of seconds or strings ("90s", "5m", or "300" for seconds); a
 // negative integer for an unsigned key (seed) is refused, not wrapped.
 func LoadFile(path string, cfg *Config) error {
-	b, err := os.ReadFile(path)
+	b, err := tomlfile.Read(path)
 	if err != nil {
-		return fmt.Errorf("config: %w", err)
+		return fmt.Errorf("config %s: %w", path, err)
 	}
 	var raw map[string]toml.Primitive
 	md, err := toml.Decode(string(b), &raw)

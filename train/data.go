@@ -64,6 +64,13 @@ type pipeline struct {
 	budget      *data.Budget // this rank's memory, less what the data took
 }
 
+// identity says what a rank's data is, for the ranks to compare: the sets'
+// lengths, the sample shape the model sees, and the classes.
+func (p *pipeline) identity() string {
+	sh := p.trainLoad.Shape()
+	return fmt.Sprintf("%d training and %d test samples of %dx%dx%d, %d classes", p.train.Len(), p.test.Len(), sh.H, sh.W, sh.C, p.train.Classes())
+}
+
 // loadData reads the configured data set and builds its loaders for rank
 // of ranks. Every error names the file or the key at fault; a batch, a
 // run length or loaders that do not fit the data or this rank's share of

@@ -161,6 +161,12 @@ func start(cfg Config, comm mpi.Comm, out, errOut io.Writer) (r *run, err error)
 		return r, err
 	}
 	r.pipe.warn.flush(r.log, "skipped at load")
+	// Each node reads its own copy of the data: copies that differ in
+	// length or shape would hang the ranks in the epoch's collectives, or
+	// overrun the parameter broadcast.
+	if err := agreeText(c, "data", r.pipe.identity(), "give every node the same data set (-data-dir, -limit, -test-limit)"); err != nil {
+		return r, cli.Usage(err)
+	}
 	n := r.pipe.train.Len()
 	r.steps = n / (cfg.Batch * c.Size()) // the sampler's Steps: drop-last
 	r.total = totalSteps(cfg, n, c.Size())
