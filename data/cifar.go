@@ -26,6 +26,12 @@ var CIFAR10Shape = Shape{cifarSide, cifarSide, 3}
 // sub-directory cifar-10-batches-bin as the archive unpacks. Pixels are
 // converted to (H, W, C).
 func LoadCIFAR10(dir string, train bool) (*Images, error) {
+	return loadCIFAR10(dir, train, nil)
+}
+
+// loadCIFAR10 is LoadCIFAR10 taking the files' pixels from budget (nil:
+// none) by their sizes, before reading them.
+func loadCIFAR10(dir string, train bool, budget *Budget) (*Images, error) {
 	names := []string{"test_batch.bin"}
 	if train {
 		names = []string{"data_batch_1.bin", "data_batch_2.bin", "data_batch_3.bin", "data_batch_4.bin", "data_batch_5.bin"}
@@ -40,6 +46,16 @@ func LoadCIFAR10(dir string, train bool) (*Images, error) {
 	paths := make([]string, len(names))
 	for i, n := range names {
 		paths[i] = filepath.Join(dir, n)
+	}
+	var total, largest int64
+	for _, p := range paths {
+		if fi, err := os.Stat(p); err == nil {
+			total, largest = total+fi.Size(), max(largest, fi.Size())
+		}
+	}
+	// The pixels stay; each file's raw bytes are held while it converts.
+	if err := budget.Take(fmt.Sprintf("CIFAR-10 in %s (%d bytes of batches)", dir, total), total+largest, "point -data-dir at the right files, or use a machine with more memory"); err != nil {
+		return nil, err
 	}
 	return ReadCIFAR10(paths...)
 }

@@ -390,18 +390,18 @@ func (c *Config) Open(opts OpenOptions) (*Sets, error) {
 func (c *Config) open(s *Sets, opts OpenOptions) (train, test Dataset, err error) {
 	switch c.Dataset {
 	case "fashion-mnist", "mnist":
-		tr, err := LoadMNIST(c.DataDir, true)
+		tr, err := loadMNIST(c.DataDir, true, opts.Budget)
 		if err != nil {
 			return nil, nil, err
 		}
-		te, err := LoadMNIST(c.DataDir, false)
+		te, err := loadMNIST(c.DataDir, false, opts.Budget)
 		return tr, te, err
 	case "cifar10":
-		tr, err := LoadCIFAR10(c.DataDir, true)
+		tr, err := loadCIFAR10(c.DataDir, true, opts.Budget)
 		if err != nil {
 			return nil, nil, err
 		}
-		te, err := LoadCIFAR10(c.DataDir, false)
+		te, err := loadCIFAR10(c.DataDir, false, opts.Budget)
 		return tr, te, err
 	case "synthetic":
 		shape, _, err := c.shape()

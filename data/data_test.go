@@ -411,3 +411,44 @@ func TestSplit(t *testing.T) {
 		t.Errorf("3 samples, classes of 2 and 1: %d + %d", tr.Len(), va.Len())
 	}
 }
+
+// TestLoadsTakeBudget: the IDX and CIFAR-10 loaders take their pixels from
+// the rank's memory budget before reading them, so that a header (or a
+// file size) promising more than there is ends in one line instead of
+// reading until memory runs out (a 1 MB gzip bomb reached 2.1 GB; a
+// sparse 40 GB CIFAR batch crashed the runtime). Images wider than
+// MaxSide are refused by the header alone.
+func TestLoadsTakeBudget(t *testing.T) {
+	dir := t.TempDir()
+	writeIDX(t, filepath.Join(dir, "train-images-idx3-ubyte"), 0x08, []int{100, 28, 28}, make([]byte, 100*28*28), false)
+	writeIDX(t, filepath.Join(dir, "train-labels-idx1-ubyte"), 0x08, []int{100}, make([]byte, 100), false)
+	if _, err := loadMNIST(dir, true, newBudget(1<<30, "test", 1)); err != nil {
+		t.Fatalf("within the budget: %v", err)
+	}
+	_, err := loadMNIST(dir, true, newBudget(50000, "test", 1))
+	if !errors.As(err, new(*MemoryError)) || !strings.Contains(err.Error(), "train-images-idx3-ubyte (dimensions [100 28 28])") {
+		t.Errorf("over the budget: %v", err)
+	}
+	wide := filepath.Join(t.TempDir(), "train-images-idx3-ubyte.gz")
+	writeIDX(t, wide, 0x08, []int{1, 10000, 10000}, nil, true)
+	os.WriteFile(filepath.Join(filepath.Dir(wide), "train-labels-idx1-ubyte"), nil, 0o644)
+	if _, err := loadMNIST(filepath.Dir(wide), true, newBudget(1<<40, "test", 1)); err == nil || !strings.Contains(err.Error(), "images of 10000x10000: larger than 8192x8192") {
+		t.Errorf("10000x10000 images: %v", err)
+	}
+
+	cdir := t.TempDir()
+	for _, n := range []string{"data_batch_1.bin", "data_batch_2.bin", "data_batch_3.bin", "data_batch_4.bin", "data_batch_5.bin"} {
+		f, err := os.Create(filepath.Join(cdir, n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Truncate(10 * cifarRecord) // sparse: no disk, zeros as records of label 0
+		f.Close()
+	}
+	if _, err := loadCIFAR10(cdir, true, newBudget(1<<30, "test", 1)); err != nil {
+		t.Fatalf("CIFAR-10 within the budget: %v", err)
+	}
+	if _, err := loadCIFAR10(cdir, true, newBudget(100000, "test", 1)); !errors.As(err, new(*MemoryError)) || !strings.Contains(err.Error(), "CIFAR-10 in "+cdir) {
+		t.Errorf("CIFAR-10 over the budget: %v", err)
+	}
+}

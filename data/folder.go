@@ -96,6 +96,20 @@ func badImage(path string, err error) error {
 	return &ImageError{Path: path, Err: err}
 }
 
+// modeOf is the mode of dir's entry e, through a symbolic link (a link
+// that leads nowhere: its own mode, which is neither a directory nor a
+// regular file).
+func modeOf(dir string, e fs.DirEntry) fs.FileMode {
+	if e.Type()&fs.ModeSymlink == 0 {
+		return e.Type()
+	}
+	fi, err := os.Stat(filepath.Join(dir, e.Name()))
+	if err != nil {
+		return e.Type()
+	}
+	return fi.Mode()
+}
+
 // LoadImageFolder lists root's class directories and their images and,
 // unless opts.Lazy, decodes them all. An empty class directory, or one
 // whose images were all skipped, is an error naming it.
@@ -110,7 +124,10 @@ func LoadImageFolder(root string, shape Shape, opts FolderOptions) (*Folder, err
 	f := &Folder{root: root, shape: shape, opts: opts}
 	var classPaths [][]string
 	for _, e := range ents {
-		if !e.IsDir() || strings.HasPrefix(e.Name(), ".") {
+		// Class directories and images may be symbolic links (as
+		// torchvision's ImageFolder follows them): what counts is what
+		// they point to.
+		if strings.HasPrefix(e.Name(), ".") || modeOf(root, e)&fs.ModeDir == 0 {
 			continue
 		}
 		dir := filepath.Join(root, e.Name())
@@ -120,8 +137,15 @@ func LoadImageFolder(root string, shape Shape, opts FolderOptions) (*Folder, err
 		}
 		var ps []string
 		for _, fe := range files {
-			if fe.IsDir() || strings.HasPrefix(fe.Name(), ".") || !isImageName(fe.Name()) {
+			if strings.HasPrefix(fe.Name(), ".") || !isImageName(fe.Name()) {
 				continue
+			}
+			switch m := modeOf(dir, fe); {
+			case m.IsDir():
+				continue
+			case !m.IsRegular():
+				// A FIFO would block the decoder for ever.
+				return nil, fmt.Errorf("image folder: %s is not a regular file (%v)", filepath.Join(dir, fe.Name()), m.Type())
 			}
 			ps = append(ps, filepath.Join(dir, fe.Name()))
 		}

@@ -13,7 +13,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // rgbaImage is a w x h image whose pixel (x, y) is (10x, 20y, 7, 255).
@@ -317,4 +319,41 @@ func dftMagnitudes(pix []byte, s Shape) []float64 {
 		}
 	}
 	return out
+}
+
+// TestImageFolderLinks: a class directory or an image that is a symbolic
+// link counts as what it points to (it was left out silently, a class
+// fewer); a FIFO with an image's name is refused by its mode instead of
+// blocking the decoder.
+func TestImageFolderLinks(t *testing.T) {
+	src := folderFixture(t)
+	root := t.TempDir()
+	if err := os.Symlink(filepath.Join(src, "cat"), filepath.Join(root, "cat")); err != nil {
+		t.Fatal(err)
+	}
+	writeImage(t, filepath.Join(root, "dog", "c.png"), rgbaImage(8, 8))
+	if err := os.Symlink(filepath.Join(src, "cat", "a.png"), filepath.Join(root, "dog", "linked.png")); err != nil {
+		t.Fatal(err)
+	}
+	f, err := LoadImageFolder(root, Shape{8, 8, 3}, FolderOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Len() != 4 || strings.Join(f.ClassNames(), ",") != "cat,dog" {
+		t.Errorf("%d images of classes %v, want 4 of cat,dog", f.Len(), f.ClassNames())
+	}
+	fifo := filepath.Join(root, "dog", "z.png")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := LoadImageFolder(root, Shape{8, 8, 3}, FolderOptions{}); done <- err }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), fifo+" is not a regular file") {
+			t.Errorf("a FIFO among the images: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("blocked on a FIFO")
+	}
 }

@@ -165,7 +165,24 @@ func readN(r io.Reader, n int, exact bool) ([]byte, error) {
 // LoadIDX reads an image file (N, H, W) and a label file (N) in IDX format
 // into a data set of 10 classes with one channel.
 func LoadIDX(images, labels string) (*Images, error) {
-	dims, pix, err := ReadIDX(images)
+	return loadIDX(images, labels, nil)
+}
+
+// loadIDX is LoadIDX taking the images' bytes from budget (nil: none)
+// as soon as the file's header gives their size, before reading them: a
+// header that promises more than the rank's memory (a damaged file, a
+// gzip bomb) is refused in one line, not read until memory runs out.
+func loadIDX(images, labels string, budget *Budget) (*Images, error) {
+	dims, pix, err := ReadIDXChecked(images, func(dims []int) error {
+		if len(dims) == 3 && (dims[1] > MaxSide || dims[2] > MaxSide) {
+			return &IDXError{images, fmt.Sprintf("images of %dx%d: larger than %dx%d", dims[1], dims[2], MaxSide, MaxSide)}
+		}
+		n := int64(1)
+		for _, d := range dims {
+			n *= int64(d) // ReadIDXChecked bounds the product first
+		}
+		return budget.Take(fmt.Sprintf("%s (dimensions %v)", images, dims), n, "point -data-dir at the right files, or use a machine with more memory")
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -194,6 +211,11 @@ func LoadIDX(images, labels string) (*Images, error) {
 // (train-images-idx3-ubyte, t10k-labels-idx1-ubyte, ...), each raw or with
 // a .gz suffix.
 func LoadMNIST(dir string, train bool) (*Images, error) {
+	return loadMNIST(dir, train, nil)
+}
+
+// loadMNIST is LoadMNIST taking the images from budget (loadIDX).
+func loadMNIST(dir string, train bool, budget *Budget) (*Images, error) {
 	prefix := "t10k"
 	if train {
 		prefix = "train"
@@ -215,5 +237,5 @@ func LoadMNIST(dir string, train bool) (*Images, error) {
 	if err != nil {
 		return nil, err
 	}
-	return LoadIDX(img, lab)
+	return loadIDX(img, lab, budget)
 }
