@@ -14,6 +14,22 @@ var imageShape = Shape{28, 28, 1}
 // a last layer that is not a vector of classes scores) is an error of one
 // line naming d.Name, the layer and the reason.
 func Build(d Desc, in Shape, classes, batch int, seed uint64, opts ...Option) (*Net, error) {
+	d, layers, err := plan(d, in, classes, batch)
+	if err != nil {
+		return nil, err
+	}
+	net, err := newNet(in, batch, seed, layers, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("model %s: %w", d.Name, err)
+	}
+	net.Desc = d
+	return net, nil
+}
+
+// plan checks d for input in and classes, and lays out its layers without
+// allocating their parameters or activations (Build's first half; what
+// Summarize needs).
+func plan(d Desc, in Shape, classes, batch int) (Desc, []Layer, error) {
 	name := d.Name
 	if name == "" {
 		name = "(unnamed)"
@@ -22,29 +38,24 @@ func Build(d Desc, in Shape, classes, batch int, seed uint64, opts ...Option) (*
 	// checks a file, and fills nothing in that it does not say.
 	d, err := ParseDesc(name, d.TOML())
 	if err != nil {
-		return nil, err
+		return d, nil, err
 	}
 	switch {
 	case in.H < 1 || in.W < 1 || in.C < 1:
-		return nil, fmt.Errorf("model %s: input shape %v must be positive", name, in)
+		return d, nil, fmt.Errorf("model %s: input shape %v must be positive", name, in)
 	case classes < 1:
-		return nil, fmt.Errorf("model %s: %d classes", name, classes)
+		return d, nil, fmt.Errorf("model %s: %d classes", name, classes)
 	case batch < 1:
-		return nil, fmt.Errorf("model %s: batch %d < 1", name, batch)
+		return d, nil, fmt.Errorf("model %s: batch %d < 1", name, batch)
 	}
 	layers, out, err := stack(in, specs(d.Layers, classes), "", "")
 	if err != nil {
-		return nil, fmt.Errorf("model %s: %w", name, err)
+		return d, nil, fmt.Errorf("model %s: %w", name, err)
 	}
 	if (out.H == 1 && out.W == 1) && out.C != classes {
-		return nil, fmt.Errorf("model %s: the last layer gives %d scores for %d classes (use out = \"classes\")", name, out.C, classes)
+		return d, nil, fmt.Errorf("model %s: the last layer gives %d scores for %d classes (use out = \"classes\")", name, out.C, classes)
 	}
-	net, err := newNet(in, batch, seed, layers, opts...)
-	if err != nil {
-		return nil, fmt.Errorf("model %s: %w", name, err)
-	}
-	net.Desc = d
-	return net, nil
+	return d, layers, nil
 }
 
 // specs are the Specs of a list of layer descriptions.

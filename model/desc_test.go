@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -336,5 +337,30 @@ func TestSummary(t *testing.T) {
 	cnn, _ := LoadDesc("cnn")
 	if _, err := Summarize(cnn, Shape{2, 2, 1}, 10); err == nil || !strings.HasPrefix(err.Error(), "model cnn: layer 6 (maxpool): kernel 2 larger than its input 1x1") {
 		t.Errorf("cnn on 2x2 input: %v", err)
+	}
+}
+
+// TestSummarizeAllocatesNothingLarge: the summary is how callers learn
+// whether a network fits before building it, so it must not build it: a
+// description of 2.2 G parameters (8.7 GB) used to be allocated and
+// initialised by Summarize, 32 s and 8.6 GB before train refused it.
+func TestSummarizeAllocatesNothingLarge(t *testing.T) {
+	d, err := ParseDesc("big", []byte(`layers = [{kind="flatten"},{kind="linear",out=32768},{kind="relu"},{kind="linear",out=32768},{kind="relu"},{kind="linear",out=32768},{kind="relu"},{kind="linear",out="classes"}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	s, err := Summarize(d, Shape{H: 28, W: 28, C: 1}, 10)
+	runtime.ReadMemStats(&after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := 784*32768 + 32768 + 2*(32768*32768+32768) + 32768*10 + 10
+	if s.Params != want {
+		t.Errorf("%d parameters, want %d", s.Params, want)
+	}
+	if got := after.TotalAlloc - before.TotalAlloc; got > 64<<20 {
+		t.Errorf("Summarize allocated %d MB", got>>20)
 	}
 }

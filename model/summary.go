@@ -44,22 +44,36 @@ type SummaryRow struct {
 	MACs   int    `json:"macs"`   // per sample, with its children's for a block
 }
 
-// Summarize builds the network d describes for input in and classes
-// outputs (with a batch of one) and summarises it.
+// Summarize lays out the network d describes for input in and classes
+// outputs, checked as Build checks it, and summarises it. It allocates nothing of the network's size: the summary is how callers
+// find out, before building it, whether a network fits in memory.
 func Summarize(d Desc, in Shape, classes int) (Summary, error) {
-	net, err := Build(d, in, classes, 1, 0)
+	d, layers, err := plan(d, in, classes, 1)
 	if err != nil {
 		return Summary{}, err
 	}
-	return net.Summary(), nil
+	if len(layers) == 0 {
+		return Summary{}, fmt.Errorf("model %s: no layers", d.Name)
+	}
+	last := layers[len(layers)-1].Out()
+	if last.H != 1 || last.W != 1 {
+		return Summary{}, fmt.Errorf("model %s: the last layer's output %v is not a vector of class scores (end with globalavgpool or flatten, then linear)", d.Name, last)
+	}
+	return (&Net{In: in, Classes: last.C, Layers: layers, Desc: d}).Summary(), nil
 }
 
 // Summary summarises the network.
 func (n *Net) Summary() Summary {
+	// Counted from the layers, not the slices: Summarize's net has none.
+	np, nb := 0, 0
+	for _, l := range n.Layers {
+		np += l.NumParams()
+		nb += numBuffers(l)
+	}
 	s := Summary{Model: n.Desc.Name, Input: n.In.String(), Classes: n.Classes,
-		Params: len(n.Params), Trainable: len(n.Params), Buffers: len(n.Buffers),
+		Params: np, Trainable: np, Buffers: nb,
 		MACs: n.MACs(), TrainMACs: n.TrainMACs(),
-		InputBytes: 4 * n.In.Size(), ParamBytes: 4 * (len(n.Params) + len(n.Buffers))}
+		InputBytes: 4 * n.In.Size(), ParamBytes: 4 * (np + nb)}
 	if len(n.Desc.Layers) > 0 {
 		s.Hash = n.Desc.Hash()
 	}
