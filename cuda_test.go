@@ -27,7 +27,9 @@ func emuEnv(t *testing.T) []string {
 	if err != nil {
 		t.Fatalf("building the emulated device: %v", err)
 	}
-	return []string{"LD_LIBRARY_PATH=" + dir, "HPCTRAIN_KERNEL_CACHE=" + filepath.Join(t.TempDir(), "kernels")}
+	// Two devices: the tests' jobs of two ranks each get one, as on a
+	// node of two GPUs (more local ranks than devices needs -gpu-share).
+	return []string{"LD_LIBRARY_PATH=" + dir, "HPCTRAIN_KERNEL_CACHE=" + filepath.Join(t.TempDir(), "kernels"), "HPCTRAIN_CUDAEMU_DEVICES=2"}
 }
 
 // readLosses reads a -loss-log file: step -> loss.
@@ -133,6 +135,48 @@ func TestCUDAPrecisionAuto(t *testing.T) {
 	}
 }
 
+// TestCUDAPrecisionRefused: -precision bf16 or tf32 on a GPU without the
+// tensor cores for them (compute capability 7.0) is refused on every rank
+// in one line; it used to train and say "bf16" (real cuBLAS refuses bf16
+// there, and computes tf32 as plain fp32).
+func TestCUDAPrecisionRefused(t *testing.T) {
+	for _, p := range []string{"bf16", "tf32"} {
+		env := append(emuEnv(t), "HPCTRAIN_CUDAEMU_CC=7.0")
+		r := hpctrainEnv(t, 2, 5*time.Minute, env, "train", "-model", "mlp", "-device", "cuda", "-limit", "640", "-test-limit", "100",
+			"-precision", p, "-progress", "0")
+		want := "precision " + p + ": cuda:0 cudaemu (host memory), sm_70 has no " + p + " tensor cores (compute capability 7.0; they start at 8.0); use -precision fp32, fp16 or auto"
+		if r.code != 2 || !strings.Contains(r.out, want) {
+			t.Errorf("-precision %s at compute capability 7.0: exit %d, want 2 and %q:\n%s", p, r.code, want, r.out)
+		}
+	}
+}
+
+// TestCUDADevicesPerRank: where NVML finds no GPU but CUDA does (the
+// emulated device has no NVML), more local ranks than devices is refused
+// without -gpu-share, as placement refuses it, and shared with it; -gpus
+// none keeps -device auto on the CPU and contradicts -device cuda. All
+// of these once trained on cuda:0 regardless.
+func TestCUDADevicesPerRank(t *testing.T) {
+	args := []string{"train", "-model", "mlp", "-limit", "640", "-test-limit", "100", "-steps", "2", "-progress", "0"}
+	one := append(emuEnv(t), "HPCTRAIN_CUDAEMU_DEVICES=1")
+	r := hpctrainEnv(t, 2, 5*time.Minute, one, append(args, "-device", "cuda")...)
+	if want := "2 local ranks but CUDA sees 1 devices: each rank needs a GPU of its own; use -gpu-share"; r.code != 2 || !strings.Contains(r.out, want) {
+		t.Errorf("2 ranks on 1 device: exit %d, want 2 and %q:\n%s", r.code, want, r.out)
+	}
+	r = hpctrainEnv(t, 2, 5*time.Minute, one, append(args, "-device", "cuda", "-gpu-share")...)
+	if r.code != 0 || strings.Count(r.out, "cuda:0") == 0 {
+		t.Errorf("2 ranks sharing 1 device: exit %d:\n%s", r.code, r.out)
+	}
+	r = hpctrainEnv(t, 1, 5*time.Minute, emuEnv(t), append(args, "-device", "auto", "-gpus", "none")...)
+	if r.code != 0 || !strings.Contains(r.out, "(cpu, ") {
+		t.Errorf("-device auto -gpus none: exit %d, want a run on the CPU:\n%s", r.code, r.out)
+	}
+	r = hpctrainEnv(t, 1, 5*time.Minute, emuEnv(t), append(args, "-device", "cuda", "-gpus", "none")...)
+	if want := `device = "cuda" and gpus = "none" contradict each other`; r.code != 2 || !strings.Contains(r.out, want) {
+		t.Errorf("-device cuda -gpus none: exit %d, want 2 and %q:\n%s", r.code, want, r.out)
+	}
+}
+
 // TestCUDALossScaling: fp16 with an overflow on one rank at steps 5 and
 // 10. Both ranks skip those steps (the parameters stay identical: checked
 // every step) and halve the scale, which doubles after every 2 clean
@@ -199,7 +243,7 @@ func TestCUDAMissing(t *testing.T) {
 					}
 				}
 			}
-			env := []string{"LD_LIBRARY_PATH=" + dir}
+			env := []string{"LD_LIBRARY_PATH=" + dir, "HPCTRAIN_CUDAEMU_DEVICES=2"}
 			if missing == "libnvrtc.so.12" {
 				// make test installs Debian's NVRTC 11.8 (the kernel
 				// compile check), which the loader would take instead:

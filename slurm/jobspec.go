@@ -114,8 +114,12 @@ func (s JobSpec) Validate() error {
 	rangeCheck("cpus_per_task", s.CPUsPerTask, 1, 4096)
 	rangeCheck("gpus_per_node", s.GPUsPerNode, 0, 64)
 	rangeCheck("signal_grace", s.SignalGrace, 1, 65535) // SLURM's limit for --signal's @time
-	if err := ValidateTime(s.Time); err != nil {
+	if secs, err := timeSeconds(s.Time); err != nil {
 		bad("time", "%v", err)
+	} else if 2*s.SignalGrace > secs {
+		// SLURM would signal as soon as the job starts (or soon after):
+		// every run would checkpoint and requeue having done little.
+		bad("signal_grace", "%d s is more than half the time limit %s (%d s): each run would be told to stop soon after it starts; raise time or lower signal_grace", s.SignalGrace, s.Time, secs)
 	}
 	// #SBATCH values: sbatch splits them on white space and does its own
 	// quoting, so refuse anything a shell or sbatch would read differently.
@@ -176,8 +180,15 @@ const sbatchPunct = ". _ - / % + : @ = ,"
 // when a day count is given. "UNLIMITED" and "INFINITE" are refused: a
 // job that can be pre-empted needs a limit to get its warning signal.
 func ValidateTime(t string) error {
+	_, err := timeSeconds(t)
+	return err
+}
+
+// timeSeconds is the time limit t in seconds, checked as ValidateTime
+// says.
+func timeSeconds(t string) (int, error) {
 	if t == "" {
-		return fmt.Errorf("empty; want M, H:M:S or D-H:M:S")
+		return 0, fmt.Errorf("empty; want M, H:M:S or D-H:M:S")
 	}
 	want := fmt.Errorf("%q: want M, M:S, H:M:S, D-H, D-H:M or D-H:M:S", t)
 	num := func(s string, max int) (int, bool) {
@@ -200,29 +211,35 @@ func ValidateTime(t string) error {
 	var limits []int // maxima of each part, -1 = unbounded
 	if hasDays {
 		if _, ok := num(days, -1); !ok {
-			return want
+			return 0, want
 		}
 		limits = [][]int{nil, {23}, {23, 59}, {23, 59, 59}}[min(len(parts), 3)]
 	} else {
 		limits = [][]int{nil, {-1}, {-1, 59}, {-1, 59, 59}}[min(len(parts), 3)]
 	}
 	if len(parts) > 3 {
-		return want
+		return 0, want
+	}
+	// What each part counts, as sbatch reads them: M, M:S, H:M:S without
+	// days; D-H, D-H:M, D-H:M:S with.
+	units := [][]int{nil, {60}, {60, 1}, {3600, 60, 1}}[len(parts)]
+	if hasDays {
+		units = [][]int{nil, {3600}, {3600, 60}, {3600, 60, 1}}[len(parts)]
 	}
 	total := 0
 	for i, p := range parts {
 		n, ok := num(p, limits[i])
 		if !ok {
-			return want
+			return 0, want
 		}
-		total += n
+		total += n * units[i]
 	}
-	d := 0
 	if hasDays {
-		d, _ = num(days, -1)
+		d, _ := num(days, -1)
+		total += 86400 * d
 	}
-	if total == 0 && d == 0 {
-		return fmt.Errorf("%q: a zero time limit", t)
+	if total == 0 {
+		return 0, fmt.Errorf("%q: a zero time limit", t)
 	}
-	return nil
+	return total, nil
 }

@@ -38,6 +38,9 @@ func TestLoadJobSpecErrors(t *testing.T) {
 		{"config = \"c\"\ntasks_per_node = -1\n", "tasks_per_node: -1 out of range"},
 		{"config = \"c\"\ngpus_per_node = 100\n", "gpus_per_node: 100 out of range [0, 64]"},
 		{"config = \"c\"\nsignal_grace = 70000\n", "signal_grace"},
+		// SLURM would send the warning signal at the job's start.
+		{"config = \"c\"\ntime = \"00:02:00\"\n", `signal_grace: 120 s is more than half the time limit 00:02:00 (120 s)`},
+		{"config = \"c\"\ntime = \"3\"\nsignal_grace = 100\n", `signal_grace: 100 s is more than half the time limit 3 (180 s)`},
 		{"config = \"c\"\ntime = \"1:60:00\"\n", `time: "1:60:00"`},
 		{"config = \"c\"\nname = \"a b\"\n", `name: "a b"`},
 		{"config = \"c\"\noutput = \"x\\ny\"\n", "output"},
@@ -55,6 +58,14 @@ func TestLoadJobSpecErrors(t *testing.T) {
 	}
 	if _, err := LoadJobSpec(filepath.Join(t.TempDir(), "missing.toml")); err == nil || !strings.Contains(err.Error(), "missing.toml") {
 		t.Errorf("missing file: %v", err)
+	}
+}
+
+func TestTimeSeconds(t *testing.T) {
+	for in, want := range map[string]int{"30": 1800, "30:15": 1815, "02:00:00": 7200, "1-12": 129600, "2-0:30": 174600, "1-0:0:5": 86405} {
+		if got, err := timeSeconds(in); err != nil || got != want {
+			t.Errorf("timeSeconds(%q) = %d, %v; want %d", in, got, err, want)
+		}
 	}
 }
 

@@ -572,8 +572,12 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("config: cpu_list = %q: %w", c.CPUList, err)
 	}
 	// GPU placement: syntax and duplicates here; the GPUs exist only on the node.
-	if _, err := gpu.ParseSpec(c.GPUs, c.GPUShare); err != nil {
+	spec, err := gpu.ParseSpec(c.GPUs, c.GPUShare)
+	if err != nil {
 		return fmt.Errorf("config: gpus = %q: %w", c.GPUs, err)
+	}
+	if spec.Off && c.Device == "cuda" {
+		return fmt.Errorf("config: device = \"cuda\" and gpus = \"none\" contradict each other: give the ranks GPUs, or use -device cpu")
 	}
 	return c.DataConfig.Validate()
 }

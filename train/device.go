@@ -3,6 +3,7 @@ package train
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -84,13 +85,15 @@ func (r *run) openDevice() (*device, error) {
 	var err error
 	switch cfg.Device {
 	case "cuda":
-		d, err = openCUDA(r.pl.gpu, c.LocalRank(), cfg)
+		d, err = openCUDA(r.pl.gpu, c.LocalRank(), c.LocalSize(), cfg)
 	case "auto":
 		// A GPU placement found, or a CUDA driver that loads and sees a
 		// device (a node without NVML): try it, else the CPU. Collective
 		// shm sums host memory: it asks for the CPU.
-		if cfg.Collective != "shm" && (r.pl.gpu >= 0 || cudaPresent()) {
-			if d, err = openCUDA(r.pl.gpu, c.LocalRank(), cfg); err != nil {
+		// -gpus none keeps the ranks off the GPUs.
+		if cfg.GPUs != "none" && cfg.Collective != "shm" && (r.pl.gpu >= 0 || cudaPresent()) {
+			d, err = openCUDA(r.pl.gpu, c.LocalRank(), c.LocalSize(), cfg)
+			if err != nil && !errors.As(err, new(cli.UsageError)) { // a bad request is refused, as -device cuda's
 				r.warn("hpctrain: warning: rank %d: -device auto: %v; training on the CPU", c.Rank(), err)
 				d, err = nil, nil
 			}
@@ -106,6 +109,22 @@ func (r *run) openDevice() (*device, error) {
 			return nil, err
 		}
 		cfg.Precision, r.cfg.Precision = p, p
+	}
+	// bf16 and tf32 products are the tensor cores' of compute capability
+	// 8.0 on: older GPUs would refuse bf16, or compute tf32 in plain fp32
+	// while the run said tf32.
+	var why string
+	if d != nil && (cfg.Precision == "bf16" || cfg.Precision == "tf32") {
+		if why = bf16Missing(d, cfg.CPUKernels); why != "" {
+			why = fmt.Sprintf("precision %s: %s; use -precision fp32, fp16 or auto", cfg.Precision, strings.Replace(why, "bf16", cfg.Precision, 1))
+		}
+	}
+	if why != "" {
+		err = cli.Usage(errors.New(why))
+	}
+	if err = agree(c, "choosing the precision", err); err != nil {
+		d.close()
+		return nil, err
 	}
 	// Every rank must sum gradients alike, in the same precision.
 	kind := "cpu"
@@ -223,14 +242,22 @@ func cudaPresent() bool {
 }
 
 // openCUDA opens the device of ordinal gpu (placement's), or of local
-// rank mod the devices CUDA sees when placement found none (no NVML).
-func openCUDA(gpu, localRank int, cfg Config) (*device, error) {
+// rank mod the devices CUDA sees when placement found none (no NVML): as
+// placement does, more local ranks (of localSize) than devices needs
+// gpu_share.
+func openCUDA(gpu, localRank, localSize int, cfg Config) (*device, error) {
 	mode := collective.NCCL
 	if cfg.Collective == "mpi" {
 		mode = collective.MPI
 	}
 	if gpu < 0 {
-		var err error
+		n, err := cuda.DeviceCount()
+		if err != nil {
+			return nil, err
+		}
+		if n > 0 && localSize > n && !cfg.GPUShare {
+			return nil, cli.Usage(fmt.Errorf("%d local ranks but CUDA sees %d devices: each rank needs a GPU of its own; use -gpu-share to let ranks share GPUs (MPS), -device cpu, or start at most %d ranks per node", localSize, n, n))
+		}
 		if gpu, err = cuda.LocalDevice(localRank); err != nil {
 			return nil, err
 		}
