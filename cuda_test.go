@@ -211,7 +211,7 @@ func TestCUDAWatchdogNCCL(t *testing.T) {
 	if r.code == 0 {
 		t.Fatalf("exit 0 with a stopped rank:\n%s", r.out)
 	}
-	if !regexp.MustCompile(`rank 0 on host .*collective timeout: the NCCL gradient all-reduce \(bucket \d+\) during training at step 0 waited 3s`).MatchString(r.out) {
+	if !regexp.MustCompile(`rank 0 on host .*collective timeout: the NCCL gradient all-reduce \(bucket \d+\) during training at step 1 waited 3s`).MatchString(r.out) {
 		t.Errorf("no watchdog line naming NCCL:\n%s", r.out)
 	}
 	t.Logf("ended in %v", time.Since(start).Round(time.Second))

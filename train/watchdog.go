@@ -110,8 +110,18 @@ func (w *watchdog) message() string {
 	if b := w.bucket.Load(); b >= 0 {
 		what = fmt.Sprintf("%s (bucket %d)", what, b)
 	}
-	return fmt.Sprintf("hpctrain: %s: collective timeout: %s during %s at step %d waited %v; a peer is dead or stuck; aborting the job (raise -collective-timeout if this part of the run is this slow)",
-		*w.describe.Load(), what, *w.phase.Load(), w.step.Load(), w.timeout)
+	// The step is the run's count of steps taken: during a step (its
+	// passes and all-reduce, or its checksum) the one in progress is the
+	// next, numbered from 1 as every other message numbers it.
+	where := *w.phase.Load()
+	switch p, step := w.phase.Load(), w.step.Load(); {
+	case p == &phaseTraining || p == &phaseChecksum:
+		where += fmt.Sprintf(" at step %d", step+1)
+	case step > 0:
+		where += fmt.Sprintf(" after step %d", step)
+	}
+	return fmt.Sprintf("hpctrain: %s: collective timeout: %s during %s waited %v; a peer is dead or stuck; aborting the job (raise -collective-timeout if this part of the run is this slow)",
+		*w.describe.Load(), what, where, w.timeout)
 }
 
 func (w *watchdog) run() {
