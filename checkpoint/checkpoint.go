@@ -53,6 +53,11 @@ type State struct {
 	WorldSize int    // MPI ranks that wrote it
 	Epoch     int    // epoch in progress
 	Step      int64  // global optimizer steps taken
+	// EpochLoss is the training losses of the epoch's steps taken so far,
+	// summed over the ranks, in a checkpoint written within an epoch: a
+	// resumed run reports the mean over the whole epoch. Nil where files
+	// of older builds, and checkpoints at an epoch's end, have none.
+	EpochLoss *float64
 	// Final is the run's final result (a JSON object, opaque here) in the
 	// checkpoint written when the run completed; nil in every other one.
 	Final    json.RawMessage
@@ -98,6 +103,7 @@ type header struct {
 	WorldSize  int             `json:"world_size"`
 	Epoch      int             `json:"epoch"`
 	Step       int64           `json:"step"`
+	EpochLoss  *float64        `json:"epoch_loss,omitempty"`
 	Final      json.RawMessage `json:"final,omitempty"`
 	Sections   []sectionHeader `json:"sections"`
 }
@@ -106,6 +112,9 @@ type header struct {
 func (h *header) check() error {
 	if h.Step < 0 {
 		return fmt.Errorf("negative step %d", h.Step)
+	}
+	if h.EpochLoss != nil && !(*h.EpochLoss >= 0) {
+		return fmt.Errorf("epoch_loss %v: a sum of losses is not negative", *h.EpochLoss)
 	}
 	if !objectOrEmpty(h.Config) || !objectOrEmpty(h.Final) {
 		return errors.New("config or final is not a JSON object")
@@ -125,7 +134,7 @@ func (h *header) state(version int) *State {
 	return &State{
 		Model: h.Model, Desc: h.Desc, ConfigHash: h.ConfigHash, Config: nullIsNil(h.Config),
 		RunID: h.RunID, Optimizer: h.Optimizer, WorldSize: h.WorldSize,
-		Epoch: h.Epoch, Step: h.Step, Final: nullIsNil(h.Final), Version: version,
+		Epoch: h.Epoch, Step: h.Step, EpochLoss: h.EpochLoss, Final: nullIsNil(h.Final), Version: version,
 	}
 }
 
@@ -195,7 +204,7 @@ func encode(w io.Writer, s *State) error {
 	h := header{
 		Model: s.Model, Desc: s.Desc, ConfigHash: s.ConfigHash, Config: s.Config,
 		RunID: s.RunID, Optimizer: s.Optimizer, WorldSize: s.WorldSize,
-		Epoch: s.Epoch, Step: s.Step, Final: s.Final,
+		Epoch: s.Epoch, Step: s.Step, EpochLoss: s.EpochLoss, Final: s.Final,
 		Sections: make([]sectionHeader, len(s.Sections)),
 	}
 	for i, sec := range s.Sections {

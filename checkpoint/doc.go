@@ -35,11 +35,15 @@
 //	{"model": "cnn", "desc": "[[layer]]\n…", "config_hash": "…",
 //	 "config": {"batch": 64, "lr": 0.01, …}, "run_id": "9f2c…",
 //	 "optimizer": "adamw", "world_size": 4, "epoch": 3, "step": 12000,
-//	 "final": {"test_accuracy": 0.91, …},
+//	 "epoch_loss": 431.27, "final": {"test_accuracy": 0.91, …},
 //	 "sections": [{"name": "params", "len": 431080},
 //	              {"name": "optim.0", "len": 431080}, …]}
 //
-// desc, config, run_id and final are left out when empty. JSON was chosen
+// desc, config, run_id, epoch_loss and final are left out when empty.
+// epoch_loss (the training losses of the epoch's steps so far, summed over
+// the ranks, in a checkpoint written within an epoch) came later within
+// version 2: a build that does not know it ignores it and reports the
+// mean of the steps it trained itself, as every build did before. JSON was chosen
 // over a fixed binary header because the header is small next to the
 // tensors, it can be read with `head -c` and jq when debugging, and fields
 // can be added without changing the layout. The version went to 2 with

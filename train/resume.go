@@ -181,6 +181,10 @@ type checkpointer struct {
 	// checkpoint was written at the run's end.
 	resumedStep, resumedEpoch int
 	final                     *Result
+	// resumedLoss is the checkpoint's EpochLoss (the epoch's losses so
+	// far, all ranks'), nil if it has none; epochLoss is what the next
+	// save records (nil: none), set by the run for a save within an epoch.
+	resumedLoss, epochLoss *float64
 }
 
 func newCheckpointer(cfg Config, c mpi.Comm, net *model.Net, opt optim.Optimizer, log func(string, ...any)) (*checkpointer, error) {
@@ -233,6 +237,8 @@ type resumePlan struct {
 	Buffers int             `json:"buffers"` // values in the "buffers" section
 	Optim   []int           `json:"optim"`   // lengths of the optimizer's buffers
 	Final   json.RawMessage `json:"final,omitempty"`
+	// EpochLoss is the checkpoint's (checkpoint.State.EpochLoss).
+	EpochLoss *float64 `json:"epoch_loss,omitempty"`
 }
 
 // resume starts the run's checkpoints. Without -resume the run is fresh:
@@ -323,7 +329,7 @@ func (cp *checkpointer) resume() (int, error) {
 		}
 		cp.final = &r
 	}
-	cp.resumedStep, cp.resumedEpoch = plan.Step, plan.Epoch
+	cp.resumedStep, cp.resumedEpoch, cp.resumedLoss = plan.Step, plan.Epoch, plan.EpochLoss
 	return plan.Step, nil
 }
 
@@ -420,7 +426,7 @@ func (cp *checkpointer) plan(st *checkpoint.State) resumePlan {
 	if st == nil {
 		return p
 	}
-	p.Resume, p.Step, p.Epoch, p.Final = true, int(st.Step), st.Epoch, st.Final
+	p.Resume, p.Step, p.Epoch, p.Final, p.EpochLoss = true, int(st.Step), st.Epoch, st.Final, st.EpochLoss
 	p.Buffers = len(st.Lookup("buffers"))
 	for i := 0; ; i++ {
 		s := st.Lookup(fmt.Sprintf("optim.%d", i))
@@ -478,7 +484,7 @@ func (cp *checkpointer) write(step, epoch int, final json.RawMessage) error {
 	st := &checkpoint.State{
 		Model: cp.cfg.Model, Desc: cp.desc, Config: cp.config, ConfigHash: resumeHash(cp.cfg),
 		RunID: cp.runID, Optimizer: cp.opt.Name(), WorldSize: cp.comm.Size(),
-		Epoch: epoch, Step: int64(step), Final: final,
+		Epoch: epoch, Step: int64(step), Final: final, EpochLoss: cp.epochLoss,
 		Sections: []checkpoint.Section{{Name: "params", Data: cp.net.Params}},
 	}
 	if len(cp.buffers) > 0 {

@@ -110,9 +110,17 @@ type run struct {
 	tl      *timeline
 	closers []func()
 
-	steps, total      int // steps per epoch (the sampler's, drop-last), in the run
-	startStep, step   int // where this call began, and the global step
-	params            int // the model's parameter count (fitModel)
+	steps, total    int // steps per epoch (the sampler's, drop-last), in the run
+	startStep, step int // where this call began, and the global step
+	// epochLoss sums this rank's training losses of the epoch's steps from
+	// step epochFrom on; a run resumed within an epoch starts rank 0's at
+	// the checkpoint's sum of every rank's (checkpoint.State.EpochLoss),
+	// from the epoch's first step, so the epoch's mean is the whole
+	// epoch's.
+	epochLoss         float64
+	epochFrom         int
+	epochLossAll      float64 // every rank's epochLoss, summed at the epoch's end
+	params            int     // the model's parameter count (fitModel)
 	epoch             int
 	res               Result
 	trainTime         time.Duration
@@ -206,6 +214,13 @@ func start(cfg Config, comm mpi.Comm, out, errOut io.Writer) (r *run, err error)
 		return r, err
 	}
 	r.step = r.startStep
+	r.epochFrom = r.startStep
+	if l := r.cp.resumedLoss; l != nil && r.startStep%r.steps != 0 {
+		r.epochFrom = r.startStep - r.startStep%r.steps
+		if c.Rank() == 0 {
+			r.epochLoss = *l
+		}
+	}
 	if err := r.openOutputs(); err != nil {
 		return r, err
 	}
@@ -465,8 +480,9 @@ func (r *run) trainEpoch() error {
 	ld := r.pipe.trainLoad
 	ld.StartAt(r.epoch, r.step%r.steps)
 	start := time.Now()
-	var lossSum float64
-	first := r.step
+	if r.step%r.steps == 0 {
+		r.epochLoss, r.epochFrom = 0, r.step
+	}
 	for s := r.step % r.steps; s < r.steps && !(r.cfg.Steps > 0 && r.step >= r.cfg.Steps); s++ {
 		r.enter(&phaseTraining)
 		t0 := time.Now()
@@ -490,7 +506,7 @@ func (r *run) trainEpoch() error {
 			}
 		}
 		r.account(t0)
-		lossSum += loss
+		r.epochLoss += loss
 		r.res.StepLosses = append(r.res.StepLosses, loss)
 		if r.lossLog != nil {
 			fmt.Fprintf(r.lossLog, "%d %.9g\n", r.step+1, loss)
@@ -508,11 +524,12 @@ func (r *run) trainEpoch() error {
 	r.trainTime += time.Since(start)
 	// The mean training loss over all ranks.
 	r.enter(&phaseEpochLoss)
-	tl := []float64{lossSum}
+	tl := []float64{r.epochLoss}
 	if err := r.c.AllreduceSum64(tl); err != nil {
 		return err
 	}
-	r.res.TrainLoss = tl[0] / float64((r.step-first)*r.c.Size())
+	r.epochLossAll = tl[0]
+	r.res.TrainLoss = tl[0] / float64((r.step-r.epochFrom)*r.c.Size())
 	return nil
 }
 
@@ -561,7 +578,18 @@ func (r *run) checkpointOrStop() error {
 		if err := agree(r.c, "copying the model from the device", pull(r.rep, r.opt)); err != nil {
 			return err
 		}
-		if err := agree(r.c, "writing a checkpoint", r.cp.save(r.step, r.epoch)); err != nil {
+		// Within an epoch, the checkpoint records the epoch's losses so
+		// far, summed over the ranks, for a run resumed from it.
+		if r.step%r.steps != 0 {
+			sum := []float64{r.epochLoss}
+			if err := r.c.AllreduceSum64(sum); err != nil {
+				return err
+			}
+			r.cp.epochLoss = &sum[0]
+		}
+		err := agree(r.c, "writing a checkpoint", r.cp.save(r.step, r.epoch))
+		r.cp.epochLoss = nil
+		if err != nil {
 			return err
 		}
 	}
@@ -644,7 +672,19 @@ func (r *run) finish() (Result, error) {
 	if err := agree(r.c, "copying the model from the device", pull(r.rep, r.opt)); err != nil {
 		return r.res, err
 	}
-	if err := agree(r.c, "writing the final checkpoint", r.cp.saveFinal(r.step, r.res)); err != nil {
+	// A run ended by -steps within an epoch records the epoch's losses so
+	// far, for a run that raises -steps and resumes it (one that trained
+	// nothing, its checkpoint's).
+	if r.step%r.steps != 0 {
+		sum := r.epochLossAll
+		r.cp.epochLoss = &sum
+		if r.step == r.startStep {
+			r.cp.epochLoss = r.cp.resumedLoss
+		}
+	}
+	err := agree(r.c, "writing the final checkpoint", r.cp.saveFinal(r.step, r.res))
+	r.cp.epochLoss = nil
+	if err != nil {
 		return r.res, err
 	}
 	r.enter(&phaseFinish)

@@ -2,6 +2,7 @@ package train
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -240,28 +241,56 @@ func TestConfigFileAndFlags(t *testing.T) {
 	}
 }
 
-// TestResumeIsExact: a run stopped after 4 steps and resumed from its
+// TestResumeIsExact: a run stopped after 13 steps and resumed from its
 // checkpoint continues with exactly the losses and parameters of the
-// uninterrupted run (same world size).
+// uninterrupted run (same world size), and reports the same training
+// loss for the epoch it resumed in: the checkpoint carries the epoch's
+// losses so far (it used to report the mean of the steps after resuming).
+// Stopped by a periodic checkpoint, or by -steps, on 1 rank and on 2.
 func TestResumeIsExact(t *testing.T) {
 	cfg := Defaults()
 	cfg.Model, cfg.Limit, cfg.TestLimit, cfg.Progress, cfg.DataDir, cfg.Batch = "mlp", 640, 64, 0, dataDir, 32
 	cfg.Epochs, cfg.Steps = 2, 30 // crosses the epoch boundary at step 20
+	cfg.Metrics = filepath.Join(t.TempDir(), "full.jsonl")
 	full, err := Run(cfg, mpi.NewSingle(), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
+	epochLoss := func(path string, epoch int) float64 {
+		t.Helper()
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			var m struct {
+				Epoch     int     `json:"epoch"`
+				TrainLoss float64 `json:"train_loss"`
+				Final     bool    `json:"final"`
+			}
+			json.Unmarshal([]byte(line), &m)
+			if m.Epoch == epoch && !m.Final {
+				return m.TrainLoss
+			}
+		}
+		t.Fatalf("%s: no epoch %d", path, epoch)
+		return 0
+	}
 	dir := t.TempDir()
 	first := cfg
-	first.Steps, first.CheckpointDir = 13, dir
+	first.Steps, first.CheckpointDir, first.Metrics = 13, dir, ""
 	if _, err := Run(first, mpi.NewSingle(), io.Discard); err != nil {
 		t.Fatal(err)
 	}
 	second := cfg
 	second.CheckpointDir, second.Resume = dir, "auto"
+	second.Metrics = filepath.Join(t.TempDir(), "resumed.jsonl")
 	res, err := Run(second, mpi.NewSingle(), io.Discard)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if a, b := epochLoss(cfg.Metrics, 1), epochLoss(second.Metrics, 1); a != b {
+		t.Errorf("epoch 1's training loss: uninterrupted %v, resumed at step 13 %v", a, b)
 	}
 	if len(res.StepLosses) != 17 {
 		t.Fatalf("resumed run took %d steps, want 17", len(res.StepLosses))
@@ -281,6 +310,53 @@ func TestResumeIsExact(t *testing.T) {
 	other.LR = 0.05
 	if _, err := Run(other, mpi.NewSingle(), io.Discard); err == nil || !strings.Contains(err.Error(), "config") {
 		t.Errorf("resuming with another lr: %v, want a configuration refusal", err)
+	}
+}
+
+// TestResumeEpochLossTwoRanks: on 2 ranks, a run resumed from a periodic
+// checkpoint within an epoch (its losses so far summed over the ranks
+// when it was written) reports the uninterrupted run's training loss for
+// that epoch.
+func TestResumeEpochLossTwoRanks(t *testing.T) {
+	cfg := Defaults()
+	cfg.Model, cfg.Limit, cfg.TestLimit, cfg.Progress, cfg.DataDir, cfg.Batch = "mlp", 640, 64, 0, dataDir, 16
+	cfg.Epochs, cfg.Steps = 2, 30 // 20 steps an epoch at 2 x 16
+	runs := func(cfg Config) []Result {
+		t.Helper()
+		ranks := mpi.NewFake(2, 0)
+		res := make([]Result, 2)
+		errs := make([]error, 2)
+		var wg sync.WaitGroup
+		for r, c := range ranks {
+			wg.Add(1)
+			go func() { defer wg.Done(); res[r], errs[r] = Run(cfg, c, io.Discard) }()
+		}
+		wg.Wait()
+		for r, err := range errs {
+			if err != nil {
+				t.Fatalf("rank %d: %v", r, err)
+			}
+		}
+		return res
+	}
+	full := cfg
+	full.Epochs, full.Steps = 1, 0
+	want := runs(full)[0].TrainLoss
+
+	dir := t.TempDir()
+	first := cfg
+	first.Steps, first.CheckpointDir, first.CheckpointEvery = 15, dir, "7"
+	runs(first)
+	// Leave the periodic checkpoint of step 14; the run's final one (step
+	// 15) goes.
+	if err := os.Remove(filepath.Join(dir, "ckpt-000000000015.hpck")); err != nil {
+		t.Fatal(err)
+	}
+	second := cfg
+	second.Epochs, second.Steps, second.CheckpointDir, second.Resume = 1, 0, dir, "auto"
+	// The same sums, added in another order: equal to rounding.
+	if got := runs(second)[0]; got.ResumedFrom != 14 || math.Abs(got.TrainLoss-want) > 1e-12*want {
+		t.Errorf("resumed from step %d: epoch 1's training loss %v, uninterrupted %v", got.ResumedFrom, got.TrainLoss, want)
 	}
 }
 
