@@ -279,6 +279,13 @@ func (r *run) warn(format string, a ...any) {
 	fmt.Fprintf(r.errOut, format+"\n", a...)
 }
 
+// everyRank is log on every rank, the rank named at the end of the line:
+// for what each rank saw of its own (the images its loader read lazily,
+// which rank 0 alone would leave unsaid).
+func (r *run) everyRank(format string, a ...any) {
+	fmt.Fprintf(r.out, format+" (rank %d)\n", append(a, r.c.Rank())...)
+}
+
 // buildReplica makes the network on the rank's device: the host network
 // itself on the CPU, with its gradients in grads when not nil (see
 // nodeGrads), else its device copy (whose Host is the host network).

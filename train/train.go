@@ -568,7 +568,7 @@ func (r *run) checkpointOrStop() error {
 		// saved: under bad_input = "stop" every rank stops here instead,
 		// as at the end of the epoch, and the newest checkpoint stays the
 		// last good one.
-		r.pipe.warn.flush(r.log, "read as zeros since the last report (lazy decoding)")
+		r.pipe.warn.flush(r.everyRank, "read as zeros since the last report (lazy decoding)")
 		if err := agree(r.c, "reading images", r.pipe.lazyErr(r.cfg)); err != nil {
 			return err
 		}
@@ -612,7 +612,7 @@ func (r *run) endEpoch() error {
 	}
 	// Images a lazy folder failed to decode were read as zeros; under
 	// bad_input = "stop" every rank stops here, together.
-	r.pipe.warn.flush(r.log, "read as zeros in this epoch (lazy decoding)")
+	r.pipe.warn.flush(r.everyRank, "read as zeros in this epoch (lazy decoding)")
 	if err := agree(r.c, "reading images", r.pipe.lazyErr(r.cfg)); err != nil {
 		return err
 	}
