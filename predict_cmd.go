@@ -355,10 +355,23 @@ func idxUnit(p string, shape data.Shape, classes int) (*unit, error) {
 	}
 	labels := make([]uint8, dims[0])
 	u := &unit{idx: true, path: p}
+	// A labels file beside the images must be theirs: one label of the
+	// network's classes per image (it was ignored when it was not, and a
+	// label past the classes was printed as it was).
 	if lp := labelsBeside(p); lp != "" {
-		if ld, l, err := data.ReadIDX(lp); err == nil && len(ld) == 1 && ld[0] == dims[0] {
-			u.labels = l
+		ld, l, err := data.ReadIDX(lp)
+		switch {
+		case err != nil:
+			return nil, fmt.Errorf("labels %s: %w", lp, unwrapIDX(err))
+		case len(ld) != 1 || ld[0] != dims[0]:
+			return nil, fmt.Errorf("labels %s: dimensions %v, want one label for each of the %d images of %s", lp, ld, dims[0], p)
 		}
+		for i, v := range l {
+			if int(v) >= classes {
+				return nil, fmt.Errorf("labels %s: label %d of image %d, but the network has %d classes", lp, v, i, classes)
+			}
+		}
+		u.labels = l
 	}
 	ds, err := data.NewImages(shape, classes, pix, labels)
 	if err != nil {

@@ -174,6 +174,14 @@ func TestPredictBadInput(t *testing.T) {
 	wb, _ := os.ReadFile(wrongIDX)
 	wb[11], wb[15] = 14, 56 // 2 images of 14x56
 	os.WriteFile(wrongIDX, wb, 0o644)
+	// Labels beside the images that are not theirs: fewer of them, and a
+	// label of a class the network does not have.
+	fewer := writeIDX(t, t.TempDir(), 3)
+	fl := filepath.Join(filepath.Dir(fewer), "test-labels-idx1-ubyte")
+	os.WriteFile(fl, []byte{0, 0, 8, 1, 0, 0, 0, 2, 1, 2}, 0o644)
+	past := writeIDX(t, t.TempDir(), 2)
+	pl := filepath.Join(filepath.Dir(past), "test-labels-idx1-ubyte")
+	os.WriteFile(pl, []byte{0, 0, 8, 1, 0, 0, 0, 2, 1, 10}, 0o644)
 	for _, c := range []struct {
 		args []string
 		code int
@@ -189,6 +197,8 @@ func TestPredictBadInput(t *testing.T) {
 		{[]string{"-checkpoint", ck, "-top", "0", good}, 2, "-top 0"},
 		{[]string{"-checkpoint", ck, "-model", "lenet5", good}, 2, "of model mlp, not lenet5"},
 		{[]string{"-checkpoint", good, good}, 1, "bad magic"},
+		{[]string{"-checkpoint", ck, fewer}, 1, "labels " + fl + ": dimensions [2], want one label for each of the 3 images"},
+		{[]string{"-checkpoint", ck, past}, 1, "labels " + pl + ": label 10 of image 1, but the network has 10 classes"},
 	} {
 		r := runCmd(predictCmd, c.args...)
 		if r.code != c.code || !strings.Contains(r.errs, c.want) || strings.Count(r.errs, "\n") != 1 || r.out != "" {
