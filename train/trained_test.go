@@ -100,28 +100,34 @@ func testEvaluate(t *testing.T, change func(*Config), minAcc float64) {
 		t.Errorf("confusion matrix holds %d samples, %d on the diagonal; want 150 and %d", total, diag, ev.Correct)
 	}
 
-	// Two ranks in process: each evaluates its shard on its own copy.
-	fakes := mpi.NewFake(2, 2)
-	evs := make([]Evaluation, 2)
-	errs := make([]error, 2)
-	var wg sync.WaitGroup
-	for r := range fakes {
-		tr, err := LoadTrained(path, LoadOptions{})
-		if err != nil {
-			t.Fatal(err)
+	// Two ranks in process: each evaluates its shard on its own copy of
+	// the checkpoint's network (wrap: what rank r evaluates it through).
+	onTwoRanks := func(wrap func(r int, net model.Replica) model.Replica) ([]Evaluation, []error) {
+		fakes := mpi.NewFake(2, 2)
+		evs := make([]Evaluation, 2)
+		errs := make([]error, 2)
+		var wg sync.WaitGroup
+		for r := range fakes {
+			tr, err := LoadTrained(path, LoadOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			set, err := tr.OpenEval(tr.Config.DataConfig, tr.Config.TestLimit, 2, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer set.Close()
+			net := wrap(r, tr.Net)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				evs[r], errs[r] = Evaluate(fakes[r], net, set.Loader, set.Test.Len())
+			}()
 		}
-		set, err := tr.OpenEval(tr.Config.DataConfig, tr.Config.TestLimit, 2, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer set.Close()
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			evs[r], errs[r] = Evaluate(fakes[r], tr.Net, set.Loader, set.Test.Len())
-		}()
+		wg.Wait()
+		return evs, errs
 	}
-	wg.Wait()
+	evs, errs := onTwoRanks(func(_ int, net model.Replica) model.Replica { return net })
 	for r := range evs {
 		if errs[r] != nil || evs[r].Accuracy != ev.Accuracy || math.Abs(evs[r].Loss-ev.Loss) > 1e-6 || evs[r].Samples != 150 {
 			t.Errorf("rank %d of 2: %+v, %v; one rank: accuracy %v loss %v", r, evs[r], errs[r], ev.Accuracy, ev.Loss)
@@ -131,28 +137,12 @@ func testEvaluate(t *testing.T, change func(*Config), minAcc float64) {
 	// A device error on rank 1 during its passes (a failed kernel leaves
 	// stale scores) fails the evaluation on both ranks, instead of an
 	// accuracy of whatever the scores held.
-	fakes = mpi.NewFake(2, 2)
-	for r := range fakes {
-		tr, err := LoadTrained(path, LoadOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		set, err := tr.OpenEval(tr.Config.DataConfig, tr.Config.TestLimit, 2, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer set.Close()
-		var net model.Replica = tr.Net
+	evs, errs = onTwoRanks(func(r int, net model.Replica) model.Replica {
 		if r == 1 {
-			net = failingReplica{net}
+			return failingReplica{net}
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			evs[r], errs[r] = Evaluate(fakes[r], net, set.Loader, set.Test.Len())
-		}()
-	}
-	wg.Wait()
+		return net
+	})
 	for r, want := range []string{"evaluation failed on 1 other rank(s)", "evaluation: cuLaunchKernel: CUDA_ERROR_LAUNCH_FAILED"} {
 		if errs[r] == nil || !strings.Contains(errs[r].Error(), want) {
 			t.Errorf("rank %d of 2, rank 1's device failing: %+v, %v; want an error saying %q", r, evs[r], errs[r], want)
