@@ -58,6 +58,11 @@ type State struct {
 	// resumed run reports the mean over the whole epoch. Nil where files
 	// of older builds, and checkpoints at an epoch's end, have none.
 	EpochLoss *float64
+	// Data says what the run read ("60000 training and 10000 test
+	// samples of 28x28x1, 10 classes"), for a resumed run to compare with
+	// its own: the settings name the data's place, not what is there.
+	// Empty where files of older builds have none.
+	Data string
 	// Final is the run's final result (a JSON object, opaque here) in the
 	// checkpoint written when the run completed; nil in every other one.
 	Final    json.RawMessage
@@ -104,6 +109,7 @@ type header struct {
 	Epoch      int             `json:"epoch"`
 	Step       int64           `json:"step"`
 	EpochLoss  *float64        `json:"epoch_loss,omitempty"`
+	Data       string          `json:"data,omitempty"`
 	Final      json.RawMessage `json:"final,omitempty"`
 	Sections   []sectionHeader `json:"sections"`
 }
@@ -134,7 +140,7 @@ func (h *header) state(version int) *State {
 	return &State{
 		Model: h.Model, Desc: h.Desc, ConfigHash: h.ConfigHash, Config: nullIsNil(h.Config),
 		RunID: h.RunID, Optimizer: h.Optimizer, WorldSize: h.WorldSize,
-		Epoch: h.Epoch, Step: h.Step, EpochLoss: h.EpochLoss, Final: nullIsNil(h.Final), Version: version,
+		Epoch: h.Epoch, Step: h.Step, EpochLoss: h.EpochLoss, Data: h.Data, Final: nullIsNil(h.Final), Version: version,
 	}
 }
 
@@ -204,7 +210,7 @@ func encode(w io.Writer, s *State) error {
 	h := header{
 		Model: s.Model, Desc: s.Desc, ConfigHash: s.ConfigHash, Config: s.Config,
 		RunID: s.RunID, Optimizer: s.Optimizer, WorldSize: s.WorldSize,
-		Epoch: s.Epoch, Step: s.Step, EpochLoss: s.EpochLoss, Final: s.Final,
+		Epoch: s.Epoch, Step: s.Step, EpochLoss: s.EpochLoss, Data: s.Data, Final: s.Final,
 		Sections: make([]sectionHeader, len(s.Sections)),
 	}
 	for i, sec := range s.Sections {

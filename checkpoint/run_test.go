@@ -53,7 +53,7 @@ func encodeV1(s *State) []byte {
 // v1State is testState(step) as a version-1 file holds it.
 func v1State(step int64) *State {
 	s := testState(step)
-	s.Desc, s.Config, s.RunID, s.EpochLoss, s.Version = "", nil, "", nil, 1
+	s.Desc, s.Config, s.RunID, s.EpochLoss, s.Data, s.Version = "", nil, "", nil, "", 1
 	return s
 }
 

@@ -185,6 +185,9 @@ type checkpointer struct {
 	// far, all ranks'), nil if it has none; epochLoss is what the next
 	// save records (nil: none), set by the run for a save within an epoch.
 	resumedLoss, epochLoss *float64
+	// data is what this run reads (pipeline.identity), recorded in every
+	// checkpoint and compared on resume.
+	data string
 }
 
 func newCheckpointer(cfg Config, c mpi.Comm, net *model.Net, opt optim.Optimizer, log func(string, ...any)) (*checkpointer, error) {
@@ -389,6 +392,11 @@ func (cp *checkpointer) load() (*checkpoint.State, error) {
 		cp.log("hpctrain: %s is of format version %d: continuing it as run %s (its files stay: only the run's own are pruned)", path, st.Version, cp.runID)
 	}
 	cp.log("hpctrain: resuming from %s (step %d, epoch %d)", path, st.Step, st.Epoch)
+	if st.Data != "" && cp.data != "" && st.Data != cp.data {
+		// The same settings, other data (files replaced, a link moved):
+		// it trains, but not as the interrupted run would have.
+		cp.log("hpctrain: warning: %s was written on %s; this run reads %s: its epochs and batches are not those the interrupted run would have had", path, st.Data, cp.data)
+	}
 	return st, nil
 }
 
@@ -484,7 +492,7 @@ func (cp *checkpointer) write(step, epoch int, final json.RawMessage) error {
 	st := &checkpoint.State{
 		Model: cp.cfg.Model, Desc: cp.desc, Config: cp.config, ConfigHash: resumeHash(cp.cfg),
 		RunID: cp.runID, Optimizer: cp.opt.Name(), WorldSize: cp.comm.Size(),
-		Epoch: epoch, Step: int64(step), Final: final, EpochLoss: cp.epochLoss,
+		Epoch: epoch, Step: int64(step), Final: final, EpochLoss: cp.epochLoss, Data: cp.data,
 		Sections: []checkpoint.Section{{Name: "params", Data: cp.net.Params}},
 	}
 	if len(cp.buffers) > 0 {

@@ -663,3 +663,32 @@ func TestRequeuedWithoutCheckpoint(t *testing.T) {
 		}
 	}
 }
+
+// TestResumeOtherData: the settings name where the data is, not what is
+// there; a run resumed on other data (files replaced, a link moved) is
+// warned that its epochs are not the interrupted run's.
+func TestResumeOtherData(t *testing.T) {
+	cfg := smallRun()
+	cfg.CheckpointDir = t.TempDir()
+	cp := testCheckpointers(t, cfg, 1, 5, 0, io.Discard)[0]
+	cp.data = "640 training and 64 test samples of 28x28x1, 10 classes"
+	cp.resume()
+	if err := cp.save(3, 1); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Resume = "auto"
+	for _, c := range []struct{ data, want string }{
+		{"640 training and 64 test samples of 28x28x1, 10 classes", ""},
+		{"576 training and 64 test samples of 28x28x1, 10 classes", "was written on 640 training and 64 test samples of 28x28x1, 10 classes; this run reads 576 training"},
+	} {
+		var log bytes.Buffer
+		cp := testCheckpointers(t, cfg, 1, 5, 0, &log)[0]
+		cp.data = c.data
+		if step, err := cp.resume(); err != nil || step != 3 {
+			t.Fatalf("resume: step %d, %v", step, err)
+		}
+		if got := strings.Contains(log.String(), "warning"); got != (c.want != "") || !strings.Contains(log.String(), c.want) {
+			t.Errorf("data %q: %q, want a warning saying %q", c.data, log.String(), c.want)
+		}
+	}
+}
