@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -148,6 +149,30 @@ func TestCUDAPrecisionRefused(t *testing.T) {
 		if r.code != 2 || !strings.Contains(r.out, want) {
 			t.Errorf("-precision %s at compute capability 7.0: exit %d, want 2 and %q:\n%s", p, r.code, want, r.out)
 		}
+	}
+}
+
+// TestCUDASkippedStepCheckpoint: under fp16 loss scaling a rank whose
+// loss is NaN skips the step with the others and the run goes on; the
+// skipped step's loss is left out of the epoch's training loss, so the
+// checkpoints after it are written (its NaN in the checkpoint's epoch_loss
+// failed the save) and the reported loss is finite.
+func TestCUDASkippedStepCheckpoint(t *testing.T) {
+	dir := t.TempDir()
+	env := append(emuEnv(t), "HPCTRAIN_FAULT=nan@1:3")
+	r := hpctrainEnv(t, 2, 5*time.Minute, env, "train", "-model", "mlp", "-device", "cuda", "-precision", "fp16", "-limit", "1280", "-test-limit", "100",
+		"-batch", "32", "-threads", "1", "-steps", "12", "-checkpoint-dir", filepath.Join(dir, "ck"), "-checkpoint-every", "5", "-metrics", filepath.Join(dir, "m.jsonl"))
+	if r.code != 0 || !strings.Contains(r.out, "step 3: fp16 gradients overflowed; step skipped") {
+		t.Fatalf("code %d, want 0 and step 3 skipped:\n%s", r.code, r.out)
+	}
+	for _, step := range []string{"5", "10", "12"} {
+		if !strings.Contains(r.out, "ckpt-0000000000"+fmt.Sprintf("%02s", step)+".hpck (step "+step+")") {
+			t.Errorf("no checkpoint of step %s:\n%s", step, r.out)
+		}
+	}
+	b, _ := os.ReadFile(filepath.Join(dir, "m.jsonl"))
+	if !regexp.MustCompile(`"train_loss":[0-9]`).Match(b) {
+		t.Errorf("metrics without a finite training loss:\n%s", b)
 	}
 }
 

@@ -53,11 +53,11 @@ type State struct {
 	WorldSize int    // MPI ranks that wrote it
 	Epoch     int    // epoch in progress
 	Step      int64  // global optimizer steps taken
-	// EpochLoss is the training losses of the epoch's steps taken so far,
-	// summed over the ranks, in a checkpoint written within an epoch: a
-	// resumed run reports the mean over the whole epoch. Nil where files
-	// of older builds, and checkpoints at an epoch's end, have none.
-	EpochLoss *float64
+	// EpochLoss is the training losses of the epoch's steps so far, in a
+	// checkpoint written within an epoch: a resumed run reports the mean
+	// over the whole epoch. Nil where files of older builds, and
+	// checkpoints at an epoch's end, have none.
+	EpochLoss *EpochLoss
 	// Data says what the run read ("60000 training and 10000 test
 	// samples of 28x28x1, 10 classes"), for a resumed run to compare with
 	// its own: the settings name the data's place, not what is there.
@@ -70,6 +70,13 @@ type State struct {
 	// Version is the format version Load read the State from; Save ignores
 	// it and writes Version.
 	Version int
+}
+
+// EpochLoss is a sum of training losses: Sum of every rank's losses of
+// Steps steps (steps a loss scaler skipped are not counted).
+type EpochLoss struct {
+	Sum   float64 `json:"sum"`
+	Steps int     `json:"steps"`
 }
 
 // Section is one named flat tensor (parameters, gradients' moments, ...).
@@ -108,7 +115,7 @@ type header struct {
 	WorldSize  int             `json:"world_size"`
 	Epoch      int             `json:"epoch"`
 	Step       int64           `json:"step"`
-	EpochLoss  *float64        `json:"epoch_loss,omitempty"`
+	EpochLoss  *EpochLoss      `json:"epoch_loss,omitempty"`
 	Data       string          `json:"data,omitempty"`
 	Final      json.RawMessage `json:"final,omitempty"`
 	Sections   []sectionHeader `json:"sections"`
@@ -119,8 +126,8 @@ func (h *header) check() error {
 	if h.Step < 0 {
 		return fmt.Errorf("negative step %d", h.Step)
 	}
-	if h.EpochLoss != nil && !(*h.EpochLoss >= 0) {
-		return fmt.Errorf("epoch_loss %v: a sum of losses is not negative", *h.EpochLoss)
+	if l := h.EpochLoss; l != nil && (!(l.Sum >= 0) || l.Steps < 0) {
+		return fmt.Errorf("epoch_loss %+v: a sum of losses over a count of steps, neither negative", *l)
 	}
 	if !objectOrEmpty(h.Config) || !objectOrEmpty(h.Final) {
 		return errors.New("config or final is not a JSON object")

@@ -26,7 +26,7 @@ func testState(step int64) *State {
 		Model: "cnn-fmnist", Desc: "[[layer]]\nkind = \"conv\"\nchannels = 32\n",
 		ConfigHash: "abc", Config: json.RawMessage(`{"batch":64,"lr":0.01,"seed":18446744073709551615,"augment":{"flip":true}}`),
 		RunID: "0123456789abcdef", Optimizer: "adamw",
-		WorldSize: 4, Epoch: 2, Step: step, EpochLoss: new(float64(0.1 * float64(step))),
+		WorldSize: 4, Epoch: 2, Step: step, EpochLoss: &EpochLoss{Sum: 0.1 * float64(step), Steps: 3},
 		Data: "640 training and 64 test samples of 28x28x1, 10 classes",
 		Sections: []Section{
 			{"params", params},

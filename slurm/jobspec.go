@@ -117,8 +117,10 @@ func (s JobSpec) Validate() error {
 	if secs, err := timeSeconds(s.Time); err != nil {
 		bad("time", "%v", err)
 	} else if 2*s.SignalGrace > secs {
-		// SLURM would signal as soon as the job starts (or soon after):
-		// every run would checkpoint and requeue having done little.
+		// A policy: with a grace of the whole limit or more SLURM signals
+		// as soon as the job starts, and with more than half of it every
+		// run spends less time training than the warning allows for; each
+		// would checkpoint and requeue having done little.
 		bad("signal_grace", "%d s is more than half the time limit %s (%d s): each run would be told to stop soon after it starts; raise time or lower signal_grace", s.SignalGrace, s.Time, secs)
 	}
 	// #SBATCH values: sbatch splits them on white space and does its own

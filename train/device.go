@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"hpctrain/gpu"
 	"hpctrain/gpu/collective"
 	"hpctrain/gpu/cuda"
 	"hpctrain/gpu/cudanet"
@@ -91,7 +92,7 @@ func (r *run) openDevice() (*device, error) {
 		// device (a node without NVML): try it, else the CPU. Collective
 		// shm sums host memory: it asks for the CPU.
 		// -gpus none keeps the ranks off the GPUs.
-		if cfg.GPUs != "none" && cfg.Collective != "shm" && (r.pl.gpu >= 0 || cudaPresent()) {
+		if spec, _ := gpu.ParseSpec(cfg.GPUs, cfg.GPUShare); !spec.Off && cfg.Collective != "shm" && (r.pl.gpu >= 0 || cudaPresent()) {
 			d, err = openCUDA(r.pl.gpu, c.LocalRank(), c.LocalSize(), cfg)
 			if err != nil && !errors.As(err, new(cli.UsageError)) { // a bad request is refused, as -device cuda's
 				r.warn("hpctrain: warning: rank %d: -device auto: %v; training on the CPU", c.Rank(), err)

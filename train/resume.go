@@ -184,7 +184,7 @@ type checkpointer struct {
 	// resumedLoss is the checkpoint's EpochLoss (the epoch's losses so
 	// far, all ranks'), nil if it has none; epochLoss is what the next
 	// save records (nil: none), set by the run for a save within an epoch.
-	resumedLoss, epochLoss *float64
+	resumedLoss, epochLoss *checkpoint.EpochLoss
 	// data is what this run reads (pipeline.identity), recorded in every
 	// checkpoint and compared on resume.
 	data string
@@ -241,7 +241,7 @@ type resumePlan struct {
 	Optim   []int           `json:"optim"`   // lengths of the optimizer's buffers
 	Final   json.RawMessage `json:"final,omitempty"`
 	// EpochLoss is the checkpoint's (checkpoint.State.EpochLoss).
-	EpochLoss *float64 `json:"epoch_loss,omitempty"`
+	EpochLoss *checkpoint.EpochLoss `json:"epoch_loss,omitempty"`
 }
 
 // resume starts the run's checkpoints. Without -resume the run is fresh:

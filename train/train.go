@@ -13,6 +13,7 @@ import (
 	"time"
 	"unsafe"
 
+	"hpctrain/checkpoint"
 	"hpctrain/data"
 	"hpctrain/internal/cli"
 	"hpctrain/model"
@@ -112,13 +113,13 @@ type run struct {
 
 	steps, total    int // steps per epoch (the sampler's, drop-last), in the run
 	startStep, step int // where this call began, and the global step
-	// epochLoss sums this rank's training losses of the epoch's steps from
-	// step epochFrom on; a run resumed within an epoch starts rank 0's at
-	// the checkpoint's sum of every rank's (checkpoint.State.EpochLoss),
-	// from the epoch's first step, so the epoch's mean is the whole
-	// epoch's.
+	// epochLoss sums this rank's training losses of epochSteps steps of
+	// the epoch (steps the loss scaler skipped left out, on every rank);
+	// a run resumed within an epoch starts rank 0's sum and every rank's
+	// count at the checkpoint's (checkpoint.State.EpochLoss, every rank's
+	// losses), so the epoch's mean is the whole epoch's.
 	epochLoss         float64
-	epochFrom         int
+	epochSteps        int
 	epochLossAll      float64 // every rank's epochLoss, summed at the epoch's end
 	params            int     // the model's parameter count (fitModel)
 	epoch             int
@@ -215,11 +216,10 @@ func start(cfg Config, comm mpi.Comm, out, errOut io.Writer) (r *run, err error)
 		return r, err
 	}
 	r.step = r.startStep
-	r.epochFrom = r.startStep
 	if l := r.cp.resumedLoss; l != nil && r.startStep%r.steps != 0 {
-		r.epochFrom = r.startStep - r.startStep%r.steps
+		r.epochSteps = l.Steps
 		if c.Rank() == 0 {
-			r.epochLoss = *l
+			r.epochLoss = l.Sum
 		}
 	}
 	if err := r.openOutputs(); err != nil {
@@ -482,7 +482,7 @@ func (r *run) trainEpoch() error {
 	ld.StartAt(r.epoch, r.step%r.steps)
 	start := time.Now()
 	if r.step%r.steps == 0 {
-		r.epochLoss, r.epochFrom = 0, r.step
+		r.epochLoss, r.epochSteps = 0, 0
 	}
 	for s := r.step % r.steps; s < r.steps && !(r.cfg.Steps > 0 && r.step >= r.cfg.Steps); s++ {
 		r.enter(&phaseTraining)
@@ -507,7 +507,11 @@ func (r *run) trainEpoch() error {
 			}
 		}
 		r.account(t0)
-		r.epochLoss += loss
+		if !r.st.Skipped {
+			// A skipped step's loss may be the overflow that skipped it.
+			r.epochLoss += loss
+			r.epochSteps++
+		}
 		r.res.StepLosses = append(r.res.StepLosses, loss)
 		if r.lossLog != nil {
 			fmt.Fprintf(r.lossLog, "%d %.9g\n", r.step+1, loss)
@@ -523,14 +527,22 @@ func (r *run) trainEpoch() error {
 		}
 	}
 	r.trainTime += time.Since(start)
-	// The mean training loss over all ranks.
+	return r.epochMean()
+}
+
+// epochMean sets the result's training loss: the mean over the epoch's
+// counted steps and all ranks. Collective.
+func (r *run) epochMean() error {
 	r.enter(&phaseEpochLoss)
 	tl := []float64{r.epochLoss}
 	if err := r.c.AllreduceSum64(tl); err != nil {
 		return err
 	}
 	r.epochLossAll = tl[0]
-	r.res.TrainLoss = tl[0] / float64((r.step-r.epochFrom)*r.c.Size())
+	r.res.TrainLoss = 0 // no step counted: every one skipped by the loss scaler
+	if r.epochSteps > 0 {
+		r.res.TrainLoss = tl[0] / float64(r.epochSteps*r.c.Size())
+	}
 	return nil
 }
 
@@ -586,7 +598,7 @@ func (r *run) checkpointOrStop() error {
 			if err := r.c.AllreduceSum64(sum); err != nil {
 				return err
 			}
-			r.cp.epochLoss = &sum[0]
+			r.cp.epochLoss = &checkpoint.EpochLoss{Sum: sum[0], Steps: r.epochSteps}
 		}
 		err := agree(r.c, "writing a checkpoint", r.cp.save(r.step, r.epoch))
 		r.cp.epochLoss = nil
@@ -660,8 +672,12 @@ func (r *run) flushLossLog() error {
 func (r *run) finish() (Result, error) {
 	if r.res.Epoch == 0 {
 		// No epoch ended in this call (resumed from a checkpoint taken at
-		// the run's last step): evaluate now, so the result is real.
+		// the run's last step): evaluate now, so the result is real, with
+		// the training loss the checkpoint recorded for the epoch.
 		r.epoch = max(r.step-1, 0)/r.steps + 1
+		if err := r.epochMean(); err != nil {
+			return r.res, err
+		}
 		if err := r.endEpoch(); err != nil {
 			return r.res, err
 		}
@@ -677,11 +693,7 @@ func (r *run) finish() (Result, error) {
 	// far, for a run that raises -steps and resumes it (one that trained
 	// nothing, its checkpoint's).
 	if r.step%r.steps != 0 {
-		sum := r.epochLossAll
-		r.cp.epochLoss = &sum
-		if r.step == r.startStep {
-			r.cp.epochLoss = r.cp.resumedLoss
-		}
+		r.cp.epochLoss = &checkpoint.EpochLoss{Sum: r.epochLossAll, Steps: r.epochSteps}
 	}
 	err := agree(r.c, "writing the final checkpoint", r.cp.saveFinal(r.step, r.res))
 	r.cp.epochLoss = nil

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"hpctrain/checkpoint"
 	"hpctrain/data"
 	"hpctrain/internal/mpitest"
 	_ "hpctrain/internal/openblas"
@@ -357,6 +358,76 @@ func TestResumeEpochLossTwoRanks(t *testing.T) {
 	// The same sums, added in another order: equal to rounding.
 	if got := runs(second)[0]; got.ResumedFrom != 14 || math.Abs(got.TrainLoss-want) > 1e-12*want {
 		t.Errorf("resumed from step %d: epoch 1's training loss %v, uninterrupted %v", got.ResumedFrom, got.TrainLoss, want)
+	}
+}
+
+// TestResumeEpochLossPaths: the epoch's training loss after resuming
+// (one rank, 20 steps an epoch), where the checkpoint does not carry the
+// whole epoch so far:
+//   - a checkpoint of an older build (no epoch_loss), resumed at step 7 and
+//     checkpointed again at step 14 within the epoch, then resumed to the
+//     epoch's end: the mean of the steps counted since the first resume,
+//     8 to 20 (it was their sum over all 20 steps);
+//   - a run resumed at its last step with nothing left to train (its
+//     checkpoint written before the final one could be): the recorded
+//     mean of steps 1 to 14 (it was 0).
+func TestResumeEpochLossPaths(t *testing.T) {
+	cfg := Defaults()
+	cfg.Model, cfg.Limit, cfg.TestLimit, cfg.Progress, cfg.DataDir, cfg.Batch = "mlp", 640, 64, 0, dataDir, 32
+	cfg.Epochs = 1
+	full, err := Run(cfg, mpi.NewSingle(), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mean := func(from, to int) float64 { // steps from..to, numbered from 1
+		var s float64
+		for _, l := range full.StepLosses[from-1 : to] {
+			s += l
+		}
+		return s / float64(to-from+1)
+	}
+	// rewrite replaces the newest checkpoint in dir by change's copy.
+	rewrite := func(dir string, change func(*checkpoint.State)) {
+		t.Helper()
+		st, _, err := checkpoint.Latest(dir, nil)
+		if err != nil || st == nil {
+			t.Fatalf("newest checkpoint: %v", err)
+		}
+		change(st)
+		if _, err := checkpoint.Save(dir, st, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run := func(c Config) Result {
+		t.Helper()
+		res, err := Run(c, mpi.NewSingle(), io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	near := func(a, b float64) bool { return math.Abs(a-b) <= 1e-12*math.Abs(b) }
+
+	dir := t.TempDir()
+	c := cfg
+	c.CheckpointDir, c.Steps = dir, 7
+	run(c)
+	rewrite(dir, func(st *checkpoint.State) { st.EpochLoss = nil })
+	c.Resume, c.Steps = "auto", 14
+	run(c)
+	c.Steps = 0
+	if got, want := run(c).TrainLoss, mean(8, 20); !near(got, want) {
+		t.Errorf("resumed from an older build's checkpoint, checkpointed within the epoch, resumed again: training loss %v, want steps 8-20's %v", got, want)
+	}
+
+	dir = t.TempDir()
+	c = cfg
+	c.CheckpointDir, c.Steps = dir, 14
+	run(c)
+	rewrite(dir, func(st *checkpoint.State) { st.Final = nil })
+	c.Resume = "auto"
+	if got, want := run(c).TrainLoss, mean(1, 14); !near(got, want) {
+		t.Errorf("resumed with nothing left to train: training loss %v, want steps 1-14's %v", got, want)
 	}
 }
 
