@@ -822,7 +822,10 @@ func writeMetrics(f *os.File, r Result) error {
 	if f == nil {
 		return nil
 	}
-	b, _ := json.Marshal(r)
+	b, err := json.Marshal(r) // fails on a NaN: no empty line written for it
+	if err != nil {
+		return fmt.Errorf("writing metrics: %w", err)
+	}
 	if _, err := f.Write(append(b, '\n')); err != nil {
 		return fmt.Errorf("writing metrics: %w", err)
 	}
