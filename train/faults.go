@@ -22,6 +22,8 @@ import (
 //	                   overflow on one rank: all skip the step together)
 //	fail@1:3           rank 1's step 3 fails after the all-reduce, on that
 //	                   rank alone (as a device's failed allocation would)
+//	usr1@0:20          rank 0 is asked to stop after step 20, as SIGUSR1
+//	                   would ask it (checkpoint, exit for requeue)
 //	stop@1:evaluation  rank 1 stops itself (SIGSTOP) when it enters a phase:
 //	                   init (before MPI_Init), startup, broadcast, resume,
 //	                   signals, checksum, checkpoint, evaluation, training
@@ -39,9 +41,9 @@ var stopPhases = map[string]*string{
 
 // fault is one injected failure.
 type fault struct {
-	kind  string // "nan", "perturb", "overflow", "fail" or "stop"
+	kind  string // "nan", "perturb", "overflow", "fail", "usr1" or "stop"
 	rank  int
-	step  int     // nan, perturb, overflow, fail
+	step  int     // nan, perturb, overflow, fail, usr1
 	phase *string // stop; nil for "init"
 }
 
@@ -62,7 +64,7 @@ func parseFaults(spec string, rank int) (faults, error) {
 		ft := fault{kind: kind, rank: ri}
 		var err2 error
 		switch kind {
-		case "nan", "perturb", "overflow", "fail":
+		case "nan", "perturb", "overflow", "fail", "usr1":
 			ft.step, err2 = strconv.Atoi(s)
 		case "stop":
 			if ft.phase = stopPhases[s]; ft.phase == nil && s != "init" {
@@ -72,7 +74,7 @@ func parseFaults(spec string, rank int) (faults, error) {
 			ok = false
 		}
 		if !ok || !ok2 || err1 != nil || err2 != nil {
-			return nil, fmt.Errorf("%s: %q is not nan@rank:step, perturb@rank:step, overflow@rank:step, fail@rank:step or stop@rank:phase (phases: init, %s)", FaultEnv, f, strings.Join(phaseNames(), ", "))
+			return nil, fmt.Errorf("%s: %q is not nan@rank:step, perturb@rank:step, overflow@rank:step, fail@rank:step, usr1@rank:step or stop@rank:phase (phases: init, %s)", FaultEnv, f, strings.Join(phaseNames(), ", "))
 		}
 		if ri == rank {
 			fs = append(fs, ft)
@@ -150,6 +152,16 @@ func (fs faults) fail(step int) error {
 		}
 	}
 	return nil
+}
+
+// signal asks this rank to stop after step (1-based) where a fault says
+// so, as the SIGUSR1 handler does.
+func (fs faults) signal(step int) {
+	for _, f := range fs {
+		if f.kind == "usr1" && f.step == step {
+			stopSignalled.Store(true)
+		}
+	}
 }
 
 // perturbs reports whether perturb changes a parameter after step.

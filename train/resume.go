@@ -188,6 +188,11 @@ type checkpointer struct {
 	// data is what this run reads (pipeline.identity), recorded in every
 	// checkpoint and compared on resume.
 	data string
+	// scaler is fp16's loss scaler (nil in other precisions), saved as the
+	// section "loss_scaler"; resumedScaler is that section of the
+	// checkpoint resumed (nil: none), for the run to restore.
+	scaler        *optim.LossScaler
+	resumedScaler []float32
 }
 
 func newCheckpointer(cfg Config, c mpi.Comm, net *model.Net, opt optim.Optimizer, log func(string, ...any)) (*checkpointer, error) {
@@ -242,6 +247,8 @@ type resumePlan struct {
 	Final   json.RawMessage `json:"final,omitempty"`
 	// EpochLoss is the checkpoint's (checkpoint.State.EpochLoss).
 	EpochLoss *checkpoint.EpochLoss `json:"epoch_loss,omitempty"`
+	// Scaler is its section "loss_scaler" (scale, clean steps), if any.
+	Scaler []float32 `json:"loss_scaler,omitempty"`
 }
 
 // resume starts the run's checkpoints. Without -resume the run is fresh:
@@ -333,6 +340,7 @@ func (cp *checkpointer) resume() (int, error) {
 		cp.final = &r
 	}
 	cp.resumedStep, cp.resumedEpoch, cp.resumedLoss = plan.Step, plan.Epoch, plan.EpochLoss
+	cp.resumedScaler = plan.Scaler
 	return plan.Step, nil
 }
 
@@ -435,6 +443,7 @@ func (cp *checkpointer) plan(st *checkpoint.State) resumePlan {
 		return p
 	}
 	p.Resume, p.Step, p.Epoch, p.Final, p.EpochLoss = true, int(st.Step), st.Epoch, st.Final, st.EpochLoss
+	p.Scaler = st.Lookup("loss_scaler")
 	p.Buffers = len(st.Lookup("buffers"))
 	for i := 0; ; i++ {
 		s := st.Lookup(fmt.Sprintf("optim.%d", i))
@@ -500,6 +509,9 @@ func (cp *checkpointer) write(step, epoch int, final json.RawMessage) error {
 	}
 	for i, s := range cp.opt.State() {
 		st.Sections = append(st.Sections, checkpoint.Section{Name: fmt.Sprintf("optim.%d", i), Data: s})
+	}
+	if cp.scaler != nil {
+		st.Sections = append(st.Sections, checkpoint.Section{Name: "loss_scaler", Data: cp.scaler.State()})
 	}
 	if err := cp.relock(); err != nil {
 		return err

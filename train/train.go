@@ -3,6 +3,7 @@ package train
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"io"
@@ -216,7 +217,9 @@ func start(cfg Config, comm mpi.Comm, out, errOut io.Writer) (r *run, err error)
 		return r, err
 	}
 	r.step = r.startStep
-	if l := r.cp.resumedLoss; l != nil && r.startStep%r.steps != 0 {
+	// Seeded at an epoch's end too: a run resumed at its last step then
+	// reports the finished epoch's loss (the next epoch starts from 0).
+	if l := r.cp.resumedLoss; l != nil {
 		r.epochSteps = l.Steps
 		if c.Rank() == 0 {
 			r.epochLoss = l.Sum
@@ -233,6 +236,15 @@ func start(cfg Config, comm mpi.Comm, out, errOut io.Writer) (r *run, err error)
 	if err := r.newStep(); err != nil {
 		return r, err
 	}
+	// fp16's loss scale goes on from the checkpoint's, as the
+	// uninterrupted run's would (which steps it skips depends on it). The
+	// plan is rank 0's: every rank restores the same, or fails alike.
+	if r.st.scaler != nil && r.cp.resumedScaler != nil {
+		if err := r.st.scaler.Restore(r.cp.resumedScaler); err != nil {
+			return r, cli.Usage(fmt.Errorf("resume: %w", err))
+		}
+	}
+	r.cp.scaler = r.st.scaler
 	r.prog = newProgress(out, c.Rank() == 0, cfg.Progress, r.total-r.startStep, cfg.Batch*c.Size())
 	if cfg.Timeline != "" {
 		r.tl = newTimeline(c.Rank(), min(10, r.total/2), cfg.TimelineSteps)
@@ -520,9 +532,20 @@ func (r *run) trainEpoch() error {
 			r.log("hpctrain: step %d: fp16 gradients overflowed; step skipped on every rank, loss scale now %g", r.step+1, r.st.scaler.Scale())
 		}
 		r.step++
+		r.flt.signal(r.step)
 		r.prog.update(r.epoch, s+1, r.steps, r.step-r.startStep, loss)
 		if err := r.checkpointOrStop(); err != nil {
 			r.trainTime += time.Since(start)
+			if errors.Is(err, ErrPreempted) && r.step%r.steps == 0 {
+				// Stopped at the epoch's last step: report the epoch now,
+				// or no run would (the resumed one starts at the next).
+				if err := r.epochMean(); err != nil {
+					return err
+				}
+				if err := r.endEpoch(); err != nil {
+					return err
+				}
+			}
 			return err
 		}
 	}
@@ -591,15 +614,13 @@ func (r *run) checkpointOrStop() error {
 		if err := agree(r.c, "copying the model from the device", pull(r.rep, r.opt)); err != nil {
 			return err
 		}
-		// Within an epoch, the checkpoint records the epoch's losses so
-		// far, summed over the ranks, for a run resumed from it.
-		if r.step%r.steps != 0 {
-			sum := []float64{r.epochLoss}
-			if err := r.c.AllreduceSum64(sum); err != nil {
-				return err
-			}
-			r.cp.epochLoss = &checkpoint.EpochLoss{Sum: sum[0], Steps: r.epochSteps}
+		// The checkpoint records the epoch's losses so far, summed over
+		// the ranks, for a run resumed from it.
+		sum := []float64{r.epochLoss}
+		if err := r.c.AllreduceSum64(sum); err != nil {
+			return err
 		}
+		r.cp.epochLoss = &checkpoint.EpochLoss{Sum: sum[0], Steps: r.epochSteps}
 		err := agree(r.c, "writing a checkpoint", r.cp.save(r.step, r.epoch))
 		r.cp.epochLoss = nil
 		if err != nil {
@@ -607,6 +628,12 @@ func (r *run) checkpointOrStop() error {
 		}
 	}
 	if stop {
+		if r.step >= r.total {
+			// Asked to stop at the run's last step: it finishes now
+			// (evaluation and final checkpoint), with nothing to requeue.
+			r.log("hpctrain: signal received at the run's last step %d: finishing it", r.step)
+			return nil
+		}
 		r.log("hpctrain: signal received: checkpointed step %d; exiting with code %d for requeue", r.step, ExitRequeue)
 		return ErrPreempted
 	}
@@ -689,12 +716,9 @@ func (r *run) finish() (Result, error) {
 	if err := agree(r.c, "copying the model from the device", pull(r.rep, r.opt)); err != nil {
 		return r.res, err
 	}
-	// A run ended by -steps within an epoch records the epoch's losses so
-	// far, for a run that raises -steps and resumes it (one that trained
-	// nothing, its checkpoint's).
-	if r.step%r.steps != 0 {
-		r.cp.epochLoss = &checkpoint.EpochLoss{Sum: r.epochLossAll, Steps: r.epochSteps}
-	}
+	// The epoch's losses so far (all of it at an epoch's end), for a run
+	// that raises -steps and resumes within the epoch.
+	r.cp.epochLoss = &checkpoint.EpochLoss{Sum: r.epochLossAll, Steps: r.epochSteps}
 	err := agree(r.c, "writing the final checkpoint", r.cp.saveFinal(r.step, r.res))
 	r.cp.epochLoss = nil
 	if err != nil {

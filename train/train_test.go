@@ -3,6 +3,7 @@ package train
 import (
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -428,6 +429,73 @@ func TestResumeEpochLossPaths(t *testing.T) {
 	c.Resume = "auto"
 	if got, want := run(c).TrainLoss, mean(1, 14); !near(got, want) {
 		t.Errorf("resumed with nothing left to train: training loss %v, want steps 1-14's %v", got, want)
+	}
+}
+
+// TestStopAtEpochEnd: a run asked to stop (SIGUSR1, here the usr1 fault)
+// at an epoch's last step reports that epoch before it exits for requeue,
+// since the resumed run starts at the next one (it reported neither); the
+// resumed run then reports the next epoch, and every epoch's figures are
+// the uninterrupted run's. Asked at the run's last step, the run simply
+// finishes: nothing is left to requeue.
+func TestStopAtEpochEnd(t *testing.T) {
+	t.Cleanup(func() { stopSignalled.Store(false) })
+	cfg := Defaults()
+	cfg.Model, cfg.Limit, cfg.TestLimit, cfg.Progress, cfg.DataDir, cfg.Batch = "mlp", 640, 64, 0, dataDir, 32
+	cfg.Epochs = 2 // 20 steps each
+	cfg.Metrics = filepath.Join(t.TempDir(), "full.jsonl")
+	if _, err := Run(cfg, mpi.NewSingle(), io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	type line struct {
+		Epoch        int     `json:"epoch"`
+		TrainLoss    float64 `json:"train_loss"`
+		TestAccuracy float64 `json:"test_accuracy"`
+		Final        bool    `json:"final"`
+	}
+	epochs := func(path string) []line {
+		t.Helper()
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ls []line
+		for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			var m line
+			if err := json.Unmarshal([]byte(l), &m); err != nil {
+				t.Fatalf("%s: %q: %v", path, l, err)
+			}
+			if !m.Final {
+				ls = append(ls, m)
+			}
+		}
+		return ls
+	}
+	want := epochs(cfg.Metrics)
+
+	c := cfg
+	c.CheckpointDir, c.Resume, c.Metrics = t.TempDir(), "auto", filepath.Join(t.TempDir(), "stopped.jsonl")
+	t.Setenv(FaultEnv, "usr1@0:20")
+	if _, err := Run(c, mpi.NewSingle(), io.Discard); !errors.Is(err, ErrPreempted) {
+		t.Fatalf("stopped at step 20: %v, want ErrPreempted", err)
+	}
+	stopSignalled.Store(false)
+	t.Setenv(FaultEnv, "")
+	if _, err := Run(c, mpi.NewSingle(), io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if got := epochs(c.Metrics); len(got) != 2 || got[0] != want[0] || math.Abs(got[1].TrainLoss-want[1].TrainLoss) > 1e-12 || got[1].TestAccuracy != want[1].TestAccuracy {
+		t.Errorf("stopped at the end of epoch 1 and resumed: epochs %+v, uninterrupted %+v", got, want)
+	}
+
+	c.CheckpointDir, c.Metrics = t.TempDir(), filepath.Join(t.TempDir(), "last.jsonl")
+	t.Setenv(FaultEnv, "usr1@0:40")
+	res, err := Run(c, mpi.NewSingle(), io.Discard)
+	if err != nil || res.Step != 40 {
+		t.Fatalf("asked to stop at the last step: %+v, %v; want the run finished", res, err)
+	}
+	if got := epochs(c.Metrics); len(got) != 2 || got[1] != want[1] {
+		t.Errorf("asked to stop at the last step: epochs %+v, uninterrupted %+v", got, want)
 	}
 }
 

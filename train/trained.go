@@ -453,6 +453,9 @@ func Evaluate(c mpi.Comm, net model.Replica, ld *data.Loader, n int) (Evaluation
 		return Evaluation{}, fmt.Errorf("evaluation: %w", nerr)
 	case sums[3] > 0:
 		return Evaluation{}, fmt.Errorf("evaluation failed on %d other rank(s) (see their message); stopping", int(sums[3]))
+	case math.IsNaN(sums[0]) || math.IsInf(sums[0], 0):
+		// No figure to report (nor to write as JSON): the scores overflow.
+		return Evaluation{}, fmt.Errorf("evaluation: the test loss is %v: the network's scores overflow on the test set", sums[0])
 	}
 	if sums[2] == 0 {
 		return Evaluation{}, errors.New("empty test set")

@@ -148,6 +148,28 @@ func testEvaluate(t *testing.T, change func(*Config), minAcc float64) {
 			t.Errorf("rank %d of 2, rank 1's device failing: %+v, %v; want an error saying %q", r, evs[r], errs[r], want)
 		}
 	}
+
+	// Scores that overflow on rank 1's shard: no test loss to report, on
+	// either rank (it reached the metrics' JSON as an empty line).
+	evs, errs = onTwoRanks(func(r int, net model.Replica) model.Replica {
+		if r == 1 {
+			return overflowingReplica{net}
+		}
+		return net
+	})
+	for r := range errs {
+		if want := "evaluation: the test loss is +Inf"; errs[r] == nil || !strings.Contains(errs[r].Error(), want) {
+			t.Errorf("rank %d of 2, rank 1's scores overflowing: %+v, %v; want an error saying %q", r, evs[r], errs[r], want)
+		}
+	}
+}
+
+// overflowingReplica is a replica whose scores overflow: its loss is +Inf.
+type overflowingReplica struct{ model.Replica }
+
+func (o overflowingReplica) Loss(labels []int32) (float64, int) {
+	_, c := o.Replica.Loss(labels)
+	return math.Inf(1), c
 }
 
 // failingReplica is a replica whose device failed: Err reports it.
