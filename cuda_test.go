@@ -152,6 +152,24 @@ func TestCUDAPrecisionRefused(t *testing.T) {
 	}
 }
 
+// TestCUDALossScaleResumes: fp16's loss scale is in the checkpoint. As
+// TestCUDALossScaling, stopped after step 7 (scale 4096) and resumed to
+// step 12: the overflow at step 10 halves 8192 to 4096, as in the
+// uninterrupted run; restarted from -loss-scale 1024 it said 1024.
+func TestCUDALossScaleResumes(t *testing.T) {
+	env := append(emuEnv(t), "HPCTRAIN_FAULT=overflow@1:5,overflow@1:10")
+	ck := filepath.Join(t.TempDir(), "ck")
+	args := []string{"train", "-model", "mlp", "-device", "cuda", "-precision", "fp16", "-limit", "1280", "-test-limit", "100",
+		"-batch", "32", "-threads", "1", "-loss-scale", "1024", "-loss-scale-interval", "2", "-checkpoint-dir", ck, "-resume", "auto"}
+	if r := hpctrainEnv(t, 2, 5*time.Minute, env, append(args, "-steps", "7")...); r.code != 0 {
+		t.Fatalf("first part: code %d\n%s", r.code, r.out)
+	}
+	r := hpctrainEnv(t, 2, 5*time.Minute, env, append(args, "-steps", "12")...)
+	if want := "step 10: fp16 gradients overflowed; step skipped on every rank, loss scale now 4096"; r.code != 0 || !strings.Contains(r.out, want) {
+		t.Errorf("resumed: code %d, want %q:\n%s", r.code, want, r.out)
+	}
+}
+
 // TestCUDASkippedStepCheckpoint: under fp16 loss scaling a rank whose
 // loss is NaN skips the step with the others and the run goes on; the
 // skipped step's loss is left out of the epoch's training loss, so the
