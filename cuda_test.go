@@ -168,6 +168,18 @@ func TestCUDALossScaleResumes(t *testing.T) {
 	if want := "step 10: fp16 gradients overflowed; step skipped on every rank, loss scale now 4096"; r.code != 0 || !strings.Contains(r.out, want) {
 		t.Errorf("resumed: code %d, want %q:\n%s", r.code, want, r.out)
 	}
+	// -loss-scale-interval is not a setting the checkpoint holds the run
+	// to: lowered below the checkpoint's count of clean steps, the state
+	// cannot be restored, and the run resumes from -loss-scale, saying so.
+	ck2 := filepath.Join(t.TempDir(), "ck")
+	args = append(args, "-checkpoint-dir", ck2, "-loss-scale-interval")
+	if r := hpctrainEnv(t, 2, 5*time.Minute, emuEnv(t), append(args, "100", "-steps", "7")...); r.code != 0 {
+		t.Fatalf("interval 100: code %d\n%s", r.code, r.out)
+	}
+	r = hpctrainEnv(t, 2, 5*time.Minute, emuEnv(t), append(args, "5", "-steps", "9")...)
+	if want := "warning: the checkpoint's fp16 loss scale does not fit this run's settings"; r.code != 0 || !strings.Contains(r.out, want) {
+		t.Errorf("resumed with a lower interval: code %d, want a warning %q:\n%s", r.code, want, r.out)
+	}
 }
 
 // TestCUDASkippedStepCheckpoint: under fp16 loss scaling a rank whose

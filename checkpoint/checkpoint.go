@@ -73,10 +73,13 @@ type State struct {
 }
 
 // EpochLoss is a sum of training losses: Sum of every rank's losses of
-// Steps steps (steps a loss scaler skipped are not counted).
+// Steps steps (steps a loss scaler skipped are not counted). Unreported
+// marks a checkpoint at an epoch's last step written by a run that then
+// stopped, before it evaluated and reported the epoch.
 type EpochLoss struct {
-	Sum   float64 `json:"sum"`
-	Steps int     `json:"steps"`
+	Sum        float64 `json:"sum"`
+	Steps      int     `json:"steps"`
+	Unreported bool    `json:"unreported,omitempty"`
 }
 
 // Section is one named flat tensor (parameters, gradients' moments, ...).

@@ -443,7 +443,11 @@ func (cp *checkpointer) plan(st *checkpoint.State) resumePlan {
 		return p
 	}
 	p.Resume, p.Step, p.Epoch, p.Final, p.EpochLoss = true, int(st.Step), st.Epoch, st.Final, st.EpochLoss
-	p.Scaler = st.Lookup("loss_scaler")
+	// Only a state that can be restored travels: a NaN would not even
+	// make it into the plan's JSON.
+	if s := st.Lookup("loss_scaler"); len(s) == 2 && nonFinite(s) < 0 {
+		p.Scaler = s
+	}
 	p.Buffers = len(st.Lookup("buffers"))
 	for i := 0; ; i++ {
 		s := st.Lookup(fmt.Sprintf("optim.%d", i))

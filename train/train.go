@@ -3,7 +3,6 @@ package train
 import (
 	"bufio"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"hash/fnv"
 	"io"
@@ -74,6 +73,9 @@ func RunWith(cfg Config, c mpi.Comm, out, errOut io.Writer) (Result, error) {
 	if res, done := r.cp.complete(r.total); done {
 		res.Params = r.net.Params
 		return res, nil // nothing to train: the checkpoint's recorded result
+	}
+	if err := r.reportStoppedEpoch(); err != nil {
+		return r.res, err
 	}
 	for r.epoch = r.step/r.steps + 1; r.more(); r.epoch++ {
 		if err := r.trainEpoch(); err != nil {
@@ -238,10 +240,14 @@ func start(cfg Config, comm mpi.Comm, out, errOut io.Writer) (r *run, err error)
 	}
 	// fp16's loss scale goes on from the checkpoint's, as the
 	// uninterrupted run's would (which steps it skips depends on it). The
-	// plan is rank 0's: every rank restores the same, or fails alike.
+	// plan is rank 0's: every rank restores the same, or none does. A
+	// state this run's settings refuse (-loss-scale-interval lowered
+	// below its count of clean steps) is not worth stopping a resume for.
 	if r.st.scaler != nil && r.cp.resumedScaler != nil {
 		if err := r.st.scaler.Restore(r.cp.resumedScaler); err != nil {
-			return r, cli.Usage(fmt.Errorf("resume: %w", err))
+			r.log("hpctrain: warning: the checkpoint's fp16 loss scale does not fit this run's settings (%v): starting from -loss-scale %g", err, cfg.LossScale)
+		} else {
+			r.log("hpctrain: fp16 loss scale %g, from the checkpoint (-loss-scale sets a fresh run's)", r.st.scaler.Scale())
 		}
 	}
 	r.cp.scaler = r.st.scaler
@@ -536,21 +542,26 @@ func (r *run) trainEpoch() error {
 		r.prog.update(r.epoch, s+1, r.steps, r.step-r.startStep, loss)
 		if err := r.checkpointOrStop(); err != nil {
 			r.trainTime += time.Since(start)
-			if errors.Is(err, ErrPreempted) && r.step%r.steps == 0 {
-				// Stopped at the epoch's last step: report the epoch now,
-				// or no run would (the resumed one starts at the next).
-				if err := r.epochMean(); err != nil {
-					return err
-				}
-				if err := r.endEpoch(); err != nil {
-					return err
-				}
-			}
 			return err
 		}
 	}
 	r.trainTime += time.Since(start)
 	return r.epochMean()
+}
+
+// reportStoppedEpoch evaluates and reports the epoch a stopped run ended
+// without reporting (its checkpoint, at the epoch's last step, says so),
+// before this run trains the next; a run with nothing left to train
+// reports it in finish.
+func (r *run) reportStoppedEpoch() error {
+	if l := r.cp.resumedLoss; l == nil || !l.Unreported || r.step%r.steps != 0 || r.step >= r.total {
+		return nil
+	}
+	r.epoch = r.step / r.steps
+	if err := r.epochMean(); err != nil {
+		return err
+	}
+	return r.endEpoch()
 }
 
 // epochMean sets the result's training loss: the mean over the epoch's
@@ -621,6 +632,10 @@ func (r *run) checkpointOrStop() error {
 			return err
 		}
 		r.cp.epochLoss = &checkpoint.EpochLoss{Sum: sum[0], Steps: r.epochSteps}
+		// Stopping at an epoch's last step leaves the epoch unevaluated
+		// (evaluating now would spend the signal's grace): the resumed run
+		// reports it first.
+		r.cp.epochLoss.Unreported = stop && r.step%r.steps == 0
 		err := agree(r.c, "writing a checkpoint", r.cp.save(r.step, r.epoch))
 		r.cp.epochLoss = nil
 		if err != nil {
@@ -628,12 +643,6 @@ func (r *run) checkpointOrStop() error {
 		}
 	}
 	if stop {
-		if r.step >= r.total {
-			// Asked to stop at the run's last step: it finishes now
-			// (evaluation and final checkpoint), with nothing to requeue.
-			r.log("hpctrain: signal received at the run's last step %d: finishing it", r.step)
-			return nil
-		}
 		r.log("hpctrain: signal received: checkpointed step %d; exiting with code %d for requeue", r.step, ExitRequeue)
 		return ErrPreempted
 	}
