@@ -93,6 +93,17 @@ func NewNet(in Shape, batch int, seed uint64, specs ...Spec) (*Net, error) {
 	return net, nil
 }
 
+// scoresLast checks that layers end in a vector of class scores.
+func scoresLast(layers []Layer) error {
+	if len(layers) == 0 {
+		return fmt.Errorf("no layers")
+	}
+	if out := layers[len(layers)-1].Out(); out.H != 1 || out.W != 1 {
+		return fmt.Errorf("the last layer's output %v is not a vector of class scores (end with globalavgpool or flatten, then linear)", out)
+	}
+	return nil
+}
+
 func newNet(in Shape, batch int, seed uint64, layers []Layer, opts ...Option) (*Net, error) {
 	var o options
 	for _, f := range opts {
@@ -101,13 +112,10 @@ func newNet(in Shape, batch int, seed uint64, layers []Layer, opts ...Option) (*
 	if batch < 1 {
 		return nil, fmt.Errorf("batch %d < 1", batch)
 	}
-	if len(layers) == 0 {
-		return nil, fmt.Errorf("no layers")
+	if err := scoresLast(layers); err != nil {
+		return nil, err
 	}
 	shape := layers[len(layers)-1].Out()
-	if shape.H != 1 || shape.W != 1 {
-		return nil, fmt.Errorf("the last layer's output %v is not a vector of class scores (end with globalavgpool or flatten, then linear)", shape)
-	}
 	if tooLarge(batch, in.Size()) {
 		return nil, fmt.Errorf("input %v too large for batch %d", in, batch)
 	}

@@ -52,14 +52,10 @@ func Summarize(d Desc, in Shape, classes int) (Summary, error) {
 	if err != nil {
 		return Summary{}, err
 	}
-	if len(layers) == 0 {
-		return Summary{}, fmt.Errorf("model %s: no layers", d.Name)
+	if err := scoresLast(layers); err != nil {
+		return Summary{}, fmt.Errorf("model %s: %w", d.Name, err)
 	}
-	last := layers[len(layers)-1].Out()
-	if last.H != 1 || last.W != 1 {
-		return Summary{}, fmt.Errorf("model %s: the last layer's output %v is not a vector of class scores (end with globalavgpool or flatten, then linear)", d.Name, last)
-	}
-	return (&Net{In: in, Classes: last.C, Layers: layers, Desc: d}).Summary(), nil
+	return (&Net{In: in, Classes: layers[len(layers)-1].Out().C, Layers: layers, Desc: d}).Summary(), nil
 }
 
 // Summary summarises the network.

@@ -134,23 +134,7 @@ func agreeText(c mpi.Comm, what, text, hint string) error {
 // textWidth is the bytes of a text agreeText compares.
 const textWidth = 128
 
-// agreeHash checks that every rank holds rank 0's hash h of what (16 hex
-// digits), naming the ranks that differ.
+// agreeHash is agreeText for a hash h of what (16 hex digits).
 func agreeHash(c mpi.Comm, what, hash, hint string) error {
-	h := []byte(hash)
-	all := make([]byte, len(h)*c.Size())
-	if err := c.Allgather(h, all); err != nil {
-		return fmt.Errorf("comparing %ss: %w", what, err)
-	}
-	ref := all[:len(h)]
-	var bad []string
-	for r := 1; r < c.Size(); r++ {
-		if got := all[r*len(h) : (r+1)*len(h)]; !bytes.Equal(got, ref) {
-			bad = append(bad, fmt.Sprintf("rank %d has %s", r, got))
-		}
-	}
-	if len(bad) > 0 {
-		return fmt.Errorf("%s differs from rank 0's (hash %s): %s; %s", what, ref, strings.Join(bad, ", "), hint)
-	}
-	return nil
+	return agreeText(c, what, "hash "+hash, hint)
 }

@@ -123,8 +123,7 @@ type run struct {
 	// losses), so the epoch's mean is the whole epoch's.
 	epochLoss         float64
 	epochSteps        int
-	epochLossAll      float64 // every rank's epochLoss, summed at the epoch's end
-	params            int     // the model's parameter count (fitModel)
+	params            int // the model's parameter count (fitModel)
 	epoch             int
 	res               Result
 	trainTime         time.Duration
@@ -567,17 +566,27 @@ func (r *run) reportStoppedEpoch() error {
 // epochMean sets the result's training loss: the mean over the epoch's
 // counted steps and all ranks. Collective.
 func (r *run) epochMean() error {
+	l, err := r.epochSum()
+	if err != nil {
+		return err
+	}
+	r.res.TrainLoss = 0 // no step counted: every one skipped by the loss scaler
+	if l.Steps > 0 {
+		r.res.TrainLoss = l.Sum / float64(l.Steps*r.c.Size())
+	}
+	return nil
+}
+
+// epochSum is the epoch's training losses so far, summed over the ranks,
+// with the count of steps they cover: what its mean and a checkpoint
+// need. Collective.
+func (r *run) epochSum() (*checkpoint.EpochLoss, error) {
 	r.enter(&phaseEpochLoss)
 	tl := []float64{r.epochLoss}
 	if err := r.c.AllreduceSum64(tl); err != nil {
-		return err
+		return nil, err
 	}
-	r.epochLossAll = tl[0]
-	r.res.TrainLoss = 0 // no step counted: every one skipped by the loss scaler
-	if r.epochSteps > 0 {
-		r.res.TrainLoss = tl[0] / float64(r.epochSteps*r.c.Size())
-	}
-	return nil
+	return &checkpoint.EpochLoss{Sum: tl[0], Steps: r.epochSteps}, nil
 }
 
 // account adds the last step's communication figures and, when the
@@ -627,16 +636,15 @@ func (r *run) checkpointOrStop() error {
 		}
 		// The checkpoint records the epoch's losses so far, summed over
 		// the ranks, for a run resumed from it.
-		sum := []float64{r.epochLoss}
-		if err := r.c.AllreduceSum64(sum); err != nil {
+		var err error
+		if r.cp.epochLoss, err = r.epochSum(); err != nil {
 			return err
 		}
-		r.cp.epochLoss = &checkpoint.EpochLoss{Sum: sum[0], Steps: r.epochSteps}
 		// Stopping at an epoch's last step leaves the epoch unevaluated
 		// (evaluating now would spend the signal's grace): the resumed run
 		// reports it first.
 		r.cp.epochLoss.Unreported = stop && r.step%r.steps == 0
-		err := agree(r.c, "writing a checkpoint", r.cp.save(r.step, r.epoch))
+		err = agree(r.c, "writing a checkpoint", r.cp.save(r.step, r.epoch))
 		r.cp.epochLoss = nil
 		if err != nil {
 			return err
@@ -727,8 +735,11 @@ func (r *run) finish() (Result, error) {
 	}
 	// The epoch's losses so far (all of it at an epoch's end), for a run
 	// that raises -steps and resumes within the epoch.
-	r.cp.epochLoss = &checkpoint.EpochLoss{Sum: r.epochLossAll, Steps: r.epochSteps}
-	err := agree(r.c, "writing the final checkpoint", r.cp.saveFinal(r.step, r.res))
+	var err error
+	if r.cp.epochLoss, err = r.epochSum(); err != nil {
+		return r.res, err
+	}
+	err = agree(r.c, "writing the final checkpoint", r.cp.saveFinal(r.step, r.res))
 	r.cp.epochLoss = nil
 	if err != nil {
 		return r.res, err
