@@ -95,31 +95,30 @@ func firstComment(src []byte, name string) string {
 	return strings.TrimPrefix(string(line), "# "+name+": ")
 }
 
-// summaryCmd is `hpctrain summary -model X [-input HxWxC]`: the network
-// layer by layer, with output shapes, parameters and multiply-adds.
+// summaryCmd is `hpctrain summary -model X [-input HxWxC]`, or
+// `hpctrain summary -checkpoint FILE`: the network layer by layer, with
+// output shapes, parameters and multiply-adds.
 func summaryCmd(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("hpctrain summary", flag.ContinueOnError)
 	name := fs.String("model", "cnn", "built-in model ("+strings.Join(model.Zoo(), ", ")+") or description file FILE.toml")
 	input := fs.String("input", "28x28x1", "shape of one input sample, `HxWxC`")
 	classes := fs.Int("classes", 10, "number of classes (outputs)")
+	var ck ckptFlags
+	fs.StringVar(&ck.file, "checkpoint", "", "summarise the network of checkpoint `FILE` (.hpck) instead, with its input and classes")
+	fs.StringVar(&ck.dir, "checkpoint-dir", "", "summarise the network of the newest valid checkpoint in `DIR`")
 	js := fs.Bool("json", false, "print JSON instead of the table")
 	if err := cli.Parse(fs, args, stderr, false); err != nil {
 		return err
 	}
-	in, err := model.ParseShape(*input)
-	if err != nil {
-		return cli.Usage(fmt.Errorf("-input: %w", err))
+	var s model.Summary
+	var err error
+	if ck.file != "" || ck.dir != "" {
+		s, err = summarizeCheckpoint(fs, &ck, stderr)
+	} else {
+		s, err = summarizeModel(*name, *input, *classes)
 	}
-	if *classes < 1 {
-		return cli.Usage(fmt.Errorf("-classes %d: must be >= 1", *classes))
-	}
-	d, err := model.LoadDesc(*name)
 	if err != nil {
-		return cli.Usage(err)
-	}
-	s, err := model.Summarize(d, in, *classes)
-	if err != nil {
-		return cli.Usage(err)
+		return err
 	}
 	if *js {
 		enc := json.NewEncoder(stdout)
@@ -127,4 +126,50 @@ func summaryCmd(args []string, stdout, stderr io.Writer) error {
 		return enc.Encode(s)
 	}
 	return s.Write(stdout)
+}
+
+// summarizeModel lays out a zoo model or description file for the input
+// and classes given.
+func summarizeModel(name, input string, classes int) (model.Summary, error) {
+	in, err := model.ParseShape(input)
+	if err != nil {
+		return model.Summary{}, cli.Usage(fmt.Errorf("-input: %w", err))
+	}
+	if classes < 1 {
+		return model.Summary{}, cli.Usage(fmt.Errorf("-classes %d: must be >= 1", classes))
+	}
+	d, err := model.LoadDesc(name)
+	if err != nil {
+		return model.Summary{}, cli.Usage(err)
+	}
+	s, err := model.Summarize(d, in, classes)
+	if err != nil {
+		return model.Summary{}, cli.Usage(err)
+	}
+	return s, nil
+}
+
+// summarizeCheckpoint lays out a checkpoint's network, with the input and
+// classes its run trained on; -model, -input and -classes, which describe
+// another network, are refused beside it.
+func summarizeCheckpoint(fs *flag.FlagSet, ck *ckptFlags, stderr io.Writer) (model.Summary, error) {
+	var clash []string
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "model" || f.Name == "input" || f.Name == "classes" {
+			clash = append(clash, "-"+f.Name)
+		}
+	})
+	if len(clash) > 0 {
+		return model.Summary{}, cli.Usage(fmt.Errorf("%s: a checkpoint's network has its own model, input and classes; give one or the other", strings.Join(clash, ", ")))
+	}
+	ck.batch = 1
+	t, err := ck.load("hpctrain summary", stderr)
+	if err != nil {
+		return model.Summary{}, err
+	}
+	s, err := model.Summarize(t.Desc, t.Net.In, t.Net.Classes)
+	if err != nil {
+		return model.Summary{}, fmt.Errorf("checkpoint %s: %w", t.Path, err)
+	}
+	return s, nil
 }

@@ -102,5 +102,33 @@ func TestSummaryCmd(t *testing.T) {
 	}
 }
 
+// TestSummaryCheckpoint: summary -checkpoint lays out the checkpoint's own
+// network, with its input and classes; flags describing another network
+// are refused beside it, and a checkpoint given as -model is named as
+// binary rather than read as TOML.
+func TestSummaryCheckpoint(t *testing.T) {
+	dir := t.TempDir()
+	ck := zooCheckpoint(t, dir, "resnet8")
+	want := mustRun(t, summaryCmd, "-model", "resnet8", "-json")
+	for _, args := range [][]string{{"-checkpoint", ck, "-json"}, {"-checkpoint-dir", dir, "-json"}} {
+		if got := mustRun(t, summaryCmd, args...); got != want {
+			t.Errorf("summary %q:\n%s\nwant the zoo model's:\n%s", args, got, want)
+		}
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-checkpoint", ck, "-input", "32x32x3"}, "-input: a checkpoint's network has its own"},
+		{[]string{"-checkpoint", ck, "-checkpoint-dir", dir}, "give -checkpoint FILE or -checkpoint-dir DIR"},
+		{[]string{"-model", ck}, `a binary file, not TOML text (it begins "\x89HPCKPT\n")`},
+	} {
+		r := runCmd(summaryCmd, c.args...)
+		if r.code != 2 || !strings.Contains(r.errs, c.want) {
+			t.Errorf("summary %q: exit %d, %q; want exit 2 and %q", c.args, r.code, r.errs, c.want)
+		}
+	}
+}
+
 // The communicator is what synchronised batch norm reduces with.
 var _ model.SumReducer = mpi.Comm(nil)

@@ -42,8 +42,10 @@ type Trained struct {
 	// ClassNames names the outputs (Fashion-MNIST's, CIFAR-10's, an image
 	// folder's directories); nil when unknown.
 	ClassNames []string
-	// Desc says where the description came from: "checkpoint" (recorded
-	// in it) or the zoo name or file it was read from.
+	// Desc is the network's description, and DescFrom says where it came
+	// from: "checkpoint" (recorded in it) or the zoo name or file it was
+	// read from.
+	Desc     model.Desc
 	DescFrom string
 }
 
@@ -137,6 +139,7 @@ func restore(path string, st *checkpoint.State, opts LoadOptions) (*Trained, err
 		}
 		t.DescFrom = st.Model
 	}
+	t.Desc = desc
 	if opts.Model != "" {
 		if err := sameModel(st, desc, opts.Model); err != nil {
 			return nil, cli.Usage(fmt.Errorf("checkpoint %s: %w", path, err))

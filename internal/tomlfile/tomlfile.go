@@ -1,6 +1,7 @@
 package tomlfile
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"os"
@@ -35,6 +36,11 @@ func Read(path string) ([]byte, error) {
 	b, err := io.ReadAll(io.LimitReader(f, MaxBytes+1))
 	if err != nil {
 		return nil, err
+	}
+	// TOML text has no NUL byte: a file that does is something else (a
+	// checkpoint given as -model, say), and says what it begins with.
+	if head := b[:min(len(b), 512)]; bytes.IndexByte(head, 0) >= 0 {
+		return nil, fmt.Errorf("a binary file, not TOML text (it begins %q)", head[:min(len(head), 8)])
 	}
 	if len(b) > MaxBytes {
 		return nil, fmt.Errorf("larger than %d KiB: not a description or configuration hpctrain would write", MaxBytes>>10)

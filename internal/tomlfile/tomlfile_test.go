@@ -52,6 +52,13 @@ func TestRead(t *testing.T) {
 	if _, err := Read(big); err == nil || !strings.Contains(err.Error(), "larger than 256 KiB") {
 		t.Errorf("big: %v", err)
 	}
+	// A checkpoint (binary, larger than the limit) is named as binary,
+	// with its first bytes, rather than as too large.
+	bin := filepath.Join(dir, "ck.hpck")
+	os.WriteFile(bin, append([]byte("\x89HPCKPT\n\x02\x00\x00\x00"), make([]byte, MaxBytes)...), 0o644)
+	if _, err := Read(bin); err == nil || !strings.Contains(err.Error(), `a binary file, not TOML text (it begins "\x89HPCKPT\n")`) {
+		t.Errorf("binary: %v", err)
+	}
 	if _, err := Read(dir); err == nil || !strings.Contains(err.Error(), "not a regular file") {
 		t.Errorf("directory: %v", err)
 	}
