@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -96,6 +97,12 @@ func TestIDXBadInput(t *testing.T) {
 	if _, err := LoadMNIST(dir, false); err == nil || !strings.Contains(err.Error(), "t10k-images-idx3-ubyte") {
 		t.Errorf("missing files: %v", err)
 	}
+	// A link whose target is gone is named as a link, not as missing.
+	os.Symlink(filepath.Join(dir, "moved-away"), filepath.Join(dir, "t10k-images-idx3-ubyte.gz"))
+	want := "t10k-images-idx3-ubyte.gz is a symbolic link to " + filepath.Join(dir, "moved-away") + ", which cannot be read: no such file or directory"
+	if _, err := LoadMNIST(dir, false); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("dangling link: %v, want %q", err, want)
+	}
 }
 
 // TestIDXDamagedGzip: a gzip IDX file whose checksum, length or deflate
@@ -166,6 +173,29 @@ func TestIDXDamagedGzip(t *testing.T) {
 	}
 	if damaged < 8*(len(z)-10)*9/10 {
 		t.Errorf("only %d of %d bit flips were errors", damaged, 8*(len(z)-10))
+	}
+	// Bytes after an intact stream are named as such, however few
+	// (a short tail used to read as the next member's truncated header).
+	for _, tail := range []string{"x", "xyz", "not gzip at all, a longer tail"} {
+		want := fmt.Sprintf("%d bytes after the end of its gzip stream that are not gzip (they begin %q)", len(tail), tail[:min(len(tail), 8)])
+		if err := read(append(append([]byte(nil), z...), tail...)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%d bytes of trailing garbage: %v, want %q", len(tail), err, want)
+		}
+	}
+	// A file of two members (gzip -c a >f; gzip -c b >>f) is one stream,
+	// as gzip -d reads it.
+	raw, err := io.ReadAll(mustGunzip(t, z))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var two bytes.Buffer
+	for _, part := range [][]byte{raw[:11], raw[11:]} {
+		w := gzip.NewWriter(&two)
+		w.Write(part)
+		w.Close()
+	}
+	if err := read(two.Bytes()); err != nil || !bytes.Equal(got, pix) {
+		t.Errorf("two gzip members: %v", err)
 	}
 	// A gzip stream that is intact but longer than promised is too long.
 	writeIDX(t, bad, 8, []int{2, 2}, make([]byte, 5), true)
@@ -451,4 +481,13 @@ func TestLoadsTakeBudget(t *testing.T) {
 	if _, err := loadCIFAR10(cdir, true, newBudget(100000, "test", 1)); !errors.As(err, new(*MemoryError)) || !strings.Contains(err.Error(), "CIFAR-10 in "+cdir) {
 		t.Errorf("CIFAR-10 over the budget: %v", err)
 	}
+}
+
+func mustGunzip(t *testing.T, z []byte) io.Reader {
+	t.Helper()
+	r, err := gzip.NewReader(bytes.NewReader(z))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }

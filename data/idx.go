@@ -49,19 +49,24 @@ func ReadIDXChecked(path string, check func(dims []int) error) (dims []int, elem
 	br := bufio.NewReaderSize(f, 1<<20)
 	var r io.Reader = br
 	gz := false
-	if head, _ := br.Peek(2); bytes.Equal(head, []byte{0x1f, 0x8b}) {
+	if head, _ := br.Peek(2); bytes.Equal(head, gzipMagic) {
 		zr, err := gzip.NewReader(br)
 		if err != nil {
 			return nil, nil, &IDXError{path, "bad gzip header: " + err.Error()}
 		}
 		defer zr.Close()
-		r, gz = zr, true
+		zr.Multistream(false)
+		r, gz = &gzipMembers{zr, br}, true
 	}
 	// bad describes a read that failed: a stream that ended early is
 	// truncated; anything else (a bad deflate block, a checksum that
-	// does not match) is a damaged file.
+	// does not match, bytes after the stream) is a damaged file.
 	bad := func(err error, truncated string) error {
-		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		var trail errTrailing
+		switch {
+		case errors.As(err, &trail):
+			return &IDXError{path, fmt.Sprintf("%d bytes after the end of its gzip stream that are not gzip (they begin %q): the file is damaged; download it again", trail.n, trail.head)}
+		case errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF):
 			return &IDXError{path, truncated}
 		}
 		if gz {
@@ -132,6 +137,54 @@ func ReadIDXChecked(path string, check func(dims []int) error) (dims []int, elem
 	}
 	return dims, elems, nil
 }
+
+var gzipMagic = []byte{0x1f, 0x8b}
+
+// gzipMembers reads a gzip file member by member, as gzip -d does, and
+// ends at the end of the file; bytes after a member that do not begin
+// another are errTrailing, not a "truncated" header read by the next
+// member.
+type gzipMembers struct {
+	zr *gzip.Reader // Multistream(false)
+	br *bufio.Reader
+}
+
+func (g *gzipMembers) Read(p []byte) (int, error) {
+	for {
+		n, err := g.zr.Read(p)
+		switch {
+		case err != io.EOF:
+			return n, err
+		case n > 0:
+			return n, nil // the member's end is seen again next call
+		}
+		// A member ended, its checksum checked: the file ends here, or
+		// another member begins.
+		head, _ := g.br.Peek(2)
+		switch {
+		case len(head) == 0:
+			return 0, io.EOF
+		case !bytes.Equal(head, gzipMagic):
+			first, _ := g.br.Peek(min(g.br.Buffered(), 8))
+			t := errTrailing{head: string(first)}
+			k, _ := io.Copy(io.Discard, g.br)
+			t.n = k
+			return 0, t
+		}
+		if err := g.zr.Reset(g.br); err != nil {
+			return 0, err
+		}
+		g.zr.Multistream(false)
+	}
+}
+
+// errTrailing is n bytes after a gzip file's last member.
+type errTrailing struct {
+	n    int64
+	head string
+}
+
+func (e errTrailing) Error() string { return fmt.Sprintf("%d bytes after the gzip stream", e.n) }
 
 // maxExtra bounds how far ReadIDX reads past the promised elements to
 // tell a damaged gzip stream from one that is merely too long.
@@ -209,7 +262,7 @@ func loadIDX(images, labels string, budget *Budget) (*Images, error) {
 // LoadMNIST loads the training or test split of MNIST or Fashion-MNIST from
 // dir, which holds the four files under their usual names
 // (train-images-idx3-ubyte, t10k-labels-idx1-ubyte, ...), each raw or with
-// a .gz suffix.
+// a .gz suffix (the .gz one where both are).
 func LoadMNIST(dir string, train bool) (*Images, error) {
 	return loadMNIST(dir, train, nil)
 }
@@ -223,8 +276,12 @@ func loadMNIST(dir string, train bool, budget *Budget) (*Images, error) {
 	find := func(base string) (string, error) {
 		for _, name := range []string{base + ".gz", base} {
 			p := filepath.Join(dir, name)
-			if _, err := os.Stat(p); err == nil {
+			_, err := os.Stat(p)
+			if err == nil {
 				return p, nil
+			}
+			if target, lerr := os.Readlink(p); lerr == nil {
+				return "", fmt.Errorf("data dir %s: %s is a symbolic link to %s, which cannot be read: %w", dir, name, target, errors.Unwrap(err))
 			}
 		}
 		return "", fmt.Errorf("data dir %s: no %s or %s.gz (install the Debian package dataset-fashion-mnist, or point -data-dir at the files)", dir, base, base)
