@@ -152,6 +152,18 @@ func TestCUDAPrecisionRefused(t *testing.T) {
 	}
 }
 
+// TestCUDAOutOfMemory: a device too small for the network at the batch
+// asked is one line with the sizes: what was asked, what the network
+// already holds, and the device's memory.
+func TestCUDAOutOfMemory(t *testing.T) {
+	env := append(emuEnv(t), "HPCTRAIN_CUDAEMU_MEM=3000000")
+	r := hpctrainEnv(t, 0, 2*time.Minute, env, "train", "-model", "resnet8", "-device", "cuda", "-limit", "640", "-test-limit", "100", "-progress", "0")
+	want := regexp.MustCompile(`cuda: cuMemAlloc of [0-9.]+ [KM]iB: CUDA_ERROR_OUT_OF_MEMORY \(2\), after [0-9.]+ [KM]iB for this network at a batch of 64, on a device of 2\.9 MiB: lower -batch`)
+	if r.code != 1 || !want.MatchString(r.out) || strings.Count(strings.TrimSpace(r.out), "\n") > 0 {
+		t.Errorf("resnet8 on a device of 3 MB: exit %d, want 1 and one line matching %s:\n%s", r.code, want, r.out)
+	}
+}
+
 // TestCUDALossScaleResumes: fp16's loss scale is in the checkpoint. As
 // TestCUDALossScaling, stopped after step 7 (scale 4096) and resumed to
 // step 12: the overflow at step 10 halves 8192 to 4096, as in the

@@ -46,7 +46,7 @@
 //
 //   - Every call returns an error rather than panicking; only programming
 //     errors panic (a Launch argument of an unsupported type).
-//   - Errors are one line: *Error ("cuda: cuMemAlloc:
+//   - Errors are one line: *Error ("cuda: cuMemAlloc of 3.1 MiB:
 //     CUDA_ERROR_OUT_OF_MEMORY (2)"; NVRTC's with the program log's first
 //     lines; NCCL's with ncclGetErrorString's text) or *LoadError.
 //   - No Go pointer is kept by C: host buffers passed to copies are Go

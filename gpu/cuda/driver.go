@@ -144,7 +144,9 @@ func (c *Context) Alloc(bytes int) (Ptr, error) {
 	defer unbind()
 	var p C.CUdeviceptr
 	if r := C.hc_cuMemAlloc_v2(&p, C.size_t(bytes)); r != 0 {
-		return 0, driverError("cuMemAlloc", int(r))
+		err := driverError("cuMemAlloc", int(r)).(*Error)
+		err.Call += " of " + Bytes(int64(bytes))
+		return 0, err
 	}
 	return Ptr(p), nil
 }
@@ -178,7 +180,9 @@ func (c *Context) HostAlloc(bytes int) (unsafe.Pointer, error) {
 	defer unbind()
 	var p unsafe.Pointer
 	if r := C.hc_cuMemHostAlloc(&p, C.size_t(bytes), memHostAllocPortable); r != 0 {
-		return nil, driverError("cuMemHostAlloc", int(r))
+		err := driverError("cuMemHostAlloc", int(r)).(*Error)
+		err.Call += " of " + Bytes(int64(bytes))
+		return nil, err
 	}
 	return p, nil
 }

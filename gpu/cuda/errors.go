@@ -6,7 +6,7 @@ import (
 )
 
 // Error is a failed call into the driver, cuBLAS, NVRTC or NCCL, for
-// example "cuda: cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY (2)".
+// example "cuda: cuMemAlloc of 3.1 MiB: CUDA_ERROR_OUT_OF_MEMORY (2)".
 type Error struct {
 	Call string // the C function, without its _v2 suffix
 	Code int    // the CUresult, cublasStatus_t, nvrtcResult or ncclResult_t
@@ -111,4 +111,20 @@ func firstLines(log string, n int) string {
 		out = append(out, l)
 	}
 	return strings.Join(out, " | ")
+}
+
+// ErrOutOfMemory is CUDA_ERROR_OUT_OF_MEMORY's code (an *Error's Code).
+const ErrOutOfMemory = 2
+
+// Bytes writes a size for a message: "512 B", "3.1 MiB", "80.0 GiB".
+func Bytes(b int64) string {
+	switch {
+	case b < 1<<10:
+		return fmt.Sprintf("%d B", b)
+	case b < 1<<20:
+		return fmt.Sprintf("%.1f KiB", float64(b)/(1<<10))
+	case b < 1<<30:
+		return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20))
+	}
+	return fmt.Sprintf("%.1f GiB", float64(b)/(1<<30))
 }

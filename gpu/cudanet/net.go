@@ -1,6 +1,7 @@
 package cudanet
 
 import (
+	"errors"
 	"fmt"
 	"unsafe"
 
@@ -63,6 +64,7 @@ type Net struct {
 	firstSample      int
 
 	devAllocs  []cuda.Ptr
+	devBytes   int64 // their sizes' sum
 	hostAllocs []unsafe.Pointer
 	closed     bool
 }
@@ -172,9 +174,14 @@ func (n *Net) alloc(bytes int) cuda.Ptr {
 	p, err := n.d.ctx.Alloc(bytes)
 	if err != nil {
 		n.err = err
+		if ce := (*cuda.Error)(nil); errors.As(err, &ce) && ce.Code == cuda.ErrOutOfMemory {
+			n.err = fmt.Errorf("%w, after %s for this network at a batch of %d, on a device of %s: lower -batch, or give the rank a device of its own",
+				err, cuda.Bytes(n.devBytes), n.batch, cuda.Bytes(n.d.ctx.TotalMem()))
+		}
 		return 0
 	}
 	n.devAllocs = append(n.devAllocs, p)
+	n.devBytes += int64(bytes)
 	n.launch(n.f.zero, bytes/4, p, int64(bytes/4))
 	return p
 }
