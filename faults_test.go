@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -15,6 +16,7 @@ import (
 
 	"hpctrain/checkpoint"
 	"hpctrain/internal/mpitest"
+	"hpctrain/train"
 )
 
 // The failure paths of issue 5, each under the real mpirun: a rank killed,
@@ -180,6 +182,23 @@ func TestStuckRankWatchdog(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("watchdog message lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// TestStuckRankNamesItself: a rank stuck in its forward pass (a kernel
+// that never returns, the process alive) is not in a collective, so only
+// its peers time one out; its own watchdog names it first, once, and the
+// peers' abort ends the job.
+func TestStuckRankNamesItself(t *testing.T) {
+	args := []string{"train", "-model", "cnn", "-epochs", "1", "-limit", "3200", "-test-limit", "200", "-threads", "1", "-progress", "0", "-collective-timeout", "3s"}
+	r := hpctrainEnv(t, 2, time.Minute, []string{"HPCTRAIN_FAULT=hang@1:4"}, args...)
+	host, _ := os.Hostname()
+	held := regexp.MustCompile(`rank 1 on host ` + regexp.QuoteMeta(host) + ` \(cores [^)]*\): no collective for [0-9.]+m?s, in training at step 4; a rank waiting for this one aborts the job at -collective-timeout 3s: if the job ends so, this rank held it up`)
+	if r.code != train.ExitWatchdog || strings.Count(r.out, "held it up") != 1 || !held.MatchString(r.out) {
+		t.Errorf("rank 1 stuck at step 4: exit %d, want %d and one line matching %s:\n%s", r.code, train.ExitWatchdog, held, r.out)
+	}
+	if i, j := strings.Index(r.out, "held it up"), strings.Index(r.out, "collective timeout:"); j < 0 || i > j {
+		t.Errorf("the stuck rank's line should come before a peer's timeout:\n%s", r.out)
 	}
 }
 

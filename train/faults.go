@@ -22,6 +22,9 @@ import (
 //	                   overflow on one rank: all skip the step together)
 //	fail@1:3           rank 1's step 3 fails after the all-reduce, on that
 //	                   rank alone (as a device's failed allocation would)
+//	hang@1:3           rank 1's step 3 never finishes its forward pass (a
+//	                   stuck kernel: the process, its watchdog included,
+//	                   runs on)
 //	usr1@0:20          rank 0 is asked to stop after step 20, as SIGUSR1
 //	                   would ask it (checkpoint, exit for requeue)
 //	stop@1:evaluation  rank 1 stops itself (SIGSTOP) when it enters a phase:
@@ -41,9 +44,9 @@ var stopPhases = map[string]*string{
 
 // fault is one injected failure.
 type fault struct {
-	kind  string // "nan", "perturb", "overflow", "fail", "usr1" or "stop"
+	kind  string // "nan", "perturb", "overflow", "fail", "hang", "usr1" or "stop"
 	rank  int
-	step  int     // nan, perturb, overflow, fail, usr1
+	step  int     // nan, perturb, overflow, fail, hang, usr1
 	phase *string // stop; nil for "init"
 }
 
@@ -64,7 +67,7 @@ func parseFaults(spec string, rank int) (faults, error) {
 		ft := fault{kind: kind, rank: ri}
 		var err2 error
 		switch kind {
-		case "nan", "perturb", "overflow", "fail", "usr1":
+		case "nan", "perturb", "overflow", "fail", "hang", "usr1":
 			ft.step, err2 = strconv.Atoi(s)
 		case "stop":
 			if ft.phase = stopPhases[s]; ft.phase == nil && s != "init" {
@@ -74,7 +77,7 @@ func parseFaults(spec string, rank int) (faults, error) {
 			ok = false
 		}
 		if !ok || !ok2 || err1 != nil || err2 != nil {
-			return nil, fmt.Errorf("%s: %q is not nan@rank:step, perturb@rank:step, overflow@rank:step, fail@rank:step, usr1@rank:step or stop@rank:phase (phases: init, %s)", FaultEnv, f, strings.Join(phaseNames(), ", "))
+			return nil, fmt.Errorf("%s: %q is not nan@rank:step, perturb@rank:step, overflow@rank:step, fail@rank:step, hang@rank:step, usr1@rank:step or stop@rank:phase (phases: init, %s)", FaultEnv, f, strings.Join(phaseNames(), ", "))
 		}
 		if ri == rank {
 			fs = append(fs, ft)
@@ -152,6 +155,17 @@ func (fs faults) fail(step int) error {
 		}
 	}
 	return nil
+}
+
+// hang blocks this rank's step (1-based) for good where a fault says so.
+func (fs faults) hang(step int) {
+	for _, f := range fs {
+		if f.kind == "hang" && f.step == step {
+			for {
+				time.Sleep(time.Hour)
+			}
+		}
+	}
 }
 
 // signal asks this rank to stop after step (1-based) where a fault says

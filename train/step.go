@@ -106,6 +106,7 @@ func (s *Step) Run(step int) (loss float64, err error) {
 		unscale = 1 / scale
 	}
 	s.rep.SetStep(step, s.first)
+	s.flt.hang(step + 1)
 	s.rep.Forward(s.n)
 	loss, _ = s.rep.Loss(s.labels[:s.n])
 	loss = s.flt.loss(step+1, loss)

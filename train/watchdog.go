@@ -17,9 +17,18 @@ import (
 // all-reduce, checksums, signal agreement and evaluation alike. It reports
 // the collective, what the run was doing, the step, host, rank and cores,
 // then calls abort (MPI_Abort of the whole job).
+//
+// The rank the others wait for is not in a collective, so it cannot time
+// one out; but its watchdog sees how long it has gone without one. When
+// that reaches the timeout (less a tick, so that the line comes before the
+// waiting ranks' abort), it says so, once: a stuck kernel or a slow node
+// names itself. It does not abort: a phase that is slow on every rank
+// alike (a long evaluation) times out nothing.
 type watchdog struct {
 	timeout  time.Duration
+	peers    bool         // other ranks exist: a long stretch without a collective keeps them waiting
 	since    atomic.Int64 // unix nanoseconds when the wait began; 0: not waiting
+	busy     atomic.Int64 // unix nanoseconds of the last phase change or collective's end
 	step     atomic.Int64
 	bucket   atomic.Int64           // gradient bucket waited on; -1: another collective
 	op       atomic.Pointer[string] // the collective waited on
@@ -58,10 +67,11 @@ var (
 	phaseFinish     = "finishing"
 )
 
-func newWatchdog(timeout time.Duration, describe string, out io.Writer, abort func(int)) *watchdog {
-	w := &watchdog{timeout: timeout, out: out, abort: abort, stop: make(chan struct{})}
+func newWatchdog(timeout time.Duration, ranks int, describe string, out io.Writer, abort func(int)) *watchdog {
+	w := &watchdog{timeout: timeout, peers: ranks > 1, out: out, abort: abort, stop: make(chan struct{})}
 	w.describe.Store(&describe)
 	w.phase.Store(&phaseStartup)
+	w.busy.Store(time.Now().UnixNano())
 	if timeout > 0 {
 		go w.run()
 	}
@@ -82,6 +92,9 @@ func (w *watchdog) setPhase(p *string, step int) {
 	}
 	w.phase.Store(p)
 	w.step.Store(int64(step))
+	if w.timeout > 0 {
+		w.busy.Store(time.Now().UnixNano())
+	}
 }
 
 // enter starts timing a wait for op (bucket >= 0: that gradient bucket).
@@ -101,6 +114,9 @@ func (w *watchdog) leave() {
 	if w == nil || w.timeout <= 0 {
 		return
 	}
+	// busy first: a tick that sees since at 0 must not see the stamp
+	// from before this collective, as if the wait had been work.
+	w.busy.Store(time.Now().UnixNano())
 	w.since.Store(0)
 }
 
@@ -110,6 +126,12 @@ func (w *watchdog) message() string {
 	if b := w.bucket.Load(); b >= 0 {
 		what = fmt.Sprintf("%s (bucket %d)", what, b)
 	}
+	return fmt.Sprintf("hpctrain: %s: collective timeout: %s during %s waited %v; a peer is dead or stuck; aborting the job (raise -collective-timeout if this part of the run is this slow)",
+		*w.describe.Load(), what, w.where(), w.timeout)
+}
+
+// where is what the run is doing, with its step.
+func (w *watchdog) where() string {
 	// The step is the run's count of steps taken: during a step (its
 	// passes and all-reduce, or its checksum) the one in progress is the
 	// next, numbered from 1 as every other message numbers it.
@@ -120,20 +142,38 @@ func (w *watchdog) message() string {
 	case step > 0:
 		where += fmt.Sprintf(" after step %d", step)
 	}
-	return fmt.Sprintf("hpctrain: %s: collective timeout: %s during %s waited %v; a peer is dead or stuck; aborting the job (raise -collective-timeout if this part of the run is this slow)",
-		*w.describe.Load(), what, where, w.timeout)
+	return where
+}
+
+// held is the report of a rank that has gone quiet without a collective
+// since busy: the one its peers wait for, if they do.
+func (w *watchdog) held(quiet time.Duration) string {
+	return fmt.Sprintf("hpctrain: %s: no collective for %v, in %s; a rank waiting for this one aborts the job at -collective-timeout %v: if the job ends so, this rank held it up",
+		*w.describe.Load(), quiet.Round(time.Millisecond), w.where(), w.timeout)
 }
 
 func (w *watchdog) run() {
-	tick := time.NewTicker(min(w.timeout/4, time.Second))
+	every := min(w.timeout/4, time.Second)
+	tick := time.NewTicker(every)
 	defer tick.Stop()
+	var told int64 // the quiet stretch already reported (its busy stamp)
 	for {
 		select {
 		case <-w.stop:
 			return
 		case now := <-tick.C:
 			s := w.since.Load()
-			if s == 0 || now.Sub(time.Unix(0, s)) < w.timeout {
+			if s == 0 {
+				// A waiting peer times out at its first tick past the
+				// timeout, after this rank's busy stamp: a tick early,
+				// this line comes first.
+				if b := w.busy.Load(); w.peers && b != told && now.Sub(time.Unix(0, b)) >= w.timeout-every {
+					fmt.Fprintln(w.out, w.held(now.Sub(time.Unix(0, b))))
+					told = b
+				}
+				continue
+			}
+			if now.Sub(time.Unix(0, s)) < w.timeout {
 				continue
 			}
 			fmt.Fprintln(w.out, w.message())

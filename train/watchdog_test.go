@@ -3,6 +3,7 @@ package train
 import (
 	"io"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -12,7 +13,7 @@ import (
 // the failing rank said step 2), the steps taken between steps, and none
 // before the first.
 func TestWatchdogStep(t *testing.T) {
-	w := newWatchdog(0, "rank 0 on host h", io.Discard, func(int) {})
+	w := newWatchdog(0, 2, "rank 0 on host h", io.Discard, func(int) {})
 	w.timeout = 3 * time.Second // the message only; no ticker runs
 	for _, c := range []struct {
 		phase *string
@@ -32,5 +33,64 @@ func TestWatchdogStep(t *testing.T) {
 		if m := w.message(); !strings.Contains(m, c.want) {
 			t.Errorf("%s, step %d: %q, want %q", *c.phase, c.step, m, c.want)
 		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer that the watchdog's goroutine may write
+// while the test reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestWatchdogHeld: a rank that goes the timeout (less a tick) without a
+// collective says so once per quiet stretch; time spent waiting in a
+// collective is not quiet, and a job of one rank, which nobody waits for,
+// never says it.
+func TestWatchdogHeld(t *testing.T) {
+	const timeout = 400 * time.Millisecond // ticks every 100 ms
+	held := func(ranks int) (*watchdog, *syncBuffer) {
+		var out syncBuffer
+		w := newWatchdog(timeout, ranks, "rank 1 on host h", &out, func(int) { t.Error("aborted") })
+		t.Cleanup(w.close)
+		return w, &out
+	}
+	w, out := held(2)
+	w.setPhase(&phaseTraining, 6)
+	w.enter(&opGradients, 6, 0)
+	time.Sleep(250 * time.Millisecond) // a slow all-reduce, within the timeout
+	w.leave()
+	time.Sleep(120 * time.Millisecond)
+	if s := out.String(); s != "" {
+		t.Fatalf("120 ms after a collective: %q, want nothing", s)
+	}
+	time.Sleep(time.Second)
+	want := "hpctrain: rank 1 on host h: no collective for "
+	if s := out.String(); strings.Count(s, want) != 1 || !strings.Contains(s, ", in training at step 7; a rank waiting for this one aborts the job at -collective-timeout 400ms") {
+		t.Fatalf("a second without a collective: %q, want one line %q...", s, want)
+	}
+	w.setPhase(&phaseEvaluation, 7) // a new stretch
+	time.Sleep(time.Second)
+	if s := out.String(); strings.Count(s, want) != 2 || !strings.Contains(s, "in evaluation after step 7") {
+		t.Fatalf("a second stretch: %q, want a second line", s)
+	}
+
+	w, out = held(1)
+	w.setPhase(&phaseTraining, 1)
+	time.Sleep(time.Second)
+	if s := out.String(); s != "" {
+		t.Errorf("one rank: %q, want nothing", s)
 	}
 }
