@@ -591,7 +591,7 @@ func (n *Net) Backward(hook GradHook) {
 type Group struct {
 	Name     string // e.g. "conv1.weight", "res2.bn1.bias", "bn1.running_mean"
 	Off, Len int
-	Bias     bool // a bias: PyTorch's recipes exempt it from weight decay
+	Bias     bool // a bias: training recipes exempt it from weight decay
 	Norm     bool // batch norm's weight (scale) or bias (shift)
 }
 

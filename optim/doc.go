@@ -5,7 +5,7 @@
 //
 // Every optimizer works on the whole flat buffers at once, with Groups
 // describing the tensors inside them for methods that treat tensors
-// differently (no weight decay on biases, layer-wise trust ratios).
+// differently (no weight decay on biases and batch norm, layer-wise trust ratios).
 //
 // New(c, groups, n) builds the optimizer c.Name (Names lists them); each
 // type's doc comment gives its update formula and source. Zero or nil

@@ -14,8 +14,10 @@ import "math"
 //	d = d + m*v if Nesterov, else v
 //	theta -= lr*d
 //
-// NoDecay groups (biases) get neither weight decay nor the trust ratio
-// (ratio 1), as is common practice. The paper's update
+// NoDecay groups (biases, batch norm's scale and shift) get neither weight
+// decay nor the trust ratio (ratio 1), as is common practice. The ratio
+// applies whatever the weight decay, as in the paper's algorithm (timm's
+// Lars applies it only with weight decay or always_adapt). The paper's update
 // v = m*v + lr*ratio*(g + wd*w); w -= v is the same when lr is constant.
 // Defaults (not in torch.optim; timm's): lr 1, trust_coefficient (eta)
 // 1e-3, eps 1e-8, momentum as given (usually 0.9). State: [step, v (with

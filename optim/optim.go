@@ -10,9 +10,11 @@ import (
 type Group struct {
 	Name     string
 	Off, Len int
-	// NoDecay excludes the tensor from weight decay (biases). LARS and LAMB
-	// also leave NoDecay tensors out of the layer-wise trust ratio (ratio 1),
-	// as the reference implementations do for biases and norms.
+	// NoDecay excludes the tensor from weight decay (biases, and batch
+	// norm's scale and shift: the "no bias decay" of He et al. 2019, and
+	// timm's default). LARS and LAMB also leave NoDecay tensors out of the
+	// layer-wise trust ratio (ratio 1), as the reference implementations
+	// do for biases and norms.
 	NoDecay bool
 }
 

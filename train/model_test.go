@@ -188,3 +188,29 @@ func TestModelMemoryRefused(t *testing.T) {
 		t.Fatalf("got %v, want one line refusing the batch", err)
 	}
 }
+
+// TestGroupsNoDecay: weight decay leaves out biases and batch norm's scale
+// and shift (He et al. 2019's "no bias decay"), and nothing else.
+func TestGroupsNoDecay(t *testing.T) {
+	d, err := model.LoadDesc("resnet8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	net, err := model.Build(d, model.Shape{H: 28, W: 28, C: 1}, 10, 1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	decayed := 0
+	for _, g := range Groups(net) {
+		exempt := strings.HasSuffix(g.Name, ".bias") || strings.Contains(g.Name, "bn") && strings.HasSuffix(g.Name, ".weight")
+		if g.NoDecay != exempt {
+			t.Errorf("%s: NoDecay %v, want %v", g.Name, g.NoDecay, exempt)
+		}
+		if !g.NoDecay {
+			decayed++
+		}
+	}
+	if decayed != 10 { // 7 3x3 convolutions, 2 projections, the linear layer
+		t.Errorf("%d tensors decayed, want 10", decayed)
+	}
+}

@@ -837,7 +837,7 @@ func checkParams(c mpi.Comm, params []float32, step int) error {
 func Groups(net *model.Net) []optim.Group {
 	var gs []optim.Group
 	for _, g := range net.Groups() {
-		gs = append(gs, optim.Group{Name: g.Name, Off: g.Off, Len: g.Len, NoDecay: g.Bias})
+		gs = append(gs, optim.Group{Name: g.Name, Off: g.Off, Len: g.Len, NoDecay: g.Bias || g.Norm})
 	}
 	return gs
 }
