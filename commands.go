@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -252,6 +253,9 @@ func plotCmd(args []string, stdout, stderr io.Writer) error {
 		return cli.Usage(fmt.Errorf("plot needs -metrics FILE[,FILE...]"))
 	}
 	if err := chart.MetricsPNG(*out, strings.Split(*metrics, ",")); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return cli.Usage(err) // a metrics file named that is not there
+		}
 		return err
 	}
 	// On standard error, like every status line: -out /dev/stdout (a

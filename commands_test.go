@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -36,6 +37,12 @@ func TestTopoCommand(t *testing.T) {
 	r = hpctrain(t, 0, 10*time.Second, "topo", "-json", "-np", "1")
 	if r.code != 0 || !strings.Contains(r.out, `"plans"`) && !strings.Contains(r.out, `"Plans"`) {
 		t.Errorf("topo -json: %d\n%s", r.code, r.out)
+	}
+	// More ranks than cpus: shown unbound with train's warning, not refused.
+	n := strconv.Itoa(2*runtime.NumCPU() + 1)
+	r = hpctrain(t, 0, 10*time.Second, "topo", "-json", "-np", n)
+	if r.code != 0 || !strings.Contains(r.out, "oversubscribed, so ranks are not bound") {
+		t.Errorf("topo -json -np %s: %d\n%s", n, r.code, r.out)
 	}
 	r = hpctrain(t, 0, 10*time.Second, "topo", "-bind", "sideways")
 	if r.code != 2 || !strings.Contains(r.out, "sideways") {
@@ -96,6 +103,9 @@ func TestBenchCommands(t *testing.T) {
 	r := hpctrain(t, 0, time.Minute, "bench", "gemm", "-reps", "1")
 	if r.code != 0 || !strings.Contains(r.out, "2048^3") {
 		t.Errorf("bench gemm: %d\n%s", r.code, r.out)
+	}
+	if r := hpctrain(t, 0, time.Minute, "bench", "gemm", "-reps", "0"); r.code != 2 || !strings.Contains(r.out, "-reps 0: must be >= 1") {
+		t.Errorf("bench gemm -reps 0: exit %d, want 2\n%s", r.code, r.out)
 	}
 	r = hpctrain(t, 0, time.Minute, "bench", "step", "-model", "mlp", "-steps", "3", "-json", filepath.Join(dir, "step.json"))
 	if r.code != 0 || !strings.Contains(r.out, "samples/s") || !strings.Contains(r.out, "fc1") {
@@ -213,6 +223,9 @@ func TestSlurmTemplateAndPlot(t *testing.T) {
 		t.Fatalf("plot: %s", r.out)
 	}
 	mustPNG(t, png)
+	if r := hpctrain(t, 0, time.Minute, "plot", "-metrics", m+".missing", "-out", png); r.code != 2 || !strings.Contains(r.out, "no such file") {
+		t.Errorf("plot of a missing metrics file: exit %d, want 2\n%s", r.code, r.out)
+	}
 }
 
 // TestPlotStatusOnStderr: plot's closing line goes to standard error, so

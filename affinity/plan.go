@@ -527,13 +527,29 @@ func (t *Topology) PlanAll(mask CPUSet, r Request) ([]Plan, error) {
 	plans := make([]Plan, r.LocalSize)
 	for i := range plans {
 		r.LocalRank = i
-		p, err := t.Plan(mask, r)
+		p, err := t.PlanOversubscribed(mask, r)
 		if err != nil {
 			return nil, err
 		}
 		plans[i] = p
 	}
 	return plans, nil
+}
+
+// PlanOversubscribed is Plan, except that more local ranks than cpus in
+// mask under a binding policy (and no CPU list) is not an error: as
+// mpirun --oversubscribe runs them, the ranks are planned unbound (policy
+// none, one thread unless r asks for more), with a warning saying so.
+func (t *Topology) PlanOversubscribed(mask CPUSet, r Request) (Plan, error) {
+	if mask.IsEmpty() {
+		mask = t.Online // as Plan reads it
+	}
+	if r.Policy == None || !r.CPUList.IsEmpty() || r.LocalSize <= mask.Len() {
+		return t.Plan(mask, r)
+	}
+	p, err := t.Plan(mask, Request{LocalRank: r.LocalRank, LocalSize: r.LocalSize, Threads: max(r.Threads, 1), Policy: None})
+	p.Warning = fmt.Sprintf("%d ranks on this node but %d cpus in the allowed mask %s: oversubscribed, so ranks are not bound (bind none); use fewer ranks for pinned runs", r.LocalSize, mask.Len(), mask)
+	return p, err
 }
 
 // WritePlans prints, one line per local rank, the plans np ranks on this

@@ -175,7 +175,7 @@ func TestPlan(t *testing.T) {
 			if tc.mask != "" {
 				mask = mustParse(t, tc.mask)
 			}
-			plans, err := topo.PlanAll(mask, tc.r)
+			plans, err := planEach(topo, mask, tc.r)
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
 					t.Fatalf("error %v, want one containing %q", err, tc.err)
@@ -219,6 +219,45 @@ func TestPlan(t *testing.T) {
 				t.Errorf("rank 0 workers %v, want %s", plans[0].WorkerCPUs, tc.workers0)
 			}
 		})
+	}
+}
+
+// planEach is every local rank's Plan, the first error ending it.
+func planEach(t *Topology, mask CPUSet, r Request) ([]Plan, error) {
+	var plans []Plan
+	for i := range r.LocalSize {
+		r.LocalRank = i
+		p, err := t.Plan(mask, r)
+		if err != nil {
+			return nil, err
+		}
+		plans = append(plans, p)
+	}
+	return plans, nil
+}
+
+// TestPlanOversubscribed: more ranks than cpus under a binding policy
+// (which Plan refuses) are planned unbound with a warning, as train runs
+// them and topo shows them; more ranks than cores but not than cpus, and
+// every other request, are Plan's.
+func TestPlanOversubscribed(t *testing.T) {
+	topo := readFixture(t, "vm2c")
+	plans, err := topo.PlanAll(CPUSet{}, Request{LocalSize: 4, PreferNUMA: -1})
+	if err != nil || len(plans) != 4 {
+		t.Fatalf("4 ranks on 2 cpus: %v, %d plans", err, len(plans))
+	}
+	for i, p := range plans {
+		if p.Policy != None || p.Threads != 1 || p.LocalRank != i || !strings.Contains(p.Warning, "4 ranks on this node but 2 cpus in the allowed mask 0-1: oversubscribed") {
+			t.Errorf("rank %d: %+v", i, p)
+		}
+	}
+	pairs := readFixture(t, "pairs4c8t")
+	mask := mustParse(t, "2,3,6,7")
+	if _, err := pairs.PlanAll(mask, Request{LocalSize: 3, Policy: Cores, PreferNUMA: -1}); err != nil {
+		t.Errorf("3 ranks on 2 cores of 4 cpus (SMT fallback): %v", err)
+	}
+	if p, err := pairs.PlanOversubscribed(mask, Request{LocalSize: 2, LocalRank: 1, PreferNUMA: -1}); err != nil || p.Warning != "" || p.CPUs.String() != "6" {
+		t.Errorf("2 ranks, 2 cores: %+v, %v", p, err)
 	}
 }
 

@@ -51,6 +51,9 @@ func Gemm(args []string, out io.Writer) error {
 	if err := writable("json", *js)(); err != nil {
 		return cli.Usage(err)
 	}
+	if *reps < 1 {
+		return cli.Usage(fmt.Errorf("-reps %d: must be >= 1", *reps))
+	}
 	rows, err := GemmRates(*reps)
 	if err != nil {
 		return err

@@ -39,7 +39,7 @@ func loadCIFAR10(dir string, train bool, budget *Budget) (*Images, error) {
 	if _, err := os.Stat(filepath.Join(dir, names[0])); err != nil {
 		sub := filepath.Join(dir, "cifar-10-batches-bin")
 		if _, err2 := os.Stat(filepath.Join(sub, names[0])); err2 != nil {
-			return nil, fmt.Errorf("data dir %s: no %s (download cifar-10-binary.tar.gz from https://www.cs.toronto.edu/~kriz/cifar.html and unpack it there)", dir, names[0])
+			return nil, missing(fmt.Sprintf("data dir %s: no %s (download cifar-10-binary.tar.gz from https://www.cs.toronto.edu/~kriz/cifar.html and unpack it there)", dir, names[0]))
 		}
 		dir = sub
 	}

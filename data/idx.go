@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 )
@@ -137,6 +138,14 @@ func ReadIDXChecked(path string, check func(dims []int) error) (dims []int, elem
 	}
 	return dims, elems, nil
 }
+
+// missing is a data set's file that is not there: its message, and
+// errors.Is(err, fs.ErrNotExist), so that callers can tell a setting that
+// points nowhere from a damaged file.
+type missing string
+
+func (m missing) Error() string        { return string(m) }
+func (m missing) Is(target error) bool { return target == fs.ErrNotExist }
 
 var gzipMagic = []byte{0x1f, 0x8b}
 
@@ -284,7 +293,7 @@ func loadMNIST(dir string, train bool, budget *Budget) (*Images, error) {
 				return "", fmt.Errorf("data dir %s: %s is a symbolic link to %s, which cannot be read: %w", dir, name, target, errors.Unwrap(err))
 			}
 		}
-		return "", fmt.Errorf("data dir %s: no %s or %s.gz (install the Debian package dataset-fashion-mnist, or point -data-dir at the files)", dir, base, base)
+		return "", missing(fmt.Sprintf("data dir %s: no %s or %s.gz (install the Debian package dataset-fashion-mnist, or point -data-dir at the files)", dir, base, base))
 	}
 	img, err := find(prefix + "-images-idx3-ubyte")
 	if err != nil {

@@ -3,6 +3,7 @@ package train
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"sync"
 
@@ -85,8 +86,8 @@ func loadData(cfg Config, c mpi.Comm) (*pipeline, error) {
 	var err error
 	p.sets, err = cfg.DataConfig.Open(data.OpenOptions{Limit: cfg.Limit, TestLimit: cfg.TestLimit, Budget: budget, Warn: p.warn.add})
 	if err != nil {
-		if errors.As(err, new(*data.MemoryError)) {
-			err = cli.Usage(err) // the configuration asks for more than there is
+		if errors.As(err, new(*data.MemoryError)) || errors.Is(err, fs.ErrNotExist) {
+			err = cli.Usage(err) // the configuration asks for more than there is, or for what is not there
 		}
 		return nil, err
 	}

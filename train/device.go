@@ -142,7 +142,7 @@ func (r *run) openDevice() (*device, error) {
 		return nil, agree(c, "choosing the collective", cli.Usage(fmt.Errorf("collective = \"nccl\" sums on GPUs, and this run computes on the CPU (-device %s found no usable GPU): use -collective auto, shm or mpi", cfg.Device)))
 	}
 	if d == nil && cfg.Precision != "fp32" && cfg.Precision != "bf16" {
-		return nil, agree(c, "choosing the precision", fmt.Errorf("precision %s needs a CUDA device, and this run computes on the CPU (fp32 or bf16 there)", cfg.Precision))
+		return nil, agree(c, "choosing the precision", cli.Usage(fmt.Errorf("precision %s needs a CUDA device, and this run computes on the CPU (fp32 or bf16 there)", cfg.Precision)))
 	}
 	if d != nil && d.mode == collective.NCCL {
 		d.nccl, err = collective.NewNCCL(c)
@@ -328,11 +328,13 @@ func CPUKernelsOf(kernels, precision string) (model.Kernels, error) {
 	k.AllDNNL = kernels == "dnnl-all"
 	switch {
 	case !slices.Contains(CPUKernels, kernels):
-		return k, fmt.Errorf("cpu kernels %q: want %s", kernels, strings.Join(CPUKernels, ", "))
+		return k, cli.Usage(fmt.Errorf("cpu kernels %q: want %s", kernels, strings.Join(CPUKernels, ", ")))
 	case precision != "fp32" && precision != "bf16":
-		return k, fmt.Errorf("precision %s: the CPU computes in fp32 or bf16", precision)
+		return k, cli.Usage(fmt.Errorf("precision %s: the CPU computes in fp32 or bf16", precision))
+	case k.BF16 && kernels == "blas":
+		return k, cli.Usage(fmt.Errorf("precision bf16 needs the oneDNN kernels, and cpu_kernels blas computes in fp32 only: use cpu_kernels auto, dnnl, dnnl-direct or dnnl-all"))
 	case k.BF16 && !k.DNNL:
-		return k, fmt.Errorf("precision bf16 needs the oneDNN kernels (cpu_kernels dnnl or auto), and this binary has none")
+		return k, cli.Usage(fmt.Errorf("precision bf16 needs the oneDNN kernels, and this binary has none (built without oneDNN): use precision fp32"))
 	}
 	return k.OnThisCPU(), nil
 }

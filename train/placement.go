@@ -144,12 +144,7 @@ func planRank(cfg Config, c mpi.Comm, g gpuChoice) (affinity.Plan, error) {
 			return affinity.Plan{}, fmt.Errorf("cpu_list: %w", err)
 		}
 	}
-	if policy != affinity.None && req.CPUList.IsEmpty() && c.LocalSize() > mask.Len() {
-		plan, err := topo.Plan(mask, affinity.Request{LocalRank: req.LocalRank, LocalSize: req.LocalSize, Threads: max(cfg.Threads, 1), Policy: affinity.None})
-		plan.Warning = fmt.Sprintf("%d ranks on this node but %d cpus in the allowed mask %s: oversubscribed, so ranks are not bound (bind none); use fewer ranks for pinned runs", c.LocalSize(), mask.Len(), mask)
-		return plan, err
-	}
-	return topo.Plan(mask, req)
+	return topo.PlanOversubscribed(mask, req)
 }
 
 func (p *placement) close() { p.workers.Close() }

@@ -3,13 +3,16 @@ package train
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"io"
+	"io/fs"
 	"math"
 	"os"
 	"runtime"
 	"strings"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -388,9 +391,11 @@ func (r *run) fitModel(in model.Shape, classes int) error {
 	if err != nil {
 		return err
 	}
+	// A description that does not fit the data's shape is the user's to
+	// mend, as one that does not parse is.
 	s, err := model.Summarize(d, in, classes)
 	if err != nil {
-		return err
+		return cli.Usage(err)
 	}
 	r.params = s.Params
 	if err := r.pipe.budget.Take(fmt.Sprintf("model %s with batches of %d samples", r.cfg.Model, r.cfg.Batch), NetBytes(s, r.cfg.Batch), "lower -batch"); err != nil {
@@ -431,6 +436,18 @@ func (r *run) placeAndPin() error {
 	return nil
 }
 
+// outputErr is the error of an output file that would not open: a path
+// the user must mend (a missing directory, no permission, a directory
+// where the file should be) is a usage error; anything else (a full
+// disk) is not.
+func outputErr(what string, err error) error {
+	err = fmt.Errorf("%s: %w", what, err)
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) || errors.Is(err, syscall.EISDIR) || errors.Is(err, syscall.ENOTDIR) {
+		return cli.Usage(err)
+	}
+	return err
+}
+
 // openOutputs opens -metrics on rank 0 (a fresh run starts the file, a
 // resumed one appends to the record of the run it continues) and makes
 // sure every rank can write its -timeline, so that a bad path fails now
@@ -446,7 +463,7 @@ func (r *run) openOutputs() error {
 		if err == nil {
 			r.closers = append(r.closers, func() { r.metrics.Close() })
 		} else {
-			err = fmt.Errorf("metrics file: %w", err)
+			err = outputErr("metrics file", err)
 		}
 	}
 	if err = agree(r.c, "opening the metrics file", err); err != nil {
@@ -462,7 +479,7 @@ func (r *run) openOutputs() error {
 			r.lossLog = bufio.NewWriter(f)
 			r.closers = append(r.closers, func() { r.lossLog.Flush(); f.Close() })
 		} else {
-			err = fmt.Errorf("loss log: %w", err)
+			err = outputErr("loss log", err)
 		}
 	}
 	if err = agree(r.c, "opening the loss log", err); err != nil {
@@ -473,7 +490,7 @@ func (r *run) openOutputs() error {
 		if f, err = os.Create(rankPath(r.cfg.Timeline, r.c.Rank())); err == nil {
 			f.Close()
 		} else {
-			err = fmt.Errorf("timeline file: %w", err)
+			err = outputErr("timeline file", err)
 		}
 	}
 	return agree(r.c, "opening the timeline file", err)
