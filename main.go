@@ -46,10 +46,10 @@ Commands:
   predict   top-k classes of image or IDX files from a checkpoint, as JSON lines
   export    a checkpoint as ONNX or safetensors (PyTorch names and layouts)
   models    list the built-in networks; models NAME prints one's TOML description
-  summary   per-layer output shapes, parameters and multiply-adds of -model
+  summary   per-layer output shapes, parameters and multiply-adds of -model (or -checkpoint)
   topo      this node's cores, SMT siblings, NUMA nodes and the plan for -np ranks;
             -gpu: the GPU-GPU/GPU-CPU matrix and each local rank's GPU and cores
-  bench     gemm | step | allreduce | affinity | optim (hpctrain bench -h)
+  bench     gemm | peak | step | allreduce | affinity | optim | data | scaling (hpctrain bench -h)
   slurm     template: render an sbatch script from flags or a job TOML
   plot      loss and accuracy curves of -metrics files to PNG
 

@@ -76,8 +76,34 @@ type dataFlags struct {
 
 func bindData(fs *flag.FlagSet) *dataFlags {
 	d := &dataFlags{fs: fs, cfg: data.Defaults()}
+	before := map[string]bool{}
+	fs.VisitAll(func(f *flag.Flag) { before[f.Name] = true })
 	d.cfg.Flags(fs)
+	// A flag not given keeps the training run's value, not train's
+	// default: the help says so instead of showing that default.
+	fs.VisitAll(func(f *flag.Flag) {
+		if !before[f.Name] {
+			f.Usage += " (default: the training run's)"
+			f.DefValue = zeroText(f.Value)
+		}
+	})
 	return d
+}
+
+// zeroText is how a flag.Value of v's type prints its zero value, which
+// the help leaves out as no default.
+// (flag.PrintDefaults does the same; a String that cannot print a zero
+// value counts as "").
+func zeroText(v flag.Value) (s string) {
+	defer func() {
+		if recover() != nil {
+			s = ""
+		}
+	}()
+	if z, ok := reflect.New(reflect.TypeOf(v).Elem()).Interface().(flag.Value); ok {
+		return z.String()
+	}
+	return ""
 }
 
 // over returns run with the data keys given on the command line. The

@@ -102,7 +102,7 @@ func Affinity(args []string, self string, out io.Writer) error {
 	}
 	fmt.Fprintf(out, "\n| instances x threads | bound | noisy neighbour | wall s | train s | samples/s | test accuracy |\n|---|---|---|---|---|---|---|\n")
 	for _, c := range cells {
-		fmt.Fprintf(out, "| %d x %d | %s | %v | %.1f | %.1f | %.0f | %.2f%% |\n", c.Instances, c.Threads, boundName(c.Pinned), c.Noisy, c.WallSeconds, c.TrainSeconds, c.SamplesPerSecond, 100*c.TestAccuracy)
+		fmt.Fprintf(out, "| %d x %d | %s | %s | %.1f | %.1f | %.0f | %.2f%% |\n", c.Instances, c.Threads, boundName(c.Pinned), yesNo(c.Noisy), c.WallSeconds, c.TrainSeconds, c.SamplesPerSecond, 100*c.TestAccuracy)
 	}
 	if err := writeGridCSV(filepath.Join(*dir, "affinity.csv"), cells); err != nil {
 		return err
@@ -262,4 +262,11 @@ func gridChart(path string, cells []GridCell) error {
 		return err
 	}
 	return savePanels(path, pt, pa)
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
 }
