@@ -77,11 +77,16 @@ func predictCmd(args []string, stdout, stderr io.Writer) error {
 		return cli.Usage(fmt.Errorf("-top %d: must be >= 1", *top))
 	}
 	for _, p := range fs.Args() {
-		if st, err := os.Stat(p); err != nil || st.IsDir() {
+		// An input is read twice (its kind, then its contents): a pipe
+		// could not be, and one without a writer would block.
+		if st, err := os.Stat(p); err != nil || !st.Mode().IsRegular() {
 			what := "no such file"
-			if err == nil {
+			switch {
+			case err == nil && st.IsDir():
 				what = "a directory, not a file"
-			} else if !errors.Is(err, iofs.ErrNotExist) {
+			case err == nil:
+				what = fmt.Sprintf("not a regular file (%v)", st.Mode().Type())
+			case !errors.Is(err, iofs.ErrNotExist):
 				what = "cannot be read"
 			}
 			return cli.Usage(fmt.Errorf("input %s: %s", p, what))

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -182,11 +183,16 @@ func TestPredictBadInput(t *testing.T) {
 	past := writeIDX(t, t.TempDir(), 2)
 	pl := filepath.Join(filepath.Dir(past), "test-labels-idx1-ubyte")
 	os.WriteFile(pl, []byte{0, 0, 8, 1, 0, 0, 0, 2, 1, 10}, 0o644)
+	fifo := filepath.Join(t.TempDir(), "fifo.png") // no writer: opening it would block
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		args []string
 		code int
 		want string
 	}{
+		{[]string{"-checkpoint", ck, good, fifo}, 2, "input " + fifo + ": not a regular file (p---------)"},
 		{[]string{"-checkpoint", ck, good, text}, 1, "input " + text + ": not a readable image: image: unknown format"},
 		{[]string{"-checkpoint", ck, good, cut}, 1, "input " + cut + ": not a readable image"},
 		{[]string{"-checkpoint", ck, good, filepath.Join(dir, "nope.png")}, 2, "nope.png: no such file"},
