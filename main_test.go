@@ -485,12 +485,25 @@ func TestBadDataInput(t *testing.T) {
 	// trained on zeros. Before, every step's checkpoint was written and
 	// the run stopped at the end of the epoch; -resume auto then went on
 	// from the damaged model.
-	ck := filepath.Join(t.TempDir(), "ck")
-	r := hpctrain(t, 0, time.Minute, append([]string{"train", "-model", "mlp", "-batch", "1", "-progress", "0", "-threads", "1",
-		"-checkpoint-dir", ck, "-checkpoint-every", "1"}, folder(at("cut"), "-test-dir", at("good"), "-lazy")...)...)
-	kept, _ := filepath.Glob(filepath.Join(ck, "ckpt-*.hpck"))
-	if lines := errorLines(t, r); len(lines) != 1 || !strings.Contains(lines[0], "reading images") || len(kept) >= 13 {
-		t.Errorf("a training image read as zeros: %d checkpoints (want fewer than the epoch's 13), error lines %q:\n%s", len(kept), lines, r.out)
+	// Where it stops is the step that trained on the image, whatever the
+	// loader read ahead: with 3 workers and 8 batches prefetched it once
+	// stopped earlier than without workers.
+	var newest []string
+	for _, loader := range [][]string{{"-data-workers", "0"}, {"-data-workers", "3", "-prefetch", "8"}} {
+		ck := filepath.Join(t.TempDir(), "ck")
+		args := append([]string{"train", "-model", "mlp", "-batch", "1", "-progress", "0", "-threads", "1",
+			"-checkpoint-dir", ck, "-checkpoint-every", "1"}, folder(at("cut"), "-test-dir", at("good"), "-lazy")...)
+		r := hpctrain(t, 0, time.Minute, append(args, loader...)...)
+		kept, _ := filepath.Glob(filepath.Join(ck, "ckpt-*.hpck"))
+		if lines := errorLines(t, r); len(lines) != 1 || !strings.Contains(lines[0], "reading images") || len(kept) >= 13 {
+			t.Errorf("a training image read as zeros, %v: %d checkpoints (want fewer than the epoch's 13), error lines %q:\n%s", loader, len(kept), lines, r.out)
+		}
+		if len(kept) > 0 {
+			newest = append(newest, filepath.Base(kept[len(kept)-1]))
+		}
+	}
+	if len(newest) != 2 || newest[0] != newest[1] {
+		t.Errorf("newest checkpoint without and with workers reading ahead: %v, want the same", newest)
 	}
 }
 

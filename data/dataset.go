@@ -103,6 +103,15 @@ type subset struct {
 func (s subset) Len() int                       { return len(s.idx) }
 func (s subset) Sample(i int, dst []byte) int32 { return s.Dataset.Sample(s.idx[i], dst) }
 
+// SampleChecked passes on the failures of a data set whose samples can
+// fail (checkedSampler).
+func (s subset) SampleChecked(i int, dst []byte) (int32, error) {
+	if c, ok := s.Dataset.(checkedSampler); ok {
+		return c.SampleChecked(s.idx[i], dst)
+	}
+	return s.Dataset.Sample(s.idx[i], dst), nil
+}
+
 // Split holds out a fraction of d for validation, class by class: of each
 // class's n samples, round(frac*n) (at least one when n >= 2, never all)
 // go to held, the rest to train, chosen by a shuffle drawn from seed.

@@ -400,12 +400,20 @@ func (f *Folder) Skipped() int { return f.skipped }
 // reads as zeros; the failure is counted, passed to Warn, and the first
 // one is returned by Err.
 func (f *Folder) Sample(i int, dst []byte) int32 {
+	y, _ := f.SampleChecked(i, dst)
+	return y
+}
+
+// SampleChecked is Sample, also returning the failure of a lazy decode
+// (nil otherwise), so that a loader can mark the batch it went into.
+func (f *Folder) SampleChecked(i int, dst []byte) (int32, error) {
 	size := f.shape.Size()
 	if f.pix != nil {
 		copy(dst[:size], f.pix[i*size:(i+1)*size])
-		return f.labels[i]
+		return f.labels[i], nil
 	}
-	if err := f.decode(f.paths[i], dst[:size]); err != nil {
+	err := f.decode(f.paths[i], dst[:size])
+	if err != nil {
 		clear(dst[:size])
 		f.mu.Lock()
 		f.lazyBads++
@@ -417,7 +425,7 @@ func (f *Folder) Sample(i int, dst []byte) int32 {
 		}
 		f.mu.Unlock()
 	}
-	return f.labels[i]
+	return f.labels[i], err
 }
 
 // Err returns the first decode failure met by Sample in lazy mode, with

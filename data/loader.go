@@ -41,6 +41,12 @@ type Batch struct {
 	N     int       // samples in this batch
 	Step  int       // step in the epoch (or range), from 0
 	Shape Shape     // of one sample
+	// Bad counts the samples of this batch that failed to decode (a lazy
+	// folder's), read as zeros; BadErr is the first one's error. A
+	// trainer that must not learn from them checks the batches it takes,
+	// not the data set, which workers may have read further ahead.
+	Bad    int
+	BadErr error
 
 	x    []float32 // full capacity (B, H, W, C)
 	y    []int32   // (B)
@@ -348,6 +354,8 @@ func (l *Loader) fill(w *worker, b *Batch, step int) {
 	}
 	b.N, b.Step = n, step
 	b.X, b.Y = b.x[:n*size], b.y[:n]
+	b.Bad, b.BadErr = 0, nil
+	checked, _ := l.ds.(checkedSampler)
 	for k := 0; k < n; k++ {
 		var i int
 		if l.isEval {
@@ -355,7 +363,16 @@ func (l *Loader) fill(w *worker, b *Batch, step int) {
 		} else {
 			i = idx[k]
 		}
-		b.y[k] = l.ds.Sample(i, w.raw)
+		if checked != nil {
+			var err error
+			if b.y[k], err = checked.SampleChecked(i, w.raw); err != nil {
+				if b.Bad++; b.BadErr == nil {
+					b.BadErr = err
+				}
+			}
+		} else {
+			b.y[k] = l.ds.Sample(i, w.raw)
+		}
 		px := w.raw
 		if pipe.Len() > 0 {
 			w.s.Seed(l.opts.Seed, l.epoch, i)
@@ -364,6 +381,12 @@ func (l *Loader) fill(w *worker, b *Batch, step int) {
 		}
 		l.normalise(b.x[k*size:(k+1)*size], px[:size])
 	}
+}
+
+// checkedSampler is a Dataset whose samples can fail to read (a lazy
+// Folder): SampleChecked is Sample, returning the failure as well.
+type checkedSampler interface {
+	SampleChecked(i int, dst []byte) (int32, error)
 }
 
 // normalise converts bytes (H, W, C) to float32 through the lookup table.

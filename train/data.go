@@ -57,6 +57,8 @@ func (w *warnings) flush(log func(string, ...any), what string) {
 // pipeline is what the training loop reads.
 type pipeline struct {
 	train, test data.Dataset
+	badTrained  int          // images read as zeros in the batches trained on (took)
+	badErr      error        // the first of them
 	trainLoad   *data.Loader // Start/StartAt by epoch, with augmentation
 	testLoad    *data.Loader // StartRange over a rank's shard, no augmentation
 	sets        *data.Sets
@@ -132,6 +134,27 @@ func loadData(cfg Config, c mpi.Comm) (*pipeline, error) {
 // lazyErr is the first image a lazy folder failed to decode since the
 // start, or nil; under bad_input = "skip" such images only warn.
 func (p *pipeline) lazyErr(cfg Config) error { return p.sets.Err() }
+
+// took notes a training batch the run is about to train on: images a
+// lazy folder read as zeros in it are counted, the first one's error
+// kept. (The data set's own record, lazyErr, also holds batches the
+// loader's workers read ahead, which depends on -data-workers.)
+func (p *pipeline) took(b *data.Batch) {
+	if b.Bad > 0 {
+		if p.badTrained += b.Bad; p.badErr == nil {
+			p.badErr = b.BadErr
+		}
+	}
+}
+
+// trainedErr is an error when the model has trained on images read as
+// zeros, under bad_input = "stop": such a model is not checkpointed.
+func (p *pipeline) trainedErr(cfg Config) error {
+	if p.badErr == nil || cfg.BadInput == "skip" {
+		return nil
+	}
+	return fmt.Errorf("reading images: %w (%d bad images read as zeros in the batches trained on); stopping (-bad-input skip reads them as zeros with a warning)", p.badErr, p.badTrained)
+}
 
 func (p *pipeline) close() {
 	p.trainLoad.Close()

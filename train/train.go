@@ -526,6 +526,7 @@ func (r *run) trainEpoch() error {
 			panic("train: loader ended before the epoch's last step") // Steps() said otherwise
 		}
 		r.st.Load(b.X, b.Y)
+		r.pipe.took(b)
 		ld.Release(b) // the buffer goes back to the workers at once
 		loss, err := r.st.Run(r.step)
 		if err != nil {
@@ -640,9 +641,11 @@ func (r *run) checkpointOrStop() error {
 		// A model trained on images a lazy folder read as zeros is not
 		// saved: under bad_input = "stop" every rank stops here instead,
 		// as at the end of the epoch, and the newest checkpoint stays the
-		// last good one.
+		// last good one. What counts is the batches trained on, not those
+		// the loader read ahead, so where a run stops does not depend on
+		// -data-workers or -prefetch.
 		r.pipe.warn.flush(r.everyRank, "read as zeros since the last report (lazy decoding)")
-		if err := agree(r.c, "reading images", r.pipe.lazyErr(r.cfg)); err != nil {
+		if err := agree(r.c, "reading images", r.pipe.trainedErr(r.cfg)); err != nil {
 			return err
 		}
 		if err := r.syncBuffers(); err != nil {
