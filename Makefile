@@ -45,8 +45,9 @@ vet:
 test: build setup-cuda vet
 	$(GO) test -count=1 -timeout 40m ./...
 	$(GO) test -count=1 -tags purego ./internal/openblas ./internal/kernels ./internal/peak ./model
-	# The MPI thread hand-off under the race detector, ranks under real mpirun.
-	$(GO) test -count=1 -race ./mpi
+	# Under the race detector: the MPI thread hand-off (ranks under real mpirun),
+	# the compute workers, and the peak loops run on every core at once.
+	$(GO) test -count=1 -race ./mpi ./affinity ./internal/peak
 
 clean:
 	rm -rf hpctrain out

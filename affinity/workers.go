@@ -42,7 +42,7 @@ type Workers struct {
 	quit     atomic.Bool
 	closed   bool
 
-	led     bool          // Lead was called: the caller is worker 0
+	led     atomic.Bool   // Lead was called: the caller is worker 0 (read by the workers too)
 	yielded time.Duration // when Run last yielded the caller's P (since yieldEpoch)
 	oldMask CPUSet        // the leader thread's mask before Lead, restored by Close
 	gone0   chan struct{} // closed when worker 0's goroutine has returned
@@ -142,7 +142,7 @@ func (w *Workers) loop(i int, errs chan<- error) {
 		}
 		s.task.Run(i, s.lo, s.hi)
 		s.task = nil
-		if w.left.Add(^uint32(0)) == 0 && (!w.led || w.waiting.Load()) {
+		if w.left.Add(^uint32(0)) == 0 && (!w.led.Load() || w.waiting.Load()) {
 			futexWake(&w.left, 1)
 		}
 	}
@@ -161,7 +161,7 @@ func (w *Workers) Lead() error {
 	if w.closed {
 		panic("affinity: Lead on closed Workers")
 	}
-	if w.led {
+	if w.led.Load() {
 		return nil
 	}
 	runtime.LockOSThread()
@@ -181,7 +181,7 @@ func (w *Workers) Lead() error {
 	s.seq.Add(1)
 	w.wakeAll()
 	<-w.gone0
-	w.led = true
+	w.led.Store(true)
 	return nil
 }
 
@@ -252,7 +252,7 @@ func (w *Workers) Run(n int, t Task) {
 		return
 	}
 	first := 0
-	if w.led {
+	if w.led.Load() {
 		first = 1
 		if n/nw > 0 { // chunk 0 is not empty: it is the leader's
 			chunks--
@@ -271,7 +271,7 @@ func (w *Workers) Run(n int, t Task) {
 	if chunks > 0 {
 		w.wakeAll()
 	}
-	if w.led {
+	if w.led.Load() {
 		if hi := n / nw; hi > 0 {
 			t.Run(0, 0, hi)
 		}
@@ -336,7 +336,7 @@ var SpinTime = 50 * time.Microsecond
 // spin polls s until its seq moves past seen or SpinTime passes.
 func (w *Workers) spin(s *slot, seen uint32) {
 	need := len(w.slots) + 1
-	if w.led {
+	if w.led.Load() {
 		need--
 	}
 	if SpinTime <= 0 || runtime.GOMAXPROCS(0) < need {
@@ -371,7 +371,7 @@ func (w *Workers) Close() {
 	}
 	w.wakeAll()
 	w.exit.Wait()
-	if w.led {
+	if w.led.Load() {
 		if w.cpus != nil {
 			setThread(0, w.oldMask) // the mask it had: best effort, as the thread goes on
 		}

@@ -300,3 +300,17 @@ func TestNewWorkersOutsideMask(t *testing.T) {
 		t.Fatal("NewWorkers on a cpu outside the mask gave no error")
 	}
 }
+
+// TestWorkersLeadWhileSpinning: with Ps to spare the workers spin at
+// start, reading whether the pool is led while Lead sets it; under the
+// race detector (make test runs this package with -race) a plain bool
+// there was a race.
+func TestWorkersLeadWhileSpinning(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(8))
+	for range 300 {
+		w := NewUnpinnedWorkers(4)
+		w.Lead()
+		w.Run(8, nopTask{})
+		w.Close()
+	}
+}

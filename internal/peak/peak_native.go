@@ -87,9 +87,18 @@ static double peak_run(int bf16, long iters, float *sink) {
 */
 import "C"
 
-// Sink holds the last loop's result, so that no compiler can drop the
-// work (tests read it).
-var Sink float32
+import (
+	"math"
+	"sync/atomic"
+)
+
+// sink holds the last loop's result (float32 bits), so that no compiler
+// can drop the work; loops on several cores at once store it, so it is
+// atomic (tests read it through Sink).
+var sink atomic.Uint32
+
+// Sink is the last loop's result.
+func Sink() float32 { return math.Float32frombits(sink.Load()) }
 
 func run(bf16 bool, iters int) float64 {
 	b := C.int(0)
@@ -98,6 +107,6 @@ func run(bf16 bool, iters int) float64 {
 	}
 	var s C.float
 	f := float64(C.peak_run(b, C.long(iters), &s))
-	Sink = float32(s)
+	sink.Store(math.Float32bits(float32(s)))
 	return f
 }

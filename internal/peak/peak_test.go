@@ -22,8 +22,8 @@ func TestFlops(t *testing.T) {
 	if lanes != 8 && lanes != 16 {
 		t.Fatalf("fp32: %v flops for %d iterations: %v lanes, want 8 or 16", f, iters, lanes)
 	}
-	if want := float32(iters * 12 * lanes * 1e-9); Sink < 0.99*want || Sink > 1.01*want {
-		t.Errorf("fp32: sum %v, want %v", Sink, want)
+	if want := float32(iters * 12 * lanes * 1e-9); Sink() < 0.99*want || Sink() > 1.01*want {
+		t.Errorf("fp32: sum %v, want %v", Sink(), want)
 	}
 	if r := Rate(false, 20*time.Millisecond, 3); !(r > 1 && r < 1e4) {
 		t.Errorf("fp32 rate %v GFLOP/s", r)
@@ -42,8 +42,8 @@ func TestFlops(t *testing.T) {
 		t.Fatalf("bf16: %v flops for %d iterations, want %d", fb, iters, iters*12*64)
 	}
 	// Each instruction adds 1 * 2^-31 twice per lane: 16 lanes.
-	if want := float32(iters * 12 * 16 * 2 * 0x1p-31); Sink < 0.99*want || Sink > 1.01*want {
-		t.Errorf("bf16: sum %v, want %v", Sink, want)
+	if want := float32(iters * 12 * 16 * 2 * 0x1p-31); Sink() < 0.99*want || Sink() > 1.01*want {
+		t.Errorf("bf16: sum %v, want %v", Sink(), want)
 	}
 	if r := Rate(true, 20*time.Millisecond, 3); !(r > 1 && r < 1e4) {
 		t.Errorf("bf16 rate %v GFLOP/s", r)
