@@ -157,11 +157,22 @@ func (w *watchdog) run() {
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	var told int64 // the quiet stretch already reported (its busy stamp)
+	last := time.Now()
 	for {
 		select {
 		case <-w.stop:
 			return
 		case now := <-tick.C:
+			// A tick long overdue means this process did not run: it was
+			// stopped (SLURM's scontrol suspend, SIGSTOP) or its machine
+			// paused. That time is nobody's wait: the ranks were suspended
+			// together, and a job resumed mid-collective must not be
+			// aborted for it.
+			if gap := now.Sub(last) - every; gap > every {
+				later(&w.since, gap)
+				later(&w.busy, gap)
+			}
+			last = now
 			s := w.since.Load()
 			if s == 0 {
 				// A waiting peer times out at its first tick past the
@@ -183,6 +194,14 @@ func (w *watchdog) run() {
 			w.abort(ExitWatchdog)
 			return
 		}
+	}
+}
+
+// later moves a stamp (unix nanoseconds; 0: none) later by d, unless the
+// run has just replaced it.
+func later(a *atomic.Int64, d time.Duration) {
+	if s := a.Load(); s != 0 {
+		a.CompareAndSwap(s, s+int64(d))
 	}
 }
 

@@ -1,9 +1,14 @@
 package train
 
 import (
+	"fmt"
 	"io"
+	"os"
+	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -92,5 +97,33 @@ func TestWatchdogHeld(t *testing.T) {
 	time.Sleep(time.Second)
 	if s := out.String(); s != "" {
 		t.Errorf("one rank: %q, want nothing", s)
+	}
+}
+
+// TestWatchdogSuspended: a job suspended mid-collective (every rank
+// stopped, as scontrol suspend does) for longer than the timeout is not
+// aborted when it resumes; the wait goes on counting from there.
+func TestWatchdogSuspended(t *testing.T) {
+	var aborted atomic.Bool
+	var out syncBuffer
+	w := newWatchdog(600*time.Millisecond, 2, "rank 0 on host h", &out, func(int) { aborted.Store(true) })
+	defer w.close()
+	w.setPhase(&phaseTraining, 3)
+	w.enter(&opGradients, 3, 0)
+	// Another process resumes this one 1.5 s after it stops itself.
+	cont := exec.Command("sh", "-c", fmt.Sprintf("sleep 1.5; kill -CONT %d", os.Getpid()))
+	if err := cont.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+	cont.Wait()
+	time.Sleep(300 * time.Millisecond)
+	if aborted.Load() {
+		t.Fatalf("aborted after a suspension, 0.4 s of waiting:\n%s", out.String())
+	}
+	time.Sleep(time.Second)
+	if !aborted.Load() {
+		t.Errorf("not aborted after 1.4 s of waiting past the suspension")
 	}
 }
