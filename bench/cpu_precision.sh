@@ -3,7 +3,7 @@
 # of README's "CPU kernels and bf16" tables, written to
 # out/cpu_precision.json for bench/readme_tables.py.
 #
-#   bench/cpu_precision.sh [ROUNDS]        (default 3)
+#   bench/cpu_precision.sh [ROUNDS]        (default 3; or ROUNDS=N in the environment)
 #
 # 1. Step rate: for each MODEL (MODELS, default "cnn resnet8") and 1 and 2
 #    threads, ROUNDS rounds of `hpctrain bench step -kernels
@@ -43,7 +43,7 @@ set -euo pipefail
 # commit or an edit during the run marks the JSON dirty.
 export START_REV=$(git rev-parse --short HEAD 2>/dev/null || true)
 export START_DIRTY=$(git status --porcelain --untracked-files=no 2>/dev/null || true)
-rounds=${1:-3}
+rounds=${1:-${ROUNDS:-3}}
 models=${MODELS:-cnn resnet8}
 epochs=${EPOCHS:-5}
 seeds=${SEEDS:-1 2 3}

@@ -1,6 +1,7 @@
 package train
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -652,7 +653,27 @@ func (c *Config) Hash() string {
 	return hex.EncodeToString(sum[:8])
 }
 
-// WriteTOML prints c as a TOML file (what -print-config shows).
+// WriteTOML prints c as a TOML file (what -print-config shows), each key
+// under a comment that is its flag's help: many keys take 0 or "" for a
+// default or for "off" (gamma, threads, warmup_start_factor), which the
+// value alone does not say.
 func (c *Config) WriteTOML(w io.Writer) error {
-	return toml.NewEncoder(w).Encode(c)
+	var b bytes.Buffer
+	if err := toml.NewEncoder(&b).Encode(c); err != nil {
+		return err
+	}
+	fs := flag.NewFlagSet("", flag.ContinueOnError)
+	d := Defaults()
+	d.Flags(fs)
+	var out bytes.Buffer
+	for _, line := range strings.SplitAfter(b.String(), "\n") {
+		name, _, ok := strings.Cut(line, " = ")
+		if f := fs.Lookup(strings.ReplaceAll(name, "_", "-")); ok && f != nil {
+			_, usage := flag.UnquoteUsage(f)
+			fmt.Fprintf(&out, "# %s\n", strings.ReplaceAll(usage, "\n", " "))
+		}
+		out.WriteString(line)
+	}
+	_, err := w.Write(out.Bytes())
+	return err
 }

@@ -163,6 +163,11 @@ func TestPrintConfigRoundTrip(t *testing.T) {
 	if !reflect.DeepEqual(again, cfg) {
 		t.Errorf("round trip changed the configuration:\nflags: %+v\nfile:  %+v\n%s", cfg, again, out.String())
 	}
+	// Each key comes under its flag's help: a 0 that means a default says so.
+	if !strings.Contains(out.String(), "# multistep factor (default 0.1) or exponential per-step factor (at most 1)\ngamma = 0.5\n") ||
+		!strings.Contains(out.String(), "# compute threads per rank, 1 to 4096 (default: cores in the allowed mask / local ranks)\nthreads = 2\n") {
+		t.Errorf("-print-config's keys lack their help:\n%s", out.String())
+	}
 	if cfg.CollectiveTimeout != 90*time.Second || cfg.Progress != 90*time.Second {
 		t.Errorf("-collective-timeout 90 and -progress 1m30s gave %v and %v", cfg.CollectiveTimeout, cfg.Progress)
 	}
