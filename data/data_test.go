@@ -491,3 +491,64 @@ func mustGunzip(t *testing.T, z []byte) io.Reader {
 	}
 	return r
 }
+
+// FuzzIDX feeds arbitrary bytes to ReadIDX, raw and as the bytes of a gzip
+// file: it returns an error or dimensions whose product is the number of
+// elements, and those are exactly what the file holds after its header
+// (for gzip, after gzip -d); it never panics.
+func FuzzIDX(f *testing.F) {
+	idx := func(dims []int, elems []byte) []byte {
+		b := []byte{0, 0, 8, byte(len(dims))}
+		for _, d := range dims {
+			b = binary.BigEndian.AppendUint32(b, uint32(d))
+		}
+		return append(b, elems...)
+	}
+	gz := func(parts ...[]byte) []byte {
+		var z bytes.Buffer
+		for _, p := range parts {
+			w := gzip.NewWriter(&z)
+			w.Write(p)
+			w.Close()
+		}
+		return z.Bytes()
+	}
+	ok := idx([]int{2, 2, 3}, []byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12})
+	f.Add(ok)
+	f.Add(ok[:len(ok)-1])
+	f.Add(append(ok, 0))
+	f.Add(idx([]int{3}, []byte{0, 1, 9}))
+	f.Add(gz(ok))
+	f.Add(gz(ok[:7], ok[7:]))
+	f.Add(append(gz(ok), 'x', 'y'))
+	f.Add(gz(ok)[:20])
+	f.Add([]byte{0x1f, 0x8b})
+	dir := f.TempDir()
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		p := filepath.Join(dir, "f.idx")
+		if err := os.WriteFile(p, raw, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		dims, elems, err := ReadIDX(p)
+		if err != nil {
+			return
+		}
+		n := 1
+		for _, d := range dims {
+			n *= d
+		}
+		want := raw
+		if bytes.HasPrefix(raw, gzipMagic) {
+			r, err := gzip.NewReader(bytes.NewReader(raw))
+			if err != nil {
+				t.Fatalf("ReadIDX read a gzip file Go's gzip cannot open: %v", err)
+			}
+			if want, err = io.ReadAll(r); err != nil {
+				t.Fatalf("ReadIDX read a gzip file Go's gzip cannot: %v", err)
+			}
+		}
+		if len(elems) != n || !bytes.Equal(idx(dims, elems), want) {
+			t.Fatalf("dimensions %v, %d elements, from %d bytes (%d after gzip -d)", dims, len(elems), len(raw), len(want))
+		}
+	})
+}
