@@ -39,6 +39,12 @@ type watchdog struct {
 	first    atomic.Pointer[func()] // run before abort: ncclCommAbort (onAbort)
 	stop     chan struct{}
 	once     sync.Once
+
+	now   func() time.Time // time.Now; tests give a clock of their own
+	every time.Duration    // the tick
+	// Owned by the ticking goroutine (check):
+	last time.Time // when the last tick was handled
+	told int64     // the quiet stretch already reported (its busy stamp)
 }
 
 // ExitWatchdog is the exit code of a job aborted by the watchdog.
@@ -68,13 +74,22 @@ var (
 )
 
 func newWatchdog(timeout time.Duration, ranks int, describe string, out io.Writer, abort func(int)) *watchdog {
-	w := &watchdog{timeout: timeout, peers: ranks > 1, out: out, abort: abort, stop: make(chan struct{})}
-	w.describe.Store(&describe)
-	w.phase.Store(&phaseStartup)
-	w.busy.Store(time.Now().UnixNano())
+	w := makeWatchdog(timeout, ranks, describe, out, abort, time.Now)
 	if timeout > 0 {
 		go w.run()
 	}
+	return w
+}
+
+// makeWatchdog is newWatchdog on the clock now, with no goroutine ticking
+// it: tests call check themselves.
+func makeWatchdog(timeout time.Duration, ranks int, describe string, out io.Writer, abort func(int), now func() time.Time) *watchdog {
+	w := &watchdog{timeout: timeout, peers: ranks > 1, out: out, abort: abort, stop: make(chan struct{}), now: now}
+	w.describe.Store(&describe)
+	w.phase.Store(&phaseStartup)
+	w.every = min(timeout/4, time.Second)
+	w.last = now()
+	w.busy.Store(w.last.UnixNano())
 	return w
 }
 
@@ -93,7 +108,7 @@ func (w *watchdog) setPhase(p *string, step int) {
 	w.phase.Store(p)
 	w.step.Store(int64(step))
 	if w.timeout > 0 {
-		w.busy.Store(time.Now().UnixNano())
+		w.busy.Store(w.now().UnixNano())
 	}
 }
 
@@ -107,7 +122,7 @@ func (w *watchdog) enter(op *string, step, bucket int) {
 		w.step.Store(int64(step))
 	}
 	w.bucket.Store(int64(bucket))
-	w.since.Store(time.Now().UnixNano())
+	w.since.Store(w.now().UnixNano())
 }
 
 func (w *watchdog) leave() {
@@ -116,7 +131,7 @@ func (w *watchdog) leave() {
 	}
 	// busy first: a tick that sees since at 0 must not see the stamp
 	// from before this collective, as if the wait had been work.
-	w.busy.Store(time.Now().UnixNano())
+	w.busy.Store(w.now().UnixNano())
 	w.since.Store(0)
 }
 
@@ -153,56 +168,69 @@ func (w *watchdog) held(quiet time.Duration) string {
 }
 
 func (w *watchdog) run() {
-	every := min(w.timeout/4, time.Second)
-	tick := time.NewTicker(every)
+	tick := time.NewTicker(w.every)
 	defer tick.Stop()
-	var told int64 // the quiet stretch already reported (its busy stamp)
-	last := time.Now()
 	for {
 		select {
 		case <-w.stop:
 			return
-		case now := <-tick.C:
-			// A tick long overdue means this process did not run: it was
-			// stopped (SLURM's scontrol suspend, SIGSTOP) or its machine
-			// paused. That time is nobody's wait: the ranks were suspended
-			// together, and a job resumed mid-collective must not be
-			// aborted for it.
-			if gap := now.Sub(last) - every; gap > every {
-				later(&w.since, gap)
-				later(&w.busy, gap)
+		case <-tick.C:
+			// The time the tick is handled, not the one it carries: the
+			// first tick after a stop carries the time it was due.
+			if w.check(w.now()) {
+				return
 			}
-			last = now
-			s := w.since.Load()
-			if s == 0 {
-				// A waiting peer times out at its first tick past the
-				// timeout, after this rank's busy stamp: a tick early,
-				// this line comes first.
-				if b := w.busy.Load(); w.peers && b != told && now.Sub(time.Unix(0, b)) >= w.timeout-every {
-					fmt.Fprintln(w.out, w.held(now.Sub(time.Unix(0, b))))
-					told = b
-				}
-				continue
-			}
-			if now.Sub(time.Unix(0, s)) < w.timeout {
-				continue
-			}
-			fmt.Fprintln(w.out, w.message())
-			if f := w.first.Load(); f != nil {
-				(*f)() // a communicator outside MPI (NCCL) is aborted first
-			}
-			w.abort(ExitWatchdog)
-			return
 		}
 	}
 }
 
-// later moves a stamp (unix nanoseconds; 0: none) later by d, unless the
-// run has just replaced it.
-func later(a *atomic.Int64, d time.Duration) {
-	if s := a.Load(); s != 0 {
-		a.CompareAndSwap(s, s+int64(d))
+// check is one tick at time now: it reports a rank holding its peers up,
+// and aborts the job (returning true) when a collective has waited the
+// timeout.
+func (w *watchdog) check(now time.Time) bool {
+	// A tick long overdue means this process did not run: it was stopped
+	// (SLURM's scontrol suspend, SIGSTOP) or its machine paused. That time
+	// is nobody's wait: the ranks were suspended together, and a job
+	// resumed mid-collective must not be aborted for it. Only stamps from
+	// before the stop move: the stop began at most a tick after the last
+	// tick, and ended at least gap after it, so a stamp taken since the
+	// resume (a collective entered before this late tick) keeps its time.
+	if gap := now.Sub(w.last) - w.every; gap > w.every {
+		cut := w.last.Add((w.every + gap) / 2).UnixNano()
+		later(&w.since, gap, cut)
+		if old, moved := later(&w.busy, gap, cut); moved && old == w.told {
+			w.told += int64(gap) // the same quiet stretch: told once
+		}
 	}
+	w.last = now
+	s := w.since.Load()
+	if s == 0 {
+		// A waiting peer times out at its first tick past the timeout,
+		// after this rank's busy stamp: a tick early, this line comes
+		// first.
+		if b := w.busy.Load(); w.peers && b != w.told && now.Sub(time.Unix(0, b)) >= w.timeout-w.every {
+			fmt.Fprintln(w.out, w.held(now.Sub(time.Unix(0, b))))
+			w.told = b
+		}
+		return false
+	}
+	if now.Sub(time.Unix(0, s)) < w.timeout {
+		return false
+	}
+	fmt.Fprintln(w.out, w.message())
+	if f := w.first.Load(); f != nil {
+		(*f)() // a communicator outside MPI (NCCL) is aborted first
+	}
+	w.abort(ExitWatchdog)
+	return true
+}
+
+// later moves a stamp (unix nanoseconds; 0: none) taken before cut later
+// by d, unless the run has just replaced it; it returns the stamp it saw
+// and whether it moved it.
+func later(a *atomic.Int64, d time.Duration, cut int64) (int64, bool) {
+	s := a.Load()
+	return s, s != 0 && s < cut && a.CompareAndSwap(s, s+int64(d))
 }
 
 // onAbort makes a timeout call f before it aborts the job: NCCL's

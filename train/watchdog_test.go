@@ -60,53 +60,131 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// fakeClock is a watchdog's clock that a test moves by hand, in
+// milliseconds from an hour after the Unix epoch (a stamp of 0 means
+// none).
+type fakeClock struct{ ms atomic.Int64 }
+
+func (c *fakeClock) now() time.Time {
+	return time.Unix(3600, c.ms.Load()*int64(time.Millisecond))
+}
+
+// at sets the clock to ms milliseconds after its start.
+func (c *fakeClock) at(ms int) time.Time {
+	c.ms.Store(int64(ms))
+	return c.now()
+}
+
+// fakeWatchdog is a watchdog with a timeout of 400 ms (ticks every 100
+// ms) on a clock at 0 that the test moves and ticks (check) by hand.
+func fakeWatchdog(t *testing.T, ranks int) (*watchdog, *fakeClock, *syncBuffer, *atomic.Int64) {
+	var c fakeClock
+	var out syncBuffer
+	var abortedAt atomic.Int64
+	abortedAt.Store(-1)
+	w := makeWatchdog(400*time.Millisecond, ranks, "rank 1 on host h", &out, func(int) { abortedAt.Store(c.ms.Load()) }, c.now)
+	return w, &c, &out, &abortedAt
+}
+
 // TestWatchdogHeld: a rank that goes the timeout (less a tick) without a
 // collective says so once per quiet stretch; time spent waiting in a
 // collective is not quiet, and a job of one rank, which nobody waits for,
 // never says it.
 func TestWatchdogHeld(t *testing.T) {
-	const timeout = 400 * time.Millisecond // ticks every 100 ms
-	held := func(ranks int) (*watchdog, *syncBuffer) {
-		var out syncBuffer
-		w := newWatchdog(timeout, ranks, "rank 1 on host h", &out, func(int) { t.Error("aborted") })
-		t.Cleanup(w.close)
-		return w, &out
-	}
-	w, out := held(2)
+	w, c, out, aborted := fakeWatchdog(t, 2)
 	w.setPhase(&phaseTraining, 6)
 	w.enter(&opGradients, 6, 0)
-	time.Sleep(250 * time.Millisecond) // a slow all-reduce, within the timeout
+	ms := 0
+	tick := func(to int) { // ticks every 100 ms up to the clock at to
+		for ms += 100; ms <= to; ms += 100 {
+			w.check(c.at(ms))
+		}
+		ms -= 100
+	}
+	tick(300) // a slow all-reduce, within the timeout
+	c.at(350)
 	w.leave()
-	time.Sleep(120 * time.Millisecond)
+	tick(600)
 	if s := out.String(); s != "" {
-		t.Fatalf("120 ms after a collective: %q, want nothing", s)
+		t.Fatalf("250 ms after a collective: %q, want nothing", s)
 	}
-	time.Sleep(time.Second)
-	want := "hpctrain: rank 1 on host h: no collective for "
-	if s := out.String(); strings.Count(s, want) != 1 || !strings.Contains(s, ", in training at step 7; a rank waiting for this one aborts the job at -collective-timeout 400ms") {
-		t.Fatalf("a second without a collective: %q, want one line %q...", s, want)
+	tick(700) // 350 ms quiet: the timeout less a tick
+	want := "hpctrain: rank 1 on host h: no collective for 350ms, in training at step 7; a rank waiting for this one aborts the job at -collective-timeout 400ms"
+	if s := out.String(); strings.Count(s, "no collective") != 1 || !strings.Contains(s, want) {
+		t.Fatalf("350 ms without a collective: %q, want one line %q", s, want)
 	}
+	tick(2000)
+	if s := out.String(); strings.Count(s, "no collective") != 1 {
+		t.Fatalf("the same stretch again: %q, want it told once", s)
+	}
+	c.at(2050)
 	w.setPhase(&phaseEvaluation, 7) // a new stretch
-	time.Sleep(time.Second)
-	if s := out.String(); strings.Count(s, want) != 2 || !strings.Contains(s, "in evaluation after step 7") {
+	tick(2400)
+	if s := out.String(); strings.Count(s, "no collective") != 2 || !strings.Contains(s, "no collective for 350ms, in evaluation after step 7") {
 		t.Fatalf("a second stretch: %q, want a second line", s)
 	}
+	if a := aborted.Load(); a >= 0 {
+		t.Errorf("aborted at %d ms with no collective waiting", a)
+	}
 
-	w, out = held(1)
+	w, c, out, _ = fakeWatchdog(t, 1)
+	ms = 0
 	w.setPhase(&phaseTraining, 1)
-	time.Sleep(time.Second)
+	tick(2000)
 	if s := out.String(); s != "" {
 		t.Errorf("one rank: %q, want nothing", s)
 	}
 }
 
+// TestWatchdogStopped: a tick long overdue (the process was stopped)
+// moves the stamps taken before the stop by the time stopped, and only
+// those: a wait begun before the stop counts its time before and after,
+// one begun after the resume (before the late tick) counts from its start,
+// and a quiet stretch already told is not told again.
+func TestWatchdogStopped(t *testing.T) {
+	// Stopped from 150 ms to 3,150; the late tick at 3,170.
+	w, c, _, aborted := fakeWatchdog(t, 2)
+	w.check(c.at(100))
+	c.at(3160)
+	w.enter(&opGradients, 4, 0) // entered after the resume
+	for ms := 3170; ms <= 4000 && aborted.Load() < 0; ms += 100 {
+		w.check(c.at(ms))
+	}
+	if a := aborted.Load(); a != 3570 {
+		t.Errorf("a wait entered at 3,160 ms, 10 ms after a 3 s stop: aborted at %d ms, want 3,570 (the timeout after it began)", a)
+	}
+
+	w, c, _, aborted = fakeWatchdog(t, 2)
+	c.at(50)
+	w.enter(&opGradients, 4, 0) // 100 ms of waiting before the stop
+	w.check(c.at(100))
+	for ms := 3100; ms <= 4000 && aborted.Load() < 0; ms += 100 {
+		w.check(c.at(ms))
+	}
+	if a := aborted.Load(); a != 3400 {
+		t.Errorf("a wait entered at 50 ms, then a 2.9 s stop: aborted at %d ms, want 3,400 (400 ms of waiting, the stop left out)", a)
+	}
+
+	w, c, out, _ := fakeWatchdog(t, 2)
+	for ms := 100; ms <= 300; ms += 100 {
+		w.check(c.at(ms))
+	}
+	w.check(c.at(3300)) // stopped after the line at 300 ms
+	w.check(c.at(3400))
+	if s := out.String(); strings.Count(s, "no collective") != 1 {
+		t.Errorf("a quiet stretch, told, then a stop: %q, want it told once", s)
+	}
+}
+
 // TestWatchdogSuspended: a job suspended mid-collective (every rank
 // stopped, as scontrol suspend does) for longer than the timeout is not
-// aborted when it resumes; the wait goes on counting from there.
+// aborted when it resumes; the wait goes on counting from there. The
+// real signals and clock; a busy machine only makes the abort later, so
+// the test waits for it as long as it has to.
 func TestWatchdogSuspended(t *testing.T) {
-	var aborted atomic.Bool
+	var aborted atomic.Int64 // unix nanoseconds of the abort
 	var out syncBuffer
-	w := newWatchdog(600*time.Millisecond, 2, "rank 0 on host h", &out, func(int) { aborted.Store(true) })
+	w := newWatchdog(600*time.Millisecond, 2, "rank 0 on host h", &out, func(int) { aborted.Store(time.Now().UnixNano()) })
 	defer w.close()
 	w.setPhase(&phaseTraining, 3)
 	w.enter(&opGradients, 3, 0)
@@ -118,12 +196,16 @@ func TestWatchdogSuspended(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	syscall.Kill(os.Getpid(), syscall.SIGSTOP)
 	cont.Wait()
-	time.Sleep(300 * time.Millisecond)
-	if aborted.Load() {
-		t.Fatalf("aborted after a suspension, 0.4 s of waiting:\n%s", out.String())
+	resumed := time.Now()
+	for deadline := resumed.Add(30 * time.Second); aborted.Load() == 0 && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
 	}
-	time.Sleep(time.Second)
-	if !aborted.Load() {
-		t.Errorf("not aborted after 1.4 s of waiting past the suspension")
+	a := aborted.Load()
+	if a == 0 {
+		t.Fatalf("not aborted 30 s after the resume, a wait of 0.6 s:\n%s", out.String())
+	}
+	// 0.1 s of the wait came before the stop: 0.5 s at least after it.
+	if d := time.Unix(0, a).Sub(resumed); d < 400*time.Millisecond {
+		t.Errorf("aborted %v after the resume, want the rest of the 0.6 s wait (0.5 s):\n%s", d, out.String())
 	}
 }
