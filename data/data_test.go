@@ -103,6 +103,14 @@ func TestIDXBadInput(t *testing.T) {
 	if _, err := LoadMNIST(dir, false); err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("dangling link: %v, want %q", err, want)
 	}
+	// The raw file beside it is read: the link hides nothing that can be.
+	for from, to := range map[string]string{"good-img": "t10k-images-idx3-ubyte", "good-lab": "t10k-labels-idx1-ubyte"} {
+		b, _ := os.ReadFile(p(from))
+		os.WriteFile(p(to), b, 0o644)
+	}
+	if im, err := LoadMNIST(dir, false); err != nil || im.Len() != 2 {
+		t.Errorf("a dangling .gz link beside the raw file: %v, want the raw file's 2 images", err)
+	}
 }
 
 // TestIDXDamagedGzip: a gzip IDX file whose checksum, length or deflate

@@ -282,16 +282,22 @@ func loadMNIST(dir string, train bool, budget *Budget) (*Images, error) {
 	if train {
 		prefix = "train"
 	}
+	// find takes base.gz where it can be read, else base; a link to
+	// nothing is named as that link, where neither name can be read.
 	find := func(base string) (string, error) {
+		var broken error
 		for _, name := range []string{base + ".gz", base} {
 			p := filepath.Join(dir, name)
 			_, err := os.Stat(p)
 			if err == nil {
 				return p, nil
 			}
-			if target, lerr := os.Readlink(p); lerr == nil {
-				return "", fmt.Errorf("data dir %s: %s is a symbolic link to %s, which cannot be read: %w", dir, name, target, errors.Unwrap(err))
+			if target, lerr := os.Readlink(p); lerr == nil && broken == nil {
+				broken = fmt.Errorf("data dir %s: %s is a symbolic link to %s, which cannot be read: %w", dir, name, target, errors.Unwrap(err))
 			}
+		}
+		if broken != nil {
+			return "", broken
 		}
 		return "", missing(fmt.Sprintf("data dir %s: no %s or %s.gz (install the Debian package dataset-fashion-mnist, or point -data-dir at the files)", dir, base, base))
 	}
