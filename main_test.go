@@ -121,6 +121,15 @@ func TestHelp(t *testing.T) {
 	if r.code != 0 {
 		t.Errorf("train -h exit code %d", r.code)
 	}
+	// eval's data flags default to the run's, except where another
+	// -dataset makes them that set's own.
+	r = hpctrain(t, 0, 10*time.Second, "eval", "-h")
+	for _, want := range []string{"(raw or .gz), the CIFAR-10 .bin batches, or the folder's training tree (default: the training run's; with another -dataset, that set's)",
+		"(default: the training run's; with another -dataset, the network's input)", "or skip (a counted warning) (default: the training run's)\n"} {
+		if !strings.Contains(r.out, want) {
+			t.Errorf("eval -h lacks %q:\n%s", want, r.out)
+		}
+	}
 	r = hpctrain(t, 0, 10*time.Second, "train", "-print-config", "-lr", "0.5")
 	if r.code != 0 || !strings.Contains(r.out, "lr = 0.5") {
 		t.Errorf("-print-config: code %d\n%s", r.code, r.out)

@@ -84,11 +84,18 @@ func bindData(fs *flag.FlagSet) *dataFlags {
 	fs.VisitAll(func(f *flag.Flag) {
 		if !before[f.Name] {
 			f.Usage += " (default: the training run's)"
+			if other, ok := ownSet[f.Name]; ok {
+				f.Usage = strings.TrimSuffix(f.Usage, ")") + "; with another -dataset, " + other + ")"
+			}
 			f.DefValue = zeroText(f.Value)
 		}
 	})
 	return d
 }
+
+// ownSet are the data keys that another -dataset does not take from the
+// training run (over), and what they are then.
+var ownSet = map[string]string{"data-dir": "that set's", "test-dir": "none", "val-split": "none", "image-shape": "the network's input"}
 
 // zeroText is how a flag.Value of v's type prints its zero value, which
 // the help leaves out as no default.
