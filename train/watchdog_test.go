@@ -6,11 +6,12 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"hpctrain/internal/mpitest"
 )
 
 // TestWatchdogStep: the watchdog numbers steps as every other message
@@ -41,25 +42,6 @@ func TestWatchdogStep(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer that the watchdog's goroutine may write
-// while the test reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // fakeClock is a watchdog's clock that a test moves by hand, in
 // milliseconds from an hour after the Unix epoch (a stamp of 0 means
 // none).
@@ -77,9 +59,9 @@ func (c *fakeClock) at(ms int) time.Time {
 
 // fakeWatchdog is a watchdog with a timeout of 400 ms (ticks every 100
 // ms) on a clock at 0 that the test moves and ticks (check) by hand.
-func fakeWatchdog(t *testing.T, ranks int) (*watchdog, *fakeClock, *syncBuffer, *atomic.Int64) {
+func fakeWatchdog(t *testing.T, ranks int) (*watchdog, *fakeClock, *mpitest.Buffer, *atomic.Int64) {
 	var c fakeClock
-	var out syncBuffer
+	var out mpitest.Buffer
 	var abortedAt atomic.Int64
 	abortedAt.Store(-1)
 	w := makeWatchdog(400*time.Millisecond, ranks, "rank 1 on host h", &out, func(int) { abortedAt.Store(c.ms.Load()) }, c.now)
@@ -183,7 +165,7 @@ func TestWatchdogStopped(t *testing.T) {
 // the test waits for it as long as it has to.
 func TestWatchdogSuspended(t *testing.T) {
 	var aborted atomic.Int64 // unix nanoseconds of the abort
-	var out syncBuffer
+	var out mpitest.Buffer
 	w := newWatchdog(600*time.Millisecond, 2, "rank 0 on host h", &out, func(int) { aborted.Store(time.Now().UnixNano()) })
 	defer w.close()
 	w.setPhase(&phaseTraining, 3)
