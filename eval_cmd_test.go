@@ -162,7 +162,8 @@ func TestEvalBadInput(t *testing.T) {
 		{[]string{"-checkpoint", corrupt}, 1, "truncated"},
 		{[]string{"-checkpoint", ck, "-model", "cnn"}, 2, "of model mlp, not cnn"},
 		{[]string{"-checkpoint-dir", filepath.Join(dir, "none")}, 2, "not a directory"},
-		{[]string{"-checkpoint", ck, "-data-dir", filepath.Join(dir, "none")}, 1, "no t10k-images-idx3-ubyte"},
+		{[]string{"-checkpoint", ck, "-data-dir", filepath.Join(dir, "none")}, 2, "no t10k-images-idx3-ubyte"},
+		{[]string{"-checkpoint", ck, "-dataset", "mnist"}, 2, "data_dir is empty: dataset mnist reads its files from there"},
 		{[]string{"-checkpoint", ck, "-dataset", "folder", "-data-dir", five}, 2, "has 5 classes, the network 10"},
 		{[]string{"-checkpoint", ck, "-plot", plot}, 1, "no such directory"},
 		{[]string{"-checkpoint", ck, "-test-limit", "-5"}, 2, "-test-limit -5"},
@@ -172,5 +173,18 @@ func TestEvalBadInput(t *testing.T) {
 		if r.code != c.code || !strings.Contains(r.errs, c.want) || strings.Count(r.errs, "\n") != 1 {
 			t.Errorf("%v: exit %d, want %d and one line with %q:\n%s%s", c.args, r.code, c.code, c.want, r.out, r.errs)
 		}
+	}
+
+	// A colour network on Fashion-MNIST: the shape is the reason given,
+	// not the run's three means (it blamed those, which nobody had set).
+	colour := filepath.Join(dir, "colour")
+	r := hpctrain(t, 0, time.Minute, "train", "-model", "mlp", "-dataset", "synthetic", "-image-shape", "8x8x3", "-mean", "0.5,0.5,0.5", "-std", "0.2,0.2,0.2",
+		"-limit", "64", "-test-limit", "16", "-threads", "1", "-progress", "0", "-checkpoint-dir", colour)
+	if r.code != 0 {
+		t.Fatalf("train: exit %d\n%s", r.code, r.out)
+	}
+	e := runCmd(evalCmd, "-checkpoint-dir", colour, "-dataset", "fashion-mnist")
+	if want := "data set fashion-mnist gives 28x28x1 samples, the network takes 8x8x3"; e.code != 2 || !strings.Contains(e.errs, want) || strings.Count(e.errs, "\n") != 1 {
+		t.Errorf("a colour network on Fashion-MNIST: exit %d, want 2 and one line with %q:\n%s%s", e.code, want, e.out, e.errs)
 	}
 }

@@ -124,7 +124,7 @@ func TestHelp(t *testing.T) {
 	// eval's data flags default to the run's, except where another
 	// -dataset makes them that set's own.
 	r = hpctrain(t, 0, 10*time.Second, "eval", "-h")
-	for _, want := range []string{"(raw or .gz), the CIFAR-10 .bin batches, or the folder's training tree (default: the training run's; with another -dataset, that set's)",
+	for _, want := range []string{"(raw or .gz), the CIFAR-10 .bin batches, or the folder's training tree (default: the training run's; with another -dataset, train's default for fashion-mnist, else none)",
 		"(default: the training run's; with another -dataset, the network's input)", "or skip (a counted warning) (default: the training run's)\n"} {
 		if !strings.Contains(r.out, want) {
 			t.Errorf("eval -h lacks %q:\n%s", want, r.out)

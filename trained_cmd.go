@@ -95,7 +95,7 @@ func bindData(fs *flag.FlagSet) *dataFlags {
 
 // ownSet are the data keys that another -dataset does not take from the
 // training run (over), and what they are then.
-var ownSet = map[string]string{"data-dir": "that set's", "test-dir": "none", "val-split": "none", "image-shape": "the network's input"}
+var ownSet = map[string]string{"data-dir": "train's default for fashion-mnist, else none", "test-dir": "none", "val-split": "none", "image-shape": "the network's input"}
 
 // zeroText is how a flag.Value of v's type prints its zero value, which
 // the help leaves out as no default.
@@ -132,6 +132,9 @@ func (d *dataFlags) over(run data.Config, sample data.Shape) data.Config {
 	}
 	if set["dataset"] && d.cfg.Dataset != run.Dataset {
 		cfg.DataDir, cfg.TestDir, cfg.ValSplit = "", "", 0
+		if d.cfg.Dataset == "fashion-mnist" {
+			cfg.DataDir = data.DefaultDataDir // train's default
+		}
 		cfg.ImageShape = ""
 		if d.cfg.Dataset == "folder" || d.cfg.Dataset == "synthetic" {
 			// Samples of the shape the network was trained on.

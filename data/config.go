@@ -96,6 +96,10 @@ func (c *Config) Validate() error {
 		return bad("dataset", strconv.Quote(c.Dataset), strings.Join(Datasets, ", "))
 	case c.DataDir == "" && c.Dataset != "synthetic":
 		return fmt.Errorf("config: data_dir is empty: dataset %s reads its files from there", c.Dataset)
+	case c.DataDir == DefaultDataDir && (c.Dataset == "mnist" || c.Dataset == "cifar10"):
+		// MNIST's files are named as Fashion-MNIST's: read from there,
+		// they would train the wrong data set without a word.
+		return fmt.Errorf("config: dataset %s with data_dir %s, Fashion-MNIST's files (the default): give -data-dir (data_dir) with %s's", c.Dataset, c.DataDir, c.Dataset)
 	case c.TestDir != "" && !folder:
 		return fmt.Errorf("config: test_dir applies to dataset folder only (dataset is %s)", c.Dataset)
 	case !(c.ValSplit >= 0 && c.ValSplit < 1):

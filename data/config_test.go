@@ -42,7 +42,11 @@ func TestConfigValidate(t *testing.T) {
 		{with(func(c *Config) { c.Dataset, c.ImageShape = "synthetic", "8193x8x1" }), `image_shape = "8193x8x1": must be HxWxC with H and W 1 to 8192`},
 		{with(func(c *Config) { c.Dataset, c.ImageShape = "synthetic", "8x8x2" }), "channels must be 1 or 3"},
 		{with(func(c *Config) { c.Dataset, c.Augment = "synthetic", "crop_pad=4:40x40" }), "crop_pad=4:40x40"},
-		{with(func(c *Config) { c.Dataset, c.Augment = "cifar10", "center_crop=33" }), "center_crop 33x33 is larger than the image"},
+		{with(func(c *Config) { c.Dataset, c.DataDir, c.Augment = "cifar10", "cifar", "center_crop=33" }), "center_crop 33x33 is larger than the image"},
+		// MNIST's file names are Fashion-MNIST's: the default directory
+		// would train the wrong data set in silence.
+		{with(func(c *Config) { c.Dataset = "mnist" }), "dataset mnist with data_dir /usr/share/datasets/fashion-mnist, Fashion-MNIST's files (the default): give -data-dir (data_dir) with mnist's"},
+		{with(func(c *Config) { c.Dataset = "cifar10" }), "dataset cifar10 with data_dir /usr/share/datasets/fashion-mnist"},
 		{with(func(c *Config) { c.Dataset, c.ValSplit, c.Augment = "folder", 0.1, "center_crop=64" }), "center_crop 64x64"},
 		{with(func(c *Config) { c.DataWorkers = 257 }), "data_workers = 257"},
 		{with(func(c *Config) { c.Prefetch = 1025 }), "prefetch = 1025"},

@@ -330,7 +330,7 @@ func (t *Trained) OpenEval(dc data.Config, testLimit, ranks int, warn func(strin
 	}
 	sets, err := openTest(dc, data.OpenOptions{Limit: t.Config.Limit, TestLimit: testLimit, Budget: data.NewBudget(ranks), Warn: warn})
 	if err != nil {
-		if errors.As(err, new(*data.MemoryError)) {
+		if errors.As(err, new(*data.MemoryError)) || errors.Is(err, fs.ErrNotExist) {
 			err = cli.Usage(err)
 		}
 		return nil, err
@@ -338,6 +338,14 @@ func (t *Trained) OpenEval(dc data.Config, testLimit, ranks int, warn func(strin
 	test := sets.Test
 	if test.Classes() != t.Net.Classes {
 		return nil, cli.Usage(fmt.Errorf("data set %s (%s) has %d classes, the network %d", dc.Dataset, dc.DataDir, test.Classes(), t.Net.Classes))
+	}
+	otherShape := func(s data.Shape) error {
+		return cli.Usage(fmt.Errorf("data set %s gives %dx%dx%d samples, the network takes %v", dc.Dataset, s.H, s.W, s.C, t.Net.In))
+	}
+	if s := test.Shape(); s.C != t.Net.In.C {
+		// No evaluation transform changes the channels; said before the
+		// run's normalisation, one value a channel, is found not to fit.
+		return nil, otherShape(s)
 	}
 	opts, err := dc.LoaderOptions(test.Shape(), t.Config.Seed)
 	if err != nil {
@@ -350,8 +358,7 @@ func (t *Trained) OpenEval(dc data.Config, testLimit, ranks int, warn func(strin
 	}
 	if model.Shape(ld.Shape()) != t.Net.In {
 		ld.Close()
-		s := ld.Shape()
-		return nil, cli.Usage(fmt.Errorf("data set %s gives %dx%dx%d samples, the network takes %v", dc.Dataset, s.H, s.W, s.C, t.Net.In))
+		return nil, otherShape(ld.Shape())
 	}
 	e := &EvalSet{Test: test, Loader: ld, sets: sets}
 	if f, ok := sets.Train.(interface{ ClassNames() []string }); ok {
