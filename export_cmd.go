@@ -48,6 +48,9 @@ func exportCmd(args []string, stdout, stderr io.Writer) error {
 	if err := cli.Parse(fs, args, stderr, false); err != nil {
 		return err
 	}
+	if otherRank("export", stderr) {
+		return nil
+	}
 	if *out == "" {
 		return cli.Usage(fmt.Errorf("-o PATH is missing (see hpctrain export -h)"))
 	}

@@ -120,7 +120,7 @@ func TestSummaryCheckpoint(t *testing.T) {
 		want string
 	}{
 		{[]string{"-checkpoint", ck, "-input", "32x32x3"}, "-input: a checkpoint's network has its own"},
-		{[]string{"-checkpoint", ck, "-checkpoint-dir", dir}, "give -checkpoint FILE or -checkpoint-dir DIR"},
+		{[]string{"-checkpoint", ck, "-checkpoint-dir", dir}, "-checkpoint-dir " + dir + " both given: give one"},
 		{[]string{"-model", ck}, `a binary file, not TOML text (it begins "\x89HPCKPT\n")`},
 	} {
 		r := runCmd(summaryCmd, c.args...)

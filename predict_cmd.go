@@ -70,6 +70,9 @@ func predictCmd(args []string, stdout, stderr io.Writer) error {
 	if err := cli.Parse(fs, args, stderr, true); err != nil {
 		return err
 	}
+	if otherRank("predict", stderr) {
+		return nil
+	}
 	if fs.NArg() == 0 {
 		return cli.Usage(errors.New("no inputs: name image or IDX files after the flags (see hpctrain predict -h)"))
 	}
@@ -88,6 +91,8 @@ func predictCmd(args []string, stdout, stderr io.Writer) error {
 				what = fmt.Sprintf("not a regular file (%v)", st.Mode().Type())
 			case !errors.Is(err, iofs.ErrNotExist):
 				what = "cannot be read"
+			case strings.HasPrefix(p, "-"):
+				what = "no such file (flags go before the inputs)"
 			}
 			return cli.Usage(fmt.Errorf("input %s: %s", p, what))
 		}
@@ -279,8 +284,9 @@ func openInputs(t *train.Trained, paths []string) ([]*unit, func(), error) {
 	return units, cleanup, flush()
 }
 
-// isIDX reports whether the file at p starts as an IDX file of bytes
-// (00 00 08) or as gzip, which hpctrain reads only as IDX.
+// isIDX reports whether the file at p starts as an IDX file (raw, of any
+// of the format's element types, so that one of floats is refused as IDX
+// rather than as an unknown image format) or as gzip.
 func isIDX(p string) bool {
 	f, err := os.Open(p)
 	if err != nil {
@@ -289,7 +295,14 @@ func isIDX(p string) bool {
 	defer f.Close()
 	var b [3]byte
 	n, _ := io.ReadFull(f, b[:])
-	return n >= 2 && b[0] == 0x1f && b[1] == 0x8b || n == 3 && b == [3]byte{0, 0, 8}
+	if n >= 2 && b[0] == 0x1f && b[1] == 0x8b {
+		return true
+	}
+	switch b[2] {
+	case 0x08, 0x09, 0x0b, 0x0c, 0x0d, 0x0e: // u8, i8, i16, i32, f32, f64
+		return n == 3 && b[0] == 0 && b[1] == 0
+	}
+	return false
 }
 
 // imageUnit reads images as an image folder of links, so that they go
@@ -400,15 +413,22 @@ func unwrapIDX(err error) error {
 }
 
 // labelsBeside is the labels file that goes with an MNIST-style images
-// file, if it exists.
+// file, if it exists: compressed as the images are, or else the other
+// way (a .gz beside a raw file, as data sets are often unpacked in part).
 func labelsBeside(p string) string {
 	base := filepath.Base(p)
 	if !strings.Contains(base, "images-idx3-ubyte") {
 		return ""
 	}
 	lp := filepath.Join(filepath.Dir(p), strings.Replace(base, "images-idx3-ubyte", "labels-idx1-ubyte", 1))
-	if _, err := os.Stat(lp); err != nil {
-		return ""
+	other := lp + ".gz"
+	if strings.HasSuffix(lp, ".gz") {
+		other = strings.TrimSuffix(lp, ".gz")
 	}
-	return lp
+	for _, l := range []string{lp, other} {
+		if _, err := os.Stat(l); err == nil {
+			return l
+		}
+	}
+	return ""
 }

@@ -1,6 +1,9 @@
 package main
 
 import (
+	"bytes"
+	"compress/gzip"
+	"fmt"
 	"image"
 	"image/color"
 	"image/jpeg"
@@ -49,6 +52,18 @@ func TestPredictImagesAndIDX(t *testing.T) {
 		pngs = append(pngs, p)
 	}
 	fromIDX := predictions(t, mustRun(t, predictCmd, "-checkpoint", ck, "-logits", "-top", "10", idx))
+	// The labels found compressed beside raw images too.
+	lp := filepath.Join(filepath.Dir(idx), "test-labels-idx1-ubyte")
+	lb, _ := os.ReadFile(lp)
+	var z bytes.Buffer
+	zw := gzip.NewWriter(&z)
+	zw.Write(lb)
+	zw.Close()
+	os.WriteFile(lp+".gz", z.Bytes(), 0o644)
+	os.Remove(lp)
+	if gz := predictions(t, mustRun(t, predictCmd, "-checkpoint", ck, "-top", "1", idx)); len(gz) != 10 || gz[3].Label == nil || *gz[3].Label != int(labels[3]) {
+		t.Errorf("labels as .gz beside raw images: not found (%+v)", gz)
+	}
 	fromPNG := predictions(t, mustRun(t, predictCmd, append([]string{"-checkpoint", ck, "-logits", "-top", "3"}, pngs...)...))
 	if len(fromIDX) != 10 || len(fromPNG) != 10 {
 		t.Fatalf("%d and %d lines, want 10", len(fromIDX), len(fromPNG))
@@ -183,6 +198,8 @@ func TestPredictBadInput(t *testing.T) {
 	past := writeIDX(t, t.TempDir(), 2)
 	pl := filepath.Join(filepath.Dir(past), "test-labels-idx1-ubyte")
 	os.WriteFile(pl, []byte{0, 0, 8, 1, 0, 0, 0, 2, 1, 10}, 0o644)
+	floats := filepath.Join(dir, "floats-idx3-ubyte") // IDX of float32
+	os.WriteFile(floats, append([]byte{0, 0, 0x0d, 3, 0, 0, 0, 1, 0, 0, 0, 28, 0, 0, 0, 28}, make([]byte, 4*784)...), 0o644)
 	fifo := filepath.Join(t.TempDir(), "fifo.png") // no writer: opening it would block
 	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
 		t.Fatal(err)
@@ -205,10 +222,37 @@ func TestPredictBadInput(t *testing.T) {
 		{[]string{"-checkpoint", good, good}, 1, "bad magic"},
 		{[]string{"-checkpoint", ck, fewer}, 1, "labels " + fl + ": dimensions [2], want one label for each of the 3 images"},
 		{[]string{"-checkpoint", ck, past}, 1, "labels " + pl + ": label 10 of image 1, but the network has 10 classes"},
+		{[]string{"-checkpoint", ck, good, "-top", "1"}, 2, "input -top: no such file (flags go before the inputs)"},
+		{[]string{"-checkpoint", ck, "-checkpoint-dir", dir, good}, 2, "-checkpoint " + ck + " and -checkpoint-dir " + dir + " both given: give one"},
+		{[]string{"-checkpoint", ck, floats}, 1, "input " + floats + ": element type 0x0d, want 0x08 (unsigned byte)"},
 	} {
 		r := runCmd(predictCmd, c.args...)
 		if r.code != c.code || !strings.Contains(r.errs, c.want) || strings.Count(r.errs, "\n") != 1 || r.out != "" {
 			t.Errorf("%v: exit %d, want %d and one line with %q:\n%s%s", c.args, r.code, c.code, c.want, r.out, r.errs)
 		}
+	}
+}
+
+// TestPredictUnderMPIRun: predict and export started by mpirun -np 2 run
+// once, on rank 0, which says so (each rank printed every line, and wrote
+// the file, once more).
+func TestPredictUnderMPIRun(t *testing.T) {
+	dir := t.TempDir()
+	ck := zooCheckpoint(t, dir, "mlp")
+	imgs, _ := testImages(t, 2)
+	var pngs []string
+	for i, im := range imgs {
+		p := filepath.Join(dir, fmt.Sprintf("%d.png", i))
+		writePNG(t, p, grey(im, 28, 28))
+		pngs = append(pngs, p)
+	}
+	r := hpctrain(t, 2, time.Minute, append([]string{"predict", "-checkpoint", ck, "-top", "1", "-threads", "1"}, pngs...)...)
+	if n := strings.Count(r.out, `"input":`); r.code != 0 || n != 2 || !strings.Contains(r.out, "hpctrain: predict runs in one process: rank 0 of these 2 does the work, the others nothing") {
+		t.Errorf("predict under mpirun -np 2: exit %d, %d lines for 2 inputs, want 2 and rank 0's note:\n%s", r.code, n, r.out)
+	}
+	out := filepath.Join(dir, "m.safetensors")
+	r = hpctrain(t, 2, time.Minute, "export", "-checkpoint", ck, "-o", out)
+	if _, err := os.Stat(out); r.code != 0 || err != nil || strings.Count(r.out, "export runs in one process") != 1 {
+		t.Errorf("export under mpirun -np 2: exit %d, %v:\n%s", r.code, err, r.out)
 	}
 }

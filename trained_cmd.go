@@ -4,8 +4,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"reflect"
 	"runtime"
+	"strconv"
 	"strings"
 
 	"hpctrain/affinity"
@@ -39,7 +41,10 @@ func (f *ckptFlags) bindFile(fs *flag.FlagSet) {
 
 // load rebuilds the checkpoint's network; warnings go to warn.
 func (f *ckptFlags) load(cmd string, warn io.Writer) (*train.Trained, error) {
-	if (f.file == "") == (f.dir == "") {
+	switch {
+	case f.file != "" && f.dir != "":
+		return nil, cli.Usage(fmt.Errorf("-checkpoint %s and -checkpoint-dir %s both given: give one", f.file, f.dir))
+	case f.file == "" && f.dir == "":
 		return nil, cli.Usage(fmt.Errorf("give -checkpoint FILE or -checkpoint-dir DIR (see %s -h)", cmd))
 	}
 	if f.batch < 0 || f.batch > train.MaxBatch {
@@ -65,6 +70,29 @@ func (f *ckptFlags) compute(t *train.Trained, localSize int) *affinity.Workers {
 	w := affinity.NewUnpinnedWorkers(n)
 	t.Net.SetParallel(w)
 	return w
+}
+
+// otherRank reports whether this process is a rank other than 0 of a
+// launch of several (mpirun -np N): predict and export run in one
+// process, and N copies of their output, or N writers of one file, help
+// nobody. Rank 0 does the work and says what the others do.
+func otherRank(cmd string, stderr io.Writer) bool {
+	rank, size := -1, 0
+	for _, v := range [][2]string{{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"}, {"PMI_RANK", "PMI_SIZE"}} {
+		r, rerr := strconv.Atoi(os.Getenv(v[0]))
+		n, nerr := strconv.Atoi(os.Getenv(v[1]))
+		if rerr == nil && nerr == nil {
+			rank, size = r, n
+			break
+		}
+	}
+	if size <= 1 {
+		return false
+	}
+	if rank == 0 {
+		fmt.Fprintf(stderr, "hpctrain: %s runs in one process: rank 0 of these %d does the work, the others nothing\n", cmd, size)
+	}
+	return rank != 0
 }
 
 // dataFlags binds the data keys (data.Config.Flags) for a command that
