@@ -86,7 +86,14 @@ func exportCmd(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	mean, std, _ := t.Config.DataConfig.Normalisation(t.Net.In.C)
-	info := export.Info{Model: t.State.Model, Step: t.State.Step, Dataset: t.Config.Dataset, ClassNames: t.ClassNames, Mean: mean, Std: std}
+	info := export.Info{Model: t.State.Model, Step: t.State.Step, Dataset: t.Config.Dataset, ClassNames: t.ClassNames, Mean: mean, Std: std,
+		SampleShape: []int{t.DataShape.C, t.DataShape.H, t.DataShape.W}}
+	dc := t.Config.DataConfig
+	if opts, err := dc.LoaderOptions(t.DataShape, 0); err == nil {
+		for _, tr := range opts.EvalTransforms {
+			info.Preprocess = append(info.Preprocess, tr.String())
+		}
+	}
 	if toStdout {
 		bw := bufio.NewWriter(stdout)
 		if err := write(bw, t.Net, info); err != nil {

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"hpctrain/model"
 )
@@ -156,5 +157,44 @@ func TestExportBadInput(t *testing.T) {
 	// export reads no batch: -batch is not one of its flags.
 	if r := runCmd(exportCmd, "-checkpoint", ck, "-batch", "-5", "-o", o); r.code != 2 || !strings.Contains(r.errs, "-batch") {
 		t.Errorf("-batch: exit %d\n%s", r.code, r.errs)
+	}
+}
+
+// TestExportPreprocess: a network trained through a resize (28x28
+// Fashion-MNIST resized to 32x32) carries that step in its metadata, and
+// both files, fed the 28x28 test images through it outside hpctrain, give
+// hpctrain predict's logits (they failed: the scripts saw 28x28 images
+// and a 32x32 input, and nothing said how to get from one to the other).
+func TestExportPreprocess(t *testing.T) {
+	needPython(t, "onnx", "torch", "numpy")
+	dir := t.TempDir()
+	ck := filepath.Join(dir, "ck")
+	r := hpctrain(t, 0, 2*time.Minute, "train", "-model", "lenet5", "-augment", "resize=32x32,flip,crop_pad=2", "-mean", "0.286", "-std", "0.353",
+		"-limit", "1280", "-test-limit", "100", "-threads", "1", "-progress", "0", "-checkpoint-dir", ck)
+	if r.code != 0 {
+		t.Fatalf("train: exit %d\n%s", r.code, r.out)
+	}
+	idx := writeIDX(t, dir, 100)
+	var want []float32
+	for _, p := range predictions(t, mustRun(t, predictCmd, "-checkpoint-dir", ck, "-logits", "-top", "1", idx)) {
+		want = append(want, p.Logits...)
+	}
+	scripts, _ := filepath.Abs("export/testdata")
+	for _, c := range []struct{ script, file string }{{"check_onnx.py", "m.onnx"}, {"check_torch.py", "m.safetensors"}} {
+		f := filepath.Join(dir, c.file)
+		mustRun(t, exportCmd, "-checkpoint-dir", ck, "-o", f)
+		out := f + ".bin"
+		cmd := exec.Command(python, filepath.Join(scripts, c.script), f, idx, "100", out)
+		cmd.Dir = scripts
+		if b, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%s %s: %v\n%s", c.script, f, err, b)
+		}
+		// The resize rounds to bytes on both sides; a value at .5 may
+		// round apart, which moves a logit by a few thousandths at most.
+		if d := maxAbsDiff(readFloats(t, out), want); d > 0.01 {
+			t.Errorf("%s: max |logit difference| from hpctrain predict %g (logits up to %.3g)", c.script, d, maxAbs(want))
+		} else {
+			t.Logf("%s: max |logit difference| from hpctrain predict %.3g (logits up to %.3g)", c.script, d, maxAbs(want))
+		}
 	}
 }

@@ -32,7 +32,9 @@
 // metadata_props): the model's name and description (TOML as hpctrain
 // reads it, and the layers as JSON with the classes resolved), the input
 // shape (C, H, W), the classes and their names, the normalisation the
-// inputs need (x = (pixel/255 - mean)/std per channel) and the step.
+// inputs need (x = (pixel/255 - mean)/std per channel), what evaluation
+// does to a sample before it (preprocess, e.g. ["resize=32x32"], from
+// the data set's sample_shape) and the step.
 //
 // # Invariants
 //

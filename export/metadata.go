@@ -15,6 +15,13 @@ type Info struct {
 	Dataset    string    // the data set it was trained on ("fashion-mnist")
 	ClassNames []string  // output k is ClassNames[k]; nil when unknown
 	Mean, Std  []float32 // per channel: inputs are (pixel/255 - Mean)/Std; nil: pixel/255
+	// Preprocess is what evaluation does to a sample before the
+	// normalisation, in order, as hpctrain's -augment names it (e.g.
+	// "resize=32x32", "center_crop=28x28"); empty: nothing.
+	Preprocess []string
+	// SampleShape is the data set's sample (C, H, W) that Preprocess
+	// starts from; nil: the input shape.
+	SampleShape []int
 }
 
 // metadata is the key-value metadata both formats carry (see the package
@@ -48,6 +55,17 @@ func metadata(net *model.Net, info Info) map[string]string {
 	copy(mean, info.Mean)
 	copy(std, info.Std)
 	m["mean"], m["std"] = js(mean), js(std)
+	// Without these a file of a network trained through a resize is
+	// fed samples of the wrong size (resizes are bilinear unless named
+	// ":nearest", as PyTorch's interpolate with align_corners=False).
+	pre, shape := info.Preprocess, info.SampleShape
+	if pre == nil {
+		pre = []string{}
+	}
+	if shape == nil {
+		shape = []int{in.C, in.H, in.W}
+	}
+	m["preprocess"], m["sample_shape"] = js(pre), js(shape)
 	return m
 }
 

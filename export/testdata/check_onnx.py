@@ -41,8 +41,35 @@ def read_idx(path, n):
     return data.reshape(dims)[:n]
 
 
+def preprocessed(meta, images):
+    """images (N, H, W, C) of the metadata's sample_shape, through its
+    preprocess steps (resize=HxW[:nearest], center_crop=HxW) as hpctrain's
+    evaluation runs them: a bilinear resize as interpolate's with
+    align_corners=False, rounded back to bytes."""
+    c, h, w = json.loads(meta["sample_shape"])
+    assert images.shape[1:] == (h, w, c), f"images {images.shape[1:]}, model sample {(h, w, c)}"
+    for step in json.loads(meta["preprocess"]):
+        op, _, arg = step.partition("=")
+        size, _, how = arg.partition(":")
+        th, tw = (int(v) for v in size.split("x"))
+        if op == "resize":
+            x = torch.from_numpy(images.astype(np.float32)).permute(0, 3, 1, 2)
+            if how == "nearest":
+                x = F.interpolate(x, size=(th, tw), mode="nearest")
+            else:
+                x = F.interpolate(x, size=(th, tw), mode="bilinear", align_corners=False)
+            images = x.permute(0, 2, 3, 1).round().clamp(0, 255).numpy().astype(np.uint8)
+        elif op == "center_crop":
+            top, left = (images.shape[1] - th) // 2, (images.shape[2] - tw) // 2
+            images = images[:, top:top + th, left:left + tw, :]
+        else:
+            raise SystemExit(f"preprocess step {step!r}: not known here")
+    return images
+
+
 def normalised_input(meta, images):
     """NCHW float32 as the metadata says: (pixel/255 - mean[c]) / std[c]."""
+    images = preprocessed(meta, images)
     mean = np.array(json.loads(meta["mean"]), dtype=np.float32)
     std = np.array(json.loads(meta["std"]), dtype=np.float32)
     x = images.astype(np.float32) / np.float32(255)
@@ -118,7 +145,6 @@ def main():
     c, h, w = json.loads(meta["input_shape"])
     assert [d.dim_value for d in dims[1:]] == [c, h, w], (dims, meta["input_shape"])
     images = read_idx(idx, n)
-    assert images.shape[1:] == (h, w, c), f"images {images.shape[1:]}, model input {(h, w, c)}"
     with torch.no_grad():
         logits = run(model, normalised_input(meta, images))
     assert tuple(logits.shape) == (n, int(meta["classes"])), logits.shape
