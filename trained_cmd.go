@@ -152,11 +152,8 @@ func (d *dataFlags) over(run data.Config, sample data.Shape) data.Config {
 	set := map[string]bool{}
 	d.fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	cfg := run
-	if mean, std, _ := run.Normalisation(sample.C); mean != nil && run.Mean == nil {
-		for c := range mean {
-			cfg.Mean = append(cfg.Mean, float64(mean[c]))
-			cfg.Std = append(cfg.Std, float64(std[c]))
-		}
+	if run.Mean == nil {
+		cfg.Mean, cfg.Std = run.NormalisationValues(sample.C)
 	}
 	if set["dataset"] && d.cfg.Dataset != run.Dataset {
 		cfg.DataDir, cfg.TestDir, cfg.ValSplit = "", "", 0

@@ -218,22 +218,29 @@ func (c *Config) loaderOptions(in Shape, ts []Transform, seed uint64) (LoaderOpt
 // training set's statistics, and colour folders to ImageNet's, as
 // torchvision's examples do. desc says which, for the start-up line.
 func (c *Config) Normalisation(channels int) (mean, std []float32, desc string) {
-	m, s := c.Mean, c.Std
+	m, s := c.NormalisationValues(channels)
 	if m == nil {
-		switch {
-		case c.Dataset == "cifar10":
-			m, s = []float64{0.4914, 0.4822, 0.4465}, []float64{0.2470, 0.2435, 0.2616}
-		case c.Dataset == "folder" && channels == 3:
-			m, s = []float64{0.485, 0.456, 0.406}, []float64{0.229, 0.224, 0.225}
-		default:
-			return nil, nil, "none (pixels in [0, 1])"
-		}
+		return nil, nil, "none (pixels in [0, 1])"
 	}
 	for i := range m {
 		mean = append(mean, float32(m[i]))
 		std = append(std, float32(s[i]))
 	}
 	return mean, std, fmt.Sprintf("mean %v std %v", m, s)
+}
+
+// NormalisationValues is the mean and std Normalisation uses, as given
+// (float64); nil for none.
+func (c *Config) NormalisationValues(channels int) (mean, std []float64) {
+	switch {
+	case c.Mean != nil:
+		return c.Mean, c.Std
+	case c.Dataset == "cifar10":
+		return []float64{0.4914, 0.4822, 0.4465}, []float64{0.2470, 0.2435, 0.2616}
+	case c.Dataset == "folder" && channels == 3:
+		return []float64{0.485, 0.456, 0.406}, []float64{0.229, 0.224, 0.225}
+	}
+	return nil, nil
 }
 
 // Augment is the training transform chain, in ParseTransforms syntax
