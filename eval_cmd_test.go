@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"hpctrain/chart"
+	"hpctrain/model"
 )
 
 // trainCNN trains the CNN briefly with a checkpoint directory and a
@@ -175,6 +176,22 @@ func TestEvalBadInput(t *testing.T) {
 		}
 	}
 
+	// A description file edited since the run is called that, not a
+	// model other than itself ("of model my.toml, not my.toml").
+	mine := filepath.Join(dir, "my.toml")
+	text := "layers = [{kind = \"flatten\"}, {kind = \"linear\", out = 512}, {kind = \"relu\"}, {kind = \"linear\", out = \"classes\"}]\n"
+	os.WriteFile(mine, []byte(text), 0o644)
+	d, err := model.LoadDesc(mine)
+	if err != nil {
+		t.Fatal(err)
+	}
+	myCk := testCheckpoint(t, filepath.Join(dir, "mine"), mine, d, nil)
+	os.WriteFile(mine, []byte(strings.Replace(text, "512", "256", 1)), 0o644)
+	e := runCmd(evalCmd, "-checkpoint", myCk, "-model", mine)
+	if want := mine + " (-model) has changed since the checkpoint was written: layer 2 (linear): out 256 vs 512"; e.code != 2 || !strings.Contains(e.errs, want) {
+		t.Errorf("an edited description: exit %d, want 2 and %q:\n%s", e.code, want, e.errs)
+	}
+
 	// A colour network on Fashion-MNIST: the shape is the reason given,
 	// not the run's three means (it blamed those, which nobody had set).
 	colour := filepath.Join(dir, "colour")
@@ -183,7 +200,7 @@ func TestEvalBadInput(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("train: exit %d\n%s", r.code, r.out)
 	}
-	e := runCmd(evalCmd, "-checkpoint-dir", colour, "-dataset", "fashion-mnist")
+	e = runCmd(evalCmd, "-checkpoint-dir", colour, "-dataset", "fashion-mnist")
 	if want := "data set fashion-mnist gives 28x28x1 samples, the network takes 8x8x3"; e.code != 2 || !strings.Contains(e.errs, want) || strings.Count(e.errs, "\n") != 1 {
 		t.Errorf("a colour network on Fashion-MNIST: exit %d, want 2 and one line with %q:\n%s%s", e.code, want, e.out, e.errs)
 	}

@@ -216,6 +216,10 @@ func sameModel(st *checkpoint.State, desc model.Desc, want string) error {
 		return fmt.Errorf("it is of model %s, not %s (-model); drop -model or name a checkpoint of %s", st.Model, want, want)
 	}
 	if d := wd.Diff(desc); d != "" {
+		if st.Model == want {
+			// The same file, edited since the run.
+			return fmt.Errorf("%s (-model) has changed since the checkpoint was written: %s; drop -model, or restore the description the run used", want, d)
+		}
 		return fmt.Errorf("it is of model %s, not %s (-model): %s; drop -model or name a checkpoint of %s", st.Model, want, d, want)
 	}
 	return nil
