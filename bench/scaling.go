@@ -103,7 +103,7 @@ func Scaling(args []string, connect func() (mpi.Comm, error), out io.Writer) (er
 	input := fs.String("input", "28x28x1", "shape of one input sample, `HxWxC`")
 	classes := fs.Int("classes", 10, "number of classes")
 	batch := fs.Int("batch", 64, "batch per rank (as hpctrain train -batch)")
-	threads := fs.Int("threads", 1, "compute threads per rank")
+	threads := fs.Int("threads", 0, "compute threads per rank (default: as hpctrain train's, the cores in the allowed mask / the ranks per node of the prediction)")
 	steps := fs.Int("steps", 20, "timed compute steps")
 	opt := fs.String("optimizer", "sgd", "update in each step: "+fmt.Sprint(optim.Names())+" or none")
 	bucketMB := fs.Float64("bucket-mb", -1, "gradient buckets as hpctrain train -bucket-mb (0: one all-reduce after backward; -1: auto, 1 MB with 2 or more threads, else 0)")
@@ -124,7 +124,7 @@ func Scaling(args []string, connect func() (mpi.Comm, error), out io.Writer) (er
 	if err := cli.Parse(fs, args, os.Stderr, false); err != nil {
 		return err
 	}
-	err = firstBad(intIn("batch", *batch, 1, train.MaxBatch), intIn("threads", *threads, 1, train.MaxThreads),
+	err = firstBad(intIn("batch", *batch, 1, train.MaxBatch), intIn("threads", *threads, 0, train.MaxThreads),
 		intIn("steps", *steps, 1, 1e6), intIn("classes", *classes, 1, 1<<20), intIn("ranks-per-node", *perNode, 0, 1<<12),
 		floatIn("compute-scale", *scale, 1e-6, 1e6), floatIn("alpha-us", *alphaUS, 0, 1e9),
 		floatIn("shm-alpha-us", *shmAlpha, 0, 1e9), floatIn("shm-gbps", *shmGbps, 0, 1e6), floatIn("sweep-max-mb", *maxMB, 0, 1<<10),
@@ -159,12 +159,43 @@ func Scaling(args []string, connect func() (mpi.Comm, error), out io.Writer) (er
 	if err != nil {
 		return cli.Usage(fmt.Errorf("-input: %w", err))
 	}
+	if (*shmAlpha > 0) != (*shmGbps > 0) {
+		return cli.Usage(fmt.Errorf("give both -shm-alpha-us and -shm-gbps"))
+	}
 	c, err := connect()
 	if err != nil {
 		return err
 	}
 	if err := outputsWritable(c, writable("json", *js), writable("png", *png)); err != nil {
 		return err
+	}
+	// What needs only the flags and the job's layout is checked before
+	// minutes of measuring. Every node must hold as many ranks: the
+	// layout (nodes = ranks / ranks per node) is read from it.
+	locals, err := gatherRanks(c, float64(c.LocalSize()))
+	if err != nil {
+		return err
+	}
+	if slices.Min(locals) != slices.Max(locals) {
+		return cli.Usage(fmt.Errorf("the job's nodes hold %v to %v ranks: bench scaling needs as many ranks on every node", slices.Min(locals), slices.Max(locals)))
+	}
+	jobNodes := max(1, c.Size()/max(1, c.LocalSize()))
+	if len(links) == 0 && jobNodes == 1 {
+		return cli.Usage(fmt.Errorf("no inter-node link: give -link-gbps, or run under mpirun across nodes to measure one"))
+	}
+	if *coll == "mpi" && jobNodes > 1 && c.LocalSize() > 1 {
+		// Its sweep mixes hops within and between nodes, which one
+		// latency and bandwidth cannot stand for.
+		return cli.Usage(fmt.Errorf("-collective mpi in a job of %d nodes x %d ranks: the sweep mixes intra- and inter-node hops, which the model cannot tell apart; measure the network with one rank per node (mpirun --map-by ppr:1:node), or use -collective shm with -shm-alpha-us and -shm-gbps", jobNodes, c.LocalSize()))
+	}
+	rpn := *perNode
+	if rpn == 0 {
+		rpn = max(1, c.LocalSize())
+	}
+	if *threads == 0 {
+		if *threads, err = autoThreads(*bind, rpn); err != nil {
+			return err
+		}
 	}
 	rank0 := c.Rank() == 0
 	if !rank0 {
@@ -177,7 +208,7 @@ func Scaling(args []string, connect func() (mpi.Comm, error), out io.Writer) (er
 	rep := ScalingReport{
 		Model: *name, Input: in.String(), Classes: *classes, Batch: *batch, Threads: *threads, Optimizer: *opt,
 		BucketMB: *bucketMB, BucketBytes: resolveBucketBytes(*bucketMB, *threads), Bind: *bind, Collective: *coll, Host: c.Host(),
-		JobRanks: c.Size(), JobNodes: max(1, c.Size()/max(1, c.LocalSize())), ComputeScale: *scale,
+		JobRanks: c.Size(), JobNodes: jobNodes, ComputeScale: *scale,
 	}
 
 	// Compute: every rank at once, as in training; the slowest rank sets
@@ -212,11 +243,6 @@ func Scaling(args []string, connect func() (mpi.Comm, error), out io.Writer) (er
 
 	// The node's sum given by flags: needed before the sweep of a job
 	// across nodes, to take it away.
-	if *shmAlpha > 0 || *shmGbps > 0 {
-		if *shmAlpha <= 0 || *shmGbps <= 0 {
-			return cli.Usage(fmt.Errorf("give both -shm-alpha-us and -shm-gbps"))
-		}
-	}
 	flagIntra := func() *Link {
 		if *shmAlpha <= 0 {
 			return nil
@@ -317,10 +343,6 @@ func Scaling(args []string, connect func() (mpi.Comm, error), out io.Writer) (er
 	}
 	if l := flagIntra(); l != nil {
 		rep.Intra = l
-	}
-	rpn := *perNode
-	if rpn == 0 {
-		rpn = max(1, c.LocalSize())
 	}
 	if rpn > 1 && rep.Intra == nil {
 		return cli.Usage(fmt.Errorf("%d ranks per node, but no intra-node figures: run under mpirun with 2 or more ranks on one node to measure them, or give -shm-alpha-us and -shm-gbps", rpn))
@@ -607,13 +629,13 @@ func printScaling(out io.Writer, rows []ScalingRow) {
 	}
 }
 
-// linkLabel is a row's link as the table and the chart name it.
+// linkLabel is a row's link as the table and the chart name it: a link
+// given by flag as given, the measured one rounded.
 func linkLabel(r ScalingRow) string {
-	g := strconv.FormatFloat(r.LinkGbps, 'g', 3, 64)
 	if r.Link == "measured" {
-		return "meas:" + g + "G"
+		return "meas:" + strconv.FormatFloat(r.LinkGbps, 'g', 3, 64) + "G"
 	}
-	return g + "G"
+	return r.Link
 }
 
 // scalingPNG draws efficiency and samples/s against nodes, one line per
@@ -645,7 +667,7 @@ func scalingPNG(path string, rep ScalingReport) error {
 		byLink[l] = append(byLink[l], r)
 	}
 	for i, l := range order {
-		rows := byLink[l]
+		rows := byLink[l] // in node order: -nodes is sorted (intList)
 		e, s := make(plotter.XYs, len(rows)), make(plotter.XYs, len(rows))
 		for j, r := range rows {
 			e[j] = plotter.XY{X: float64(r.Nodes), Y: r.Efficiency}
@@ -684,7 +706,8 @@ const (
 	minGbps, maxGbps = 1e-3, 1e6
 )
 
-// intList parses "1,2,4".
+// intList parses "1,2,4": sorted, each once (the chart's lines join the
+// points in this order).
 func intList(s string) ([]int, error) {
 	var v []int
 	for _, f := range strings.Split(s, ",") {
@@ -694,7 +717,8 @@ func intList(s string) ([]int, error) {
 		}
 		v = append(v, n)
 	}
-	return v, nil
+	slices.Sort(v)
+	return slices.Compact(v), nil
 }
 
 // floatList parses "25,100,400"; empty is none.
@@ -710,7 +734,30 @@ func floatList(s string) ([]float64, error) {
 		}
 		v = append(v, x)
 	}
-	return v, nil
+	slices.Sort(v)
+	return slices.Compact(v), nil
+}
+
+// autoThreads is hpctrain train's -threads when left out: the physical
+// cores of the allowed mask shared by rpn ranks (at least 1).
+func autoThreads(bind string, rpn int) (int, error) {
+	policy, err := affinity.ParsePolicy(bind)
+	if err != nil {
+		return 0, err
+	}
+	topo, err := affinity.ReadTopology("/")
+	if err != nil {
+		return 0, err
+	}
+	mask, err := affinity.Allowed()
+	if err != nil {
+		return 0, err
+	}
+	pl, err := topo.PlanOversubscribed(mask, affinity.Request{LocalSize: rpn, Policy: policy, PreferNUMA: -1})
+	if err != nil {
+		return 0, err
+	}
+	return pl.Threads, nil
 }
 
 // fmtList formats numbers separated by commas.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"image/png"
 	"math"
 	"os"
@@ -371,5 +372,30 @@ func TestScalingMPI(t *testing.T) {
 	}
 	if r := rep.Rows[0]; r.Nodes != 1 || r.Ranks != 2 || r.CommMS <= 0 || r.Algorithm != "shm" {
 		t.Errorf("1 node x 2 ranks: %+v", r)
+	}
+}
+
+// TestScalingLists: -nodes and -link-gbps are sorted and each value kept
+// once (the chart joined points in the order given: 8, 1, 64, 2 drew a
+// zigzag), and links given by flag are named as given (rounded to three
+// digits, 1000 and 1004 Gbit/s were one line of the chart).
+func TestScalingLists(t *testing.T) {
+	if n, err := intList("8,1,64,2,2"); err != nil || fmt.Sprint(n) != "[1 2 8 64]" {
+		t.Errorf("-nodes 8,1,64,2,2: %v %v, want [1 2 8 64]", n, err)
+	}
+	if g, err := floatList("1004,1000,1000"); err != nil || fmt.Sprint(g) != "[1000 1004]" {
+		t.Errorf("-link-gbps 1004,1000,1000: %v %v, want [1000 1004]", g, err)
+	}
+	for _, c := range []struct {
+		r    ScalingRow
+		want string
+	}{
+		{ScalingRow{Link: "1004G", LinkGbps: 1004}, "1004G"},
+		{ScalingRow{Link: "12345G", LinkGbps: 12345}, "12345G"},
+		{ScalingRow{Link: "measured", LinkGbps: 9.8765}, "meas:9.88G"},
+	} {
+		if got := linkLabel(c.r); got != c.want {
+			t.Errorf("link %q: labelled %q, want %q", c.r.Link, got, c.want)
+		}
 	}
 }
