@@ -169,3 +169,43 @@ func TestResumeCompletedRun(t *testing.T) {
 		t.Errorf("extending the completed run to 3 epochs: exit %d\n%s", r.code, r.out)
 	}
 }
+
+// TestInitFromCheckpoint: -init starts a run, under mpirun, from another
+// run's checkpoint (parameters and batch-norm statistics) with its own
+// settings at step 0: one step at a vanishing learning rate keeps the
+// first run's accuracy (a fresh resnet8 scores about 10% here; without
+// the running statistics, the first step's would be 90% the defaults'),
+// and it counts its own steps. A checkpoint of another network, or a path
+// that is not there, is one line and exit 2.
+func TestInitFromCheckpoint(t *testing.T) {
+	dir := t.TempDir()
+	a, mb := filepath.Join(dir, "a"), filepath.Join(dir, "b.jsonl")
+	common := []string{"train", "-model", "resnet8", "-limit", "3200", "-test-limit", "1000", "-threads", "1", "-progress", "0"}
+	r := hpctrain(t, 2, 3*time.Minute, append(common, "-lr", "0.05", "-checkpoint-dir", a, "-metrics", filepath.Join(dir, "a.jsonl"))...)
+	if r.code != 0 {
+		t.Fatalf("first run: exit %d\n%s", r.code, r.out)
+	}
+	first := readMetrics(t, filepath.Join(dir, "a.jsonl"))
+	accA := first[len(first)-1]["test_accuracy"].(float64)
+	r = hpctrain(t, 2, 3*time.Minute, append(common, "-init", a, "-steps", "1", "-lr", "1e-9", "-momentum", "0", "-metrics", mb)...)
+	if r.code != 0 || !strings.Contains(r.out, "hpctrain: starting from "+a+"/ckpt-") || !strings.Contains(r.out, "its parameters and batch-norm statistics, at step 0 with this run's settings") {
+		t.Fatalf("-init: exit %d\n%s", r.code, r.out)
+	}
+	second := readMetrics(t, mb)
+	fin := second[len(second)-1]
+	if accB := fin["test_accuracy"].(float64); accA < 0.5 || math.Abs(accB-accA) > 0.02 || fin["step"].(float64) != 1 {
+		t.Errorf("first run %.4f, one step from its checkpoint %.4f at step %v: want within 2 points, at step 1", accA, accB, fin["step"])
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-model", "cnn", "-init", a}, "is of another network than this run's -model cnn (checkpoint vs this run): layer 1 (conv): out 16 vs 32"},
+		{[]string{"-model", "resnet8", "-init", filepath.Join(dir, "none")}, "-init " + filepath.Join(dir, "none") + ": no such file or directory"},
+	} {
+		r := hpctrain(t, 0, time.Minute, append([]string{"train", "-limit", "640", "-progress", "0"}, c.args...)...)
+		if lines := errorLines(t, r); r.code != 2 || len(lines) != 1 || !strings.Contains(lines[0], c.want) {
+			t.Errorf("%v: exit %d, want 2 and one line with %q:\n%s", c.args, r.code, c.want, r.out)
+		}
+	}
+}

@@ -127,6 +127,11 @@ type Config struct {
 	CheckpointEvery Every  `toml:"checkpoint_every" json:"-"`
 	Keep            int    `toml:"keep" json:"-"`
 	Resume          string `toml:"resume" json:"-"`
+	// Init starts the run from another run's checkpoint (a file, or the
+	// newest in a directory): its parameters and batch-norm statistics,
+	// with this run's settings, at step 0 (fine-tuning). Out of the hash:
+	// a run resumed from its own checkpoint no longer depends on it.
+	Init string `toml:"init" json:"-"`
 
 	// The compute device and its arithmetic: cpu, or cuda (hpctrain/gpu/
 	// cudanet) with NCCL or MPI for the gradients, and fp16's dynamic loss
@@ -247,6 +252,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.StringVar((*string)(&c.CheckpointEvery), "checkpoint-every", string(c.CheckpointEvery), "periodic checkpoints: every `N` steps (500; in TOML an integer is steps too) or a duration (10m); empty: on signals and at the end")
 	fs.IntVar(&c.Keep, "keep", c.Keep, "keep the newest `N` checkpoints (0: all)")
 	fs.StringVar(&c.Resume, "resume", c.Resume, "resume from `auto` (the newest valid checkpoint in -checkpoint-dir, if any) or a checkpoint file")
+	fs.StringVar(&c.Init, "init", c.Init, "start from the parameters and batch-norm statistics of another run's checkpoint (a .hpck `FILE`, or a directory: its newest), with this run's settings, at step 0 and a fresh optimizer (fine-tuning; the network must be the same: layers, input and classes); a checkpoint to resume from wins")
 	fs.Float64Var(&c.BucketMB, "bucket-mb", c.BucketMB, fmt.Sprintf("gradient bucket size in MB, 0 to %d; buckets are all-reduced during backward (0: one all-reduce after backward; -1: auto, 1 MB when a rank has 2 or more threads, else 0)", MaxBucketMB))
 	fs.IntVar(&c.CheckEvery, "check-every", c.CheckEvery, "every `N` steps the ranks compare a checksum of their parameters and stop on divergence (0: never)")
 	fs.StringVar(&c.Timeline, "timeline", c.Timeline, "write a Chrome trace (chrome://tracing, Perfetto) of the step's phases per rank to `FILE` (rank inserted before the extension)")

@@ -193,8 +193,17 @@ func start(cfg Config, comm mpi.Comm, out, errOut io.Writer) (r *run, err error)
 	if err := r.build(); err != nil {
 		return r, err
 	}
-	// Every replica starts from rank 0's parameters; a resumed run then
-	// takes the checkpoint's.
+	if cfg.Init != "" {
+		err := error(nil)
+		if c.Rank() == 0 {
+			err = r.initFrom(cfg.Init)
+		}
+		if err = agree(c, "starting from -init "+cfg.Init, err); err != nil {
+			return r, err
+		}
+	}
+	// Every replica starts from rank 0's parameters (-init's, if given);
+	// a resumed run then takes the checkpoint's.
 	r.enter(&phaseBroadcast)
 	if err := c.Bcast(r.net.Params, 0); err != nil {
 		return r, fmt.Errorf("broadcasting initial parameters: %w", err)
@@ -269,6 +278,41 @@ func start(cfg Config, comm mpi.Comm, out, errOut io.Writer) (r *run, err error)
 		}
 	}
 	return r, nil
+}
+
+// initFrom copies the parameters and batch-norm statistics of the
+// checkpoint at path (a file, or the newest in a directory) into this
+// rank's network: another run's, whose network must be this one (layers,
+// input, classes). The broadcast and syncBuffers then give them to every
+// rank.
+func (r *run) initFrom(path string) error {
+	opts := LoadOptions{Batch: 1, Warn: func(m string) { r.log("hpctrain: warning: %s", m) }}
+	var t *Trained
+	st, err := os.Stat(path)
+	switch {
+	case err != nil:
+		return cli.Usage(fmt.Errorf("-init %s: %w", path, errors.Unwrap(err)))
+	case st.IsDir():
+		t, err = LatestTrained(path, opts)
+	default:
+		t, err = LoadTrained(path, opts)
+	}
+	if err != nil {
+		return err
+	}
+	net := r.net
+	switch d := t.Desc.Diff(net.Desc); {
+	case d != "":
+		return cli.Usage(fmt.Errorf("%s is of another network than this run's -model %s (checkpoint vs this run): %s", t.Path, r.cfg.Model, d))
+	case t.Net.In != net.In || t.Net.Classes != net.Classes:
+		return cli.Usage(fmt.Errorf("%s was trained on %v samples of %d classes, this run's data gives %v and %d", t.Path, t.Net.In, t.Net.Classes, net.In, net.Classes))
+	case len(t.Net.Params) != len(net.Params) || len(t.Net.Buffers) != len(net.Buffers):
+		return fmt.Errorf("%s: %d parameters and %d buffer values, the network has %d and %d", t.Path, len(t.Net.Params), len(t.Net.Buffers), len(net.Params), len(net.Buffers))
+	}
+	copy(net.Params, t.Net.Params)
+	copy(net.Buffers, t.Net.Buffers)
+	r.log("hpctrain: starting from %s (model %s, step %d, trained on %s): its parameters and batch-norm statistics, at step 0 with this run's settings", t.Path, t.State.Model, t.State.Step, t.Config.Dataset)
+	return nil
 }
 
 // syncBuffers gives every rank rank 0's non-parameter state (batch-norm
