@@ -208,4 +208,18 @@ func TestInitFromCheckpoint(t *testing.T) {
 			t.Errorf("%v: exit %d, want 2 and one line with %q:\n%s", c.args, r.code, c.want, r.out)
 		}
 	}
+	// A requeued fine-tuning job goes on from its own checkpoint, even
+	// where -init's has gone since.
+	b := filepath.Join(dir, "b")
+	ft := append(common, "-init", a, "-checkpoint-dir", b, "-resume", "auto")
+	if r := hpctrain(t, 2, 3*time.Minute, append(ft, "-steps", "2")...); r.code != 0 || !strings.Contains(r.out, "hpctrain: starting from "+a) {
+		t.Fatalf("-init with -resume auto: exit %d\n%s", r.code, r.out)
+	}
+	if err := os.Rename(a, a+".gone"); err != nil {
+		t.Fatal(err)
+	}
+	r = hpctrain(t, 2, 3*time.Minute, append(ft, "-steps", "3")...)
+	if r.code != 0 || !strings.Contains(r.out, "hpctrain: -init "+a+" not read: the run goes on from its own checkpoint") || strings.Contains(r.out, "starting from") {
+		t.Errorf("requeued -init run: exit %d, want 0, resuming without reading -init\n%s", r.code, r.out)
+	}
 }

@@ -177,8 +177,10 @@ type checkpointer struct {
 	// statistics), saved as the section "buffers" when not empty and
 	// restored into this slice, on every rank, by resume.
 	buffers []float32
-	// Where resume left the run, and the recorded result when the
-	// checkpoint was written at the run's end.
+	// Where resume left the run (resumed: whether it restored a
+	// checkpoint at all), and the recorded result when the checkpoint was
+	// written at the run's end.
+	resumed                   bool
 	resumedStep, resumedEpoch int
 	final                     *Result
 	// resumedLoss is the checkpoint's EpochLoss (the epoch's losses so
@@ -339,6 +341,7 @@ func (cp *checkpointer) resume() (int, error) {
 		}
 		cp.final = &r
 	}
+	cp.resumed = true
 	cp.resumedStep, cp.resumedEpoch, cp.resumedLoss = plan.Step, plan.Epoch, plan.EpochLoss
 	cp.resumedScaler = plan.Scaler
 	return plan.Step, nil

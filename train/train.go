@@ -193,17 +193,8 @@ func start(cfg Config, comm mpi.Comm, out, errOut io.Writer) (r *run, err error)
 	if err := r.build(); err != nil {
 		return r, err
 	}
-	if cfg.Init != "" {
-		err := error(nil)
-		if c.Rank() == 0 {
-			err = r.initFrom(cfg.Init)
-		}
-		if err = agree(c, "starting from -init "+cfg.Init, err); err != nil {
-			return r, err
-		}
-	}
-	// Every replica starts from rank 0's parameters (-init's, if given);
-	// a resumed run then takes the checkpoint's.
+	// Every replica starts from rank 0's parameters; a resumed run then
+	// takes the checkpoint's, a fresh one -init's if given.
 	r.enter(&phaseBroadcast)
 	if err := c.Bcast(r.net.Params, 0); err != nil {
 		return r, fmt.Errorf("broadcasting initial parameters: %w", err)
@@ -224,6 +215,9 @@ func start(cfg Config, comm mpi.Comm, out, errOut io.Writer) (r *run, err error)
 		return r, err
 	}
 	if r.startStep, err = r.cp.resume(); err != nil {
+		return r, err
+	}
+	if err := r.init(); err != nil {
 		return r, err
 	}
 	if err = agree(c, "copying the checkpoint to the device", r.rep.Push()); err != nil {
@@ -278,6 +272,37 @@ func start(cfg Config, comm mpi.Comm, out, errOut io.Writer) (r *run, err error)
 		}
 	}
 	return r, nil
+}
+
+// init starts a fresh run from -init's checkpoint: rank 0 reads it and
+// the broadcasts give it to every rank. A resumed run has its own
+// checkpoint and leaves -init unread, so that a requeued fine-tuning job
+// does not depend on where it started. Collective.
+func (r *run) init() error {
+	cfg, c := r.cfg, r.c
+	if cfg.Init == "" {
+		return nil
+	}
+	if r.cp.resumed {
+		if c.Rank() == 0 {
+			r.log("hpctrain: -init %s not read: the run goes on from its own checkpoint", cfg.Init)
+		}
+		return nil
+	}
+	var err error
+	if c.Rank() == 0 {
+		err = r.initFrom(cfg.Init)
+	}
+	if err = agree(c, "starting from -init "+cfg.Init, err); err != nil {
+		return err
+	}
+	if err := c.Bcast(r.net.Params, 0); err != nil {
+		return fmt.Errorf("broadcasting -init's parameters: %w", err)
+	}
+	if err = agree(c, "copying the parameters to the device", r.rep.Push()); err != nil {
+		return err
+	}
+	return r.syncBuffers()
 }
 
 // initFrom copies the parameters and batch-norm statistics of the
