@@ -78,11 +78,32 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.Prefetch, "prefetch", c.Prefetch, "batches assembled ahead of the step, 0 to 1024 (0: 2 x data-workers, at least 1)")
 }
 
-// Validate checks every key's domain and the keys' consistency, and names
-// the key at fault. It reads no file; where the configuration alone fixes
-// the sample shape (folder, synthetic, cifar10) it also checks the
-// augmentation chain against it.
+// Validate checks the settings of a run that is to read the data:
+// ValidateRecord's checks, and that data_dir is not Fashion-MNIST's for
+// another data set of the same file names.
 func (c *Config) Validate() error {
+	if err := c.ValidateRecord(); err != nil {
+		return err
+	}
+	return c.checkDir()
+}
+
+// checkDir refuses MNIST's or CIFAR-10's data set in Fashion-MNIST's
+// directory (the default): MNIST's files are named as Fashion-MNIST's, so
+// the run would train the wrong data set without a word.
+func (c *Config) checkDir() error {
+	if c.DataDir == DefaultDataDir && (c.Dataset == "mnist" || c.Dataset == "cifar10") {
+		return fmt.Errorf("config: dataset %s with data_dir %s, Fashion-MNIST's files (the default): give -data-dir (data_dir) with %s's", c.Dataset, c.DataDir, c.Dataset)
+	}
+	return nil
+}
+
+// ValidateRecord checks every key's domain and the keys' consistency, and
+// names the key at fault: what a configuration recorded in a checkpoint
+// must pass before anything is built from it. It reads no file; where the
+// configuration alone fixes the sample shape (folder, synthetic, cifar10)
+// it also checks the augmentation chain against it.
+func (c *Config) ValidateRecord() error {
 	bad := func(key string, v any, want string) error {
 		return fmt.Errorf("config: %s = %v: must be %s", key, v, want)
 	}
@@ -96,10 +117,6 @@ func (c *Config) Validate() error {
 		return bad("dataset", strconv.Quote(c.Dataset), strings.Join(Datasets, ", "))
 	case c.DataDir == "" && c.Dataset != "synthetic":
 		return fmt.Errorf("config: data_dir is empty: dataset %s reads its files from there", c.Dataset)
-	case c.DataDir == DefaultDataDir && (c.Dataset == "mnist" || c.Dataset == "cifar10"):
-		// MNIST's files are named as Fashion-MNIST's: read from there,
-		// they would train the wrong data set without a word.
-		return fmt.Errorf("config: dataset %s with data_dir %s, Fashion-MNIST's files (the default): give -data-dir (data_dir) with %s's", c.Dataset, c.DataDir, c.Dataset)
 	case c.TestDir != "" && !folder:
 		return fmt.Errorf("config: test_dir applies to dataset folder only (dataset is %s)", c.Dataset)
 	case !(c.ValSplit >= 0 && c.ValSplit < 1):

@@ -79,7 +79,12 @@ func LoadTrained(path string, opts LoadOptions) (*Trained, error) {
 // LatestTrained is LoadTrained of the newest valid checkpoint in dir;
 // unusable files are skipped with a warning, as -resume auto does.
 func LatestTrained(dir string, opts LoadOptions) (*Trained, error) {
-	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+	switch st, err := os.Stat(dir); {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, cli.Usage(fmt.Errorf("checkpoint dir %s: no such directory", dir))
+	case err != nil:
+		return nil, cli.Usage(fmt.Errorf("checkpoint dir %s: %w", dir, errors.Unwrap(err)))
+	case !st.IsDir():
 		return nil, cli.Usage(fmt.Errorf("checkpoint dir %s: not a directory", dir))
 	}
 	warn := opts.Warn
@@ -119,8 +124,13 @@ func restore(path string, st *checkpoint.State, opts LoadOptions) (*Trained, err
 	// The data settings are used below as they are recorded: a record
 	// that training would have refused (a damaged or hand-made file) is
 	// refused here too, before anything indexes by it.
-	if err := t.Config.DataConfig.Validate(); err != nil {
+	if err := t.Config.DataConfig.ValidateRecord(); err != nil {
 		return nil, fail("its recorded settings do not hold: %v", err)
+	}
+	if err := t.Config.DataConfig.Validate(); err != nil {
+		// Written before training refused this (a run of mnist that read
+		// Fashion-MNIST's files): the network is sound, its data was not.
+		warn(fmt.Sprintf("checkpoint %s: %v; the run trained on what it found there", path, strings.TrimPrefix(err.Error(), "config: ")))
 	}
 
 	// The description: recorded in the checkpoint, else the model's own.

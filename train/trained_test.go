@@ -13,6 +13,7 @@ import (
 
 	"hpctrain/affinity"
 	"hpctrain/checkpoint"
+	"hpctrain/data"
 	"hpctrain/internal/cli"
 	"hpctrain/model"
 	"hpctrain/mpi"
@@ -312,6 +313,13 @@ func TestLoadTrainedDamagedRecord(t *testing.T) {
 	}
 	if _, err := LoadTrained(save(2, `{}`, net.Params, net.Buffers), LoadOptions{}); err != nil {
 		t.Errorf("the undamaged record: %v", err)
+	}
+	// A run of mnist in Fashion-MNIST's directory, which training refuses
+	// since but older builds ran: its network still loads, with a warning.
+	var warned []string
+	warn := func(m string) { warned = append(warned, m) }
+	if _, err := LoadTrained(save(3, `{"dataset":"mnist"}`, net.Params, net.Buffers), LoadOptions{Warn: warn}); err != nil || len(warned) != 1 || !strings.Contains(warned[0], "dataset mnist with data_dir "+data.DefaultDataDir) {
+		t.Errorf("mnist in the default directory: %v, warnings %q: want it loaded with one warning", err, warned)
 	}
 }
 
