@@ -11,6 +11,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -209,7 +210,7 @@ func TestPredictBadInput(t *testing.T) {
 		code int
 		want string
 	}{
-		{[]string{"-checkpoint", ck, good, fifo}, 2, "input " + fifo + ": not a regular file (p---------)"},
+		{[]string{"-checkpoint", ck, good, fifo}, 2, "input " + fifo + ": a named pipe (FIFO), not a file"},
 		{[]string{"-checkpoint", ck, good, text}, 1, "input " + text + ": not a readable image: image: unknown format"},
 		{[]string{"-checkpoint", ck, good, cut}, 1, "input " + cut + ": not a readable image"},
 		{[]string{"-checkpoint", ck, good, filepath.Join(dir, "nope.png")}, 2, "nope.png: no such file"},
@@ -254,5 +255,25 @@ func TestPredictUnderMPIRun(t *testing.T) {
 	r = hpctrain(t, 2, time.Minute, "export", "-checkpoint", ck, "-o", out)
 	if _, err := os.Stat(out); r.code != 0 || err != nil || strings.Count(r.out, "export runs in one process") != 1 {
 		t.Errorf("export under mpirun -np 2: exit %d, %v:\n%s", r.code, err, r.out)
+	}
+}
+
+// Under srun with PMIx (no PMI_SIZE) the step's SLURM variables say which
+// rank this is, as for train: rank 1 stays quiet, rank 0 works and says so.
+func TestOtherRankSrun(t *testing.T) {
+	for _, v := range []string{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE", "SLURM_LOCALID", "SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"} {
+		t.Setenv(v, "")
+	}
+	t.Setenv("SLURM_STEP_ID", "0")
+	t.Setenv("SLURM_NTASKS", "2")
+	t.Setenv("SLURM_STEP_NUM_TASKS", "2")
+	for rank, want := range []bool{false, true} {
+		t.Setenv("PMIX_RANK", strconv.Itoa(rank))
+		t.Setenv("SLURM_PROCID", strconv.Itoa(rank))
+		var b strings.Builder
+		got := otherRank("predict", &b)
+		if note := strings.Contains(b.String(), "rank 0 of these 2 does the work"); got != want || note != (rank == 0) {
+			t.Errorf("rank %d of an srun step: otherRank %v, note %q", rank, got, b.String())
+		}
 	}
 }

@@ -7,12 +7,12 @@ import (
 	"os"
 	"reflect"
 	"runtime"
-	"strconv"
 	"strings"
 
 	"hpctrain/affinity"
 	"hpctrain/data"
 	"hpctrain/internal/cli"
+	"hpctrain/slurm"
 	"hpctrain/train"
 )
 
@@ -77,16 +77,12 @@ func (f *ckptFlags) compute(t *train.Trained, localSize int) *affinity.Workers {
 // process, and N copies of their output, or N writers of one file, help
 // nobody. Rank 0 does the work and says what the others do.
 func otherRank(cmd string, stderr io.Writer) bool {
-	rank, size := -1, 0
-	for _, v := range [][2]string{{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"}, {"PMI_RANK", "PMI_SIZE"}} {
-		r, rerr := strconv.Atoi(os.Getenv(v[0]))
-		n, nerr := strconv.Atoi(os.Getenv(v[1]))
-		if rerr == nil && nerr == nil {
-			rank, size = r, n
-			break
-		}
-	}
-	if size <= 1 {
+	// The launcher's variables, as train reads them without MPI (mpirun,
+	// PMI, an srun step); ones that contradict each other leave this
+	// process alone to do the work.
+	l, err := slurm.Resolve(0, 0, os.Getenv)
+	rank, size := l.Rank, l.Size
+	if err != nil || size <= 1 {
 		return false
 	}
 	if rank == 0 {
