@@ -63,3 +63,14 @@ func TestBenchFlagsRefused(t *testing.T) {
 		}
 	}
 }
+
+// Several ranks per node with neither the -shm figures nor a job that
+// measures them within a node is refused before the compute steps
+// (minutes for a big model), not after them.
+func TestScalingIntraRefusedFirst(t *testing.T) {
+	var out strings.Builder
+	err := Scaling(strings.Fields("-ranks-per-node 4 -link-gbps 100 -threads 1"), func() (mpi.Comm, error) { return mpi.NewSingle(), nil }, &out)
+	if err == nil || !strings.Contains(err.Error(), "4 ranks per node, but no intra-node figures") || !errors.As(err, new(cli.UsageError)) || out.Len() > 0 {
+		t.Errorf("%v, printed %q: want the usage error alone", err, out.String())
+	}
+}

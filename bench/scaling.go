@@ -192,6 +192,11 @@ func Scaling(args []string, connect func() (mpi.Comm, error), out io.Writer) (er
 	if rpn == 0 {
 		rpn = max(1, c.LocalSize())
 	}
+	if rpn > 1 && *shmAlpha <= 0 && !(c.Size() > 1 && jobNodes == 1) {
+		// The intra-node figures come from the flags or from a sweep
+		// within one node, which this job does not make.
+		return cli.Usage(fmt.Errorf("%d ranks per node, but no intra-node figures: run under mpirun with 2 or more ranks on one node to measure them, or give -shm-alpha-us and -shm-gbps", rpn))
+	}
 	if *threads == 0 {
 		if *threads, err = autoThreads(*bind, rpn); err != nil {
 			return err
