@@ -88,7 +88,7 @@ func predictCmd(args []string, stdout, stderr io.Writer) error {
 			case err == nil && st.IsDir():
 				what = "a directory, not a file"
 			case err == nil:
-				what = fmt.Sprintf("not a regular file (%v)", st.Mode().Type())
+				what = cli.NotRegular(st.Mode()) + ", not a file"
 			case !errors.Is(err, iofs.ErrNotExist):
 				what = "cannot be read"
 			case strings.HasPrefix(p, "-"):

@@ -16,6 +16,8 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+
+	"hpctrain/internal/cli"
 )
 
 // FolderOptions controls LoadImageFolder.
@@ -145,7 +147,7 @@ func LoadImageFolder(root string, shape Shape, opts FolderOptions) (*Folder, err
 				continue
 			case !m.IsRegular():
 				// A FIFO would block the decoder for ever.
-				return nil, fmt.Errorf("image folder: %s is not a regular file (%v)", filepath.Join(dir, fe.Name()), m.Type())
+				return nil, fmt.Errorf("image folder: %s is %s, not an image file", filepath.Join(dir, fe.Name()), cli.NotRegular(m))
 			}
 			ps = append(ps, filepath.Join(dir, fe.Name()))
 		}

@@ -240,7 +240,7 @@ func TestLoadDesc(t *testing.T) {
 		{"resnet", `unknown model "resnet" (zoo: cnn, lenet5, mlp, resnet20, resnet8; or a .toml file)`},
 		{filepath.Join(dir, "none.toml"), "model " + filepath.Join(dir, "none.toml") + ": no such file or directory"},
 		{nested, "model " + nested + ": line 1: arrays and tables nested more than 64 deep"},
-		{fifo, "model " + fifo + ": not a regular file (p---------)"},
+		{fifo, "model " + fifo + ": a named pipe (FIFO), not a file"},
 	} {
 		if _, err := LoadDesc(c.arg); err == nil || err.Error() != c.want {
 			t.Errorf("LoadDesc(%q): %v, want %s", c.arg, err, c.want)

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"strings"
 )
 
@@ -42,4 +43,23 @@ func Parse(fs *flag.FlagSet, args []string, help io.Writer, positional bool) err
 		return UsageError{fmt.Errorf("unexpected argument %q (flags start with -; see %s -h)", fs.Arg(0), fs.Name())}
 	}
 	return nil
+}
+
+// NotRegular says in words what a path of mode m is, for a message where a
+// regular file was wanted: "a directory", "a named pipe (FIFO)", ...
+// (fs.FileMode's "d---------" means little to a reader).
+func NotRegular(m fs.FileMode) string {
+	switch t := m.Type(); {
+	case t&fs.ModeDir != 0:
+		return "a directory"
+	case t&fs.ModeNamedPipe != 0:
+		return "a named pipe (FIFO)"
+	case t&fs.ModeSocket != 0:
+		return "a socket"
+	case t&fs.ModeCharDevice != 0 || t&fs.ModeDevice != 0:
+		return "a device"
+	case t&fs.ModeSymlink != 0:
+		return "a symbolic link"
+	}
+	return fmt.Sprintf("not a regular file (%v)", m.Type())
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"flag"
+	"os"
 	"strings"
 	"testing"
 )
@@ -51,5 +52,17 @@ func TestParse(t *testing.T) {
 	fs, _ = newFS()
 	if err := Parse(fs, []string{"extra"}, &out, true); err != nil {
 		t.Errorf("positional argument allowed: %v", err)
+	}
+}
+
+func TestNotRegular(t *testing.T) {
+	for path, want := range map[string]string{"/": "a directory", "/dev/null": "a device"} {
+		st, err := os.Stat(path)
+		if err != nil {
+			t.Skipf("%s: %v", path, err)
+		}
+		if got := NotRegular(st.Mode()); got != want {
+			t.Errorf("%s: %q, want %q", path, got, want)
+		}
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+
+	"hpctrain/internal/cli"
 )
 
 // MaxBytes is the largest TOML file Read accepts: far above any real
@@ -26,7 +28,7 @@ func Read(path string) ([]byte, error) {
 		return nil, err
 	}
 	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("not a regular file (%v)", fi.Mode().Type())
+		return nil, fmt.Errorf("%s, not a file", cli.NotRegular(fi.Mode()))
 	}
 	f, err := os.Open(path)
 	if err != nil {

@@ -59,7 +59,7 @@ func TestRead(t *testing.T) {
 	if _, err := Read(bin); err == nil || !strings.Contains(err.Error(), `a binary file, not TOML text (it begins "\x89HPCKPT\n")`) {
 		t.Errorf("binary: %v", err)
 	}
-	if _, err := Read(dir); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+	if _, err := Read(dir); err == nil || !strings.Contains(err.Error(), "a directory, not a file") {
 		t.Errorf("directory: %v", err)
 	}
 	fifo := filepath.Join(dir, "fifo.toml")
@@ -70,7 +70,7 @@ func TestRead(t *testing.T) {
 	go func() { _, err := Read(fifo); done <- err }()
 	select {
 	case err := <-done:
-		if err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		if err == nil || !strings.Contains(err.Error(), "a named pipe (FIFO), not a file") {
 			t.Errorf("fifo: %v", err)
 		}
 	case <-time.After(10 * time.Second):
