@@ -35,6 +35,19 @@ func topoCmd(args []string, stdout, stderr io.Writer) error {
 	gpuMatrix := fs.Bool("gpu", false, "print the GPUs instead: the GPU-GPU and GPU-CPU matrix in nvidia-smi topo -m notation, then each of -np local ranks' GPU and cores")
 	gpus := fs.String("gpus", "", "with -gpu: GPU of each local rank, e.g. 0,1, or none (as for train)")
 	gpuShare := fs.Bool("gpu-share", false, "with -gpu: let local ranks share GPUs (as for train)")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `Usage: hpctrain topo [-np N] [-threads T] [-bind cores|numa|none] [-json]
+       hpctrain topo -gpu [-np N] [-gpus LIST]
+
+Prints this node's cores, SMT siblings and NUMA nodes as sysfs gives them,
+and the plan train would make for -np local ranks: each rank's cores and
+threads. With -gpu, the GPUs instead: their matrix and each local rank's GPU
+and cores. Runs without MPI.
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
 	if err := cli.Parse(fs, args, stderr, false); err != nil {
 		return err
 	}

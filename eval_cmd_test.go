@@ -163,6 +163,7 @@ func TestEvalBadInput(t *testing.T) {
 		{[]string{"-checkpoint", corrupt}, 1, "truncated"},
 		{[]string{"-checkpoint", ck, "-model", "cnn"}, 2, "of model mlp, not cnn"},
 		{[]string{"-checkpoint-dir", filepath.Join(dir, "none")}, 2, "none: no such directory"},
+		{[]string{"-checkpoint", dir}, 2, "a directory (use -checkpoint-dir for its newest checkpoint)"},
 		{[]string{"-checkpoint", ck, "-data-dir", filepath.Join(dir, "none")}, 2, "no t10k-images-idx3-ubyte"},
 		{[]string{"-checkpoint", ck, "-dataset", "mnist"}, 2, "data_dir is empty: dataset mnist reads its files from there"},
 		{[]string{"-checkpoint", ck, "-dataset", "folder", "-data-dir", five}, 2, "has 5 classes, the network 10"},

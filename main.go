@@ -41,7 +41,7 @@ Usage:
   hpctrain <command> [flags]
 
 Commands:
-  train     train a model on Fashion-MNIST (hpctrain train -h for its flags)
+  train     train a model (Fashion-MNIST by default; MNIST, CIFAR-10, image folders) (hpctrain train -h)
   eval      a checkpoint's loss, accuracy, per-class accuracy, confusion matrix (-json, -plot; under mpirun too)
   predict   top-k classes of image or IDX files from a checkpoint, as JSON lines
   export    a checkpoint as ONNX or safetensors (PyTorch names and layouts)

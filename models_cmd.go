@@ -107,6 +107,18 @@ func summaryCmd(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&ck.file, "checkpoint", "", "summarise the network of checkpoint `FILE` (.hpck) instead, with its input and classes")
 	fs.StringVar(&ck.dir, "checkpoint-dir", "", "summarise the network of the newest valid checkpoint in `DIR`")
 	js := fs.Bool("json", false, "print JSON instead of the table")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `Usage: hpctrain summary [-model NAME|FILE.toml] [-input HxWxC] [-classes K] [-json]
+       hpctrain summary -checkpoint FILE | -checkpoint-dir DIR
+
+Lays out a network layer by layer without training it: each layer's output
+shape, parameters and multiply-adds per sample, and the totals; of a
+checkpoint, its own network with the input and classes it trained on.
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
 	if err := cli.Parse(fs, args, stderr, false); err != nil {
 		return err
 	}

@@ -45,6 +45,7 @@ func TestBenchFlagsRefused(t *testing.T) {
 		{func(a []string) error { return Step(a, io.Discard) }, "-kernels ,", "an empty name"},
 		{func(a []string) error { return Step(a, io.Discard) }, "-kernels blas,blas", "blas twice"},
 		{func(a []string) error { return Step(a, io.Discard) }, "-batch 16777216 -steps 1", "with batches of 16777216 samples needs"},
+		{func(a []string) error { return Step(a, io.Discard) }, "-input 2x2x1 -steps 1", "kernel 2 larger than its input 1x1"},
 		{func(a []string) error { return Affinity(a, "hpctrain", io.Discard) }, "-limit 0", "-limit 0"},
 		// An output that cannot be written, found before minutes of measuring.
 		{func(a []string) error { return Step(a, io.Discard) }, "-json /nonexistent/dir/s.json", "-json /nonexistent/dir/s.json: no such directory"},

@@ -149,11 +149,11 @@ func StepRateKernels(k model.Kernels, name string, in model.Shape, classes, batc
 	// would end the process.
 	d, err := model.LoadDesc(name)
 	if err != nil {
-		return StepReport{}, err
+		return StepReport{}, cli.Usage(err)
 	}
 	s, err := model.Summarize(d, in, classes)
 	if err != nil {
-		return StepReport{}, err
+		return StepReport{}, cli.Usage(err) // a network that does not fit -input, as summary says it
 	}
 	if err := data.NewBudget(1).Take(fmt.Sprintf("model %s with batches of %d samples", name, batch), train.NetBytes(s, batch), "lower -batch"); err != nil {
 		return StepReport{}, cli.Usage(err)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -67,23 +68,29 @@ func (m mismatch) none() bool {
 	return !m.model && !m.hash && !m.world && len(m.desc) == 0 && len(m.config) == 0
 }
 
-// short names what differs in a few words: "lr, batch; world size 4".
-func (m mismatch) short(s *State) string {
+// short names what differs in a few words, the run's value after the
+// checkpoint's where it is one word: "lr, batch; world size 2, now 4".
+func (m mismatch) short(s *State, run Identity) string {
 	var parts []string
 	if m.model {
-		parts = append(parts, "model "+s.Model)
+		parts = append(parts, fmt.Sprintf("model %s, now %s", s.Model, run.Model))
 	}
 	if len(m.desc) > 0 {
 		parts = append(parts, "model description ("+m.desc.keys()+")")
 	}
-	if len(m.config) > 0 {
-		parts = append(parts, m.config.keys())
+	config := m.config
+	if m.model {
+		// The model's name is a setting too: said once.
+		config = slices.DeleteFunc(slices.Clone(config), func(c change) bool { return c.key == "model" })
+	}
+	if len(config) > 0 {
+		parts = append(parts, config.keys())
 	}
 	if m.hash {
 		parts = append(parts, "configuration hash")
 	}
 	if m.world {
-		parts = append(parts, fmt.Sprintf("world size %d", s.WorldSize))
+		parts = append(parts, fmt.Sprintf("world size %d, now %d", s.WorldSize, run.WorldSize))
 	}
 	return strings.Join(parts, "; ")
 }

@@ -305,7 +305,7 @@ func CheckFresh(dir string, run Identity) error {
 		detail := fmt.Sprintf("%s, %s", runName(g.s), steps)
 		if m := g.s.compare(run); !m.none() {
 			what = "another configuration"
-			detail += "; differs in " + m.short(g.s)
+			detail += "; differs in " + m.short(g.s, run)
 		}
 		parts = append(parts, fmt.Sprintf("%s of %s (%s)", plural(g.n, "checkpoint"), what, detail))
 	}

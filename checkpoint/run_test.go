@@ -293,7 +293,7 @@ func TestCheckFresh(t *testing.T) {
 		"3 checkpoints of another configuration (run fedcba9876543210, model cnn-fmnist, steps 100-300; differs in lr)",
 		"1 checkpoint of this configuration (run 0123456789abcdef, model cnn-fmnist, step 20)",
 		"1 checkpoint of this configuration (format version 1, model cnn-fmnist, step 5)",
-		"1 checkpoint of another configuration (run 1111111111111111, model cnn-fmnist, step 1; differs in world size 2)",
+		"1 checkpoint of another configuration (run 1111111111111111, model cnn-fmnist, step 1; differs in world size 2, now 4)",
 		"1 file that does not load (ckpt-000000000007.hpck)",
 	} {
 		if !strings.Contains(err.Error(), want) {
@@ -305,5 +305,14 @@ func TestCheckFresh(t *testing.T) {
 	Save(same, testState(8), 0)
 	if err := CheckFresh(same, run); err == nil || !strings.Contains(err.Error(), "1 checkpoint of this configuration") || !strings.Contains(err.Error(), "-resume auto") {
 		t.Errorf("same settings: %v", err)
+	}
+}
+
+// Another model is said once, with the run's: not again among the settings.
+func TestMismatchShort(t *testing.T) {
+	s := &State{Model: "cnn", WorldSize: 2, Config: []byte(`{"model":"cnn","lr":0.1}`)}
+	run := Identity{Model: "mlp", WorldSize: 1, Config: []byte(`{"model":"mlp","lr":0.2}`)}
+	if got, want := s.compare(run).short(s, run), "model cnn, now mlp; lr; world size 2, now 1"; got != want {
+		t.Errorf("short: %q, want %q", got, want)
 	}
 }

@@ -66,6 +66,9 @@ type LoadOptions struct {
 // read, is an error wrapping checkpoint.ErrFormat, ErrTruncated or
 // ErrChecksum. Every error is one line naming the file.
 func LoadTrained(path string, opts LoadOptions) (*Trained, error) {
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return nil, cli.Usage(fmt.Errorf("checkpoint %s: a directory (use -checkpoint-dir for its newest checkpoint)", path))
+	}
 	st, err := checkpoint.Load(path)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
