@@ -89,6 +89,9 @@ func exportCmd(args []string, stdout, stderr io.Writer) error {
 	info := export.Info{Model: t.State.Model, Step: t.State.Step, Dataset: t.Config.Dataset, ClassNames: t.ClassNames, Mean: mean, Std: std,
 		SampleShape: []int{t.DataShape.C, t.DataShape.H, t.DataShape.W}}
 	dc := t.Config.DataConfig
+	if dc.Dataset == "folder" {
+		info.SampleResize = dc.FolderResize // as predict reads image files
+	}
 	if opts, err := dc.LoaderOptions(t.DataShape, 0); err == nil {
 		for _, tr := range opts.EvalTransforms {
 			info.Preprocess = append(info.Preprocess, tr.String())

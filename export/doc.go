@@ -34,7 +34,9 @@
 // shape (C, H, W), the classes and their names, the normalisation the
 // inputs need (x = (pixel/255 - mean)/std per channel), what evaluation
 // does to a sample before it (preprocess, e.g. ["resize=32x32"], from
-// the data set's sample_shape) and the step.
+// the data set's sample_shape), how an image file of another size is
+// brought to sample_shape first (sample_resize: bilinear, nearest, or none
+// for refused) and the step.
 //
 // # Invariants
 //

@@ -185,7 +185,7 @@ func TestONNXHeader(t *testing.T) {
 	for _, p := range m.MetadataProps {
 		meta[p.GetKey()] = p.GetValue()
 	}
-	if meta["input_shape"] != "[1,28,28]" || meta["classes"] != "10" || meta["step"] != "7" {
+	if meta["input_shape"] != "[1,28,28]" || meta["classes"] != "10" || meta["step"] != "7" || meta["sample_resize"] != "bilinear" {
 		t.Errorf("metadata %v", meta)
 	}
 	if d, err := model.ParseDesc("meta", []byte(meta["desc"])); err != nil || d.Diff(net.Desc) != "" {
@@ -204,7 +204,7 @@ func TestONNXHeader(t *testing.T) {
 func TestSafetensorsLayout(t *testing.T) {
 	net := zooNet(t, "cnn")
 	var buf bytes.Buffer
-	if err := Safetensors(&buf, net, Info{Model: "cnn", Step: 42, ClassNames: []string{"a", "b"}}); err != nil {
+	if err := Safetensors(&buf, net, Info{Model: "cnn", Step: 42, ClassNames: []string{"a", "b"}, SampleResize: "nearest"}); err != nil {
 		t.Fatal(err)
 	}
 	b := buf.Bytes()
@@ -219,7 +219,7 @@ func TestSafetensorsLayout(t *testing.T) {
 	data := b[8+n:]
 	var meta map[string]string
 	json.Unmarshal(header["__metadata__"], &meta)
-	if meta["format"] != "pt" || meta["step"] != "42" || meta["class_names"] != `["a","b"]` {
+	if meta["format"] != "pt" || meta["step"] != "42" || meta["class_names"] != `["a","b"]` || meta["sample_resize"] != "nearest" {
 		t.Errorf("metadata %v", meta)
 	}
 	type entry struct {

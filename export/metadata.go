@@ -22,6 +22,10 @@ type Info struct {
 	// SampleShape is the data set's sample (C, H, W) that Preprocess
 	// starts from; nil: the input shape.
 	SampleShape []int
+	// SampleResize is how an image file of another size becomes a sample
+	// (as predict, and a run on an image folder, read it): "bilinear"
+	// (also for ""), "nearest", or "none" (such an image is refused).
+	SampleResize string
 }
 
 // metadata is the key-value metadata both formats carry (see the package
@@ -66,6 +70,10 @@ func metadata(net *model.Net, info Info) map[string]string {
 		shape = []int{in.C, in.H, in.W}
 	}
 	m["preprocess"], m["sample_shape"] = js(pre), js(shape)
+	m["sample_resize"] = info.SampleResize
+	if info.SampleResize == "" {
+		m["sample_resize"] = "bilinear"
+	}
 	return m
 }
 
