@@ -85,8 +85,6 @@ func predictCmd(args []string, stdout, stderr io.Writer) error {
 		if st, err := os.Stat(p); err != nil || !st.Mode().IsRegular() {
 			what := "no such file"
 			switch {
-			case err == nil && st.IsDir():
-				what = "a directory, not a file"
 			case err == nil:
 				what = cli.NotRegular(st.Mode()) + ", not a file"
 			case !errors.Is(err, iofs.ErrNotExist):

@@ -349,9 +349,6 @@ func Scaling(args []string, connect func() (mpi.Comm, error), out io.Writer) (er
 	if l := flagIntra(); l != nil {
 		rep.Intra = l
 	}
-	if rpn > 1 && rep.Intra == nil {
-		return cli.Usage(fmt.Errorf("%d ranks per node, but no intra-node figures: run under mpirun with 2 or more ranks on one node to measure them, or give -shm-alpha-us and -shm-gbps", rpn))
-	}
 	// The node-shared figures describe the node-shared sum and the hop's
 	// MPI_Allreduce: one cannot stand for the other.
 	if isSum := rep.Intra != nil && rep.Intra.Name == "shm-sum"; rpn > 1 && isSum != (*coll == "shm") {

@@ -85,13 +85,13 @@ func (c *Config) Validate() error {
 	if err := c.ValidateRecord(); err != nil {
 		return err
 	}
-	return c.checkDir()
+	return c.CheckDataDir()
 }
 
-// checkDir refuses MNIST's or CIFAR-10's data set in Fashion-MNIST's
+// CheckDataDir refuses MNIST's or CIFAR-10's data set in Fashion-MNIST's
 // directory (the default): MNIST's files are named as Fashion-MNIST's, so
 // the run would train the wrong data set without a word.
-func (c *Config) checkDir() error {
+func (c *Config) CheckDataDir() error {
 	if c.DataDir == DefaultDataDir && (c.Dataset == "mnist" || c.Dataset == "cifar10") {
 		return fmt.Errorf("config: dataset %s with data_dir %s, Fashion-MNIST's files (the default): give -data-dir (data_dir) with %s's", c.Dataset, c.DataDir, c.Dataset)
 	}

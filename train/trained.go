@@ -130,7 +130,7 @@ func restore(path string, st *checkpoint.State, opts LoadOptions) (*Trained, err
 	if err := t.Config.DataConfig.ValidateRecord(); err != nil {
 		return nil, fail("its recorded settings do not hold: %v", err)
 	}
-	if err := t.Config.DataConfig.Validate(); err != nil {
+	if err := t.Config.DataConfig.CheckDataDir(); err != nil {
 		// Written before training refused this (a run of mnist that read
 		// Fashion-MNIST's files): the network is sound, its data was not.
 		warn(fmt.Sprintf("checkpoint %s: %v; the run trained on what it found there", path, strings.TrimPrefix(err.Error(), "config: ")))
