@@ -692,3 +692,51 @@ func TestResumeOtherData(t *testing.T) {
 		}
 	}
 }
+
+// TestResumePastEnd: a checkpoint past the run's last step without a
+// final result (-steps or -epochs lowered after a stop) is refused on
+// every rank as a usage error naming its step, and the directory is left
+// as it was; before, the run reported an epoch past the last and wrote
+// the checkpoint again as the run's end.
+func TestResumePastEnd(t *testing.T) {
+	cfg := smallRun() // 640 samples, batch 32: 10 steps per epoch on 2 ranks
+	cfg.CheckpointDir, cfg.Threads = t.TempDir(), 1
+	// Every rank returns, so none kills the fake job as runRanks would.
+	runAll := func(cfg Config) []error {
+		ranks := mpi.NewFake(2, 0)
+		errs := make([]error, len(ranks))
+		var wg sync.WaitGroup
+		for r, comm := range ranks {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, errs[r] = Run(cfg, comm, io.Discard)
+			}()
+		}
+		wg.Wait()
+		return errs
+	}
+	t.Setenv(FaultEnv, "usr1@0:13") // stopped within epoch 2: no final result
+	for r, err := range runAll(cfg) {
+		if !errors.Is(err, ErrPreempted) {
+			t.Fatalf("stopped at step 13, rank %d: %v, want ErrPreempted", r, err)
+		}
+	}
+	stopSignalled.Store(false)
+	t.Setenv(FaultEnv, "")
+	before := files(t, cfg.CheckpointDir)
+	for _, c := range []struct {
+		epochs, steps int
+		end           string
+	}{{1, 30, "past this run's last step 10 (-epochs 1 of 10 steps)"}, {2, 12, "past this run's last step 12 (-steps 12)"}} {
+		again := cfg
+		again.Resume, again.Epochs, again.Steps = "auto", c.epochs, c.steps
+		for r, err := range runAll(again) {
+			want := "the checkpoint is at step 13 (in epoch 2), " + c.end + ": nothing to train"
+			if !errors.As(err, new(cli.UsageError)) || !strings.Contains(fmt.Sprint(err), want) {
+				t.Errorf("-epochs %d -steps %d, rank %d: %v\nwant a usage error saying %q", c.epochs, c.steps, r, err, want)
+			}
+		}
+		sameFiles(t, "after the refused resume", files(t, cfg.CheckpointDir), before)
+	}
+}

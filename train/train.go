@@ -77,6 +77,9 @@ func RunWith(cfg Config, c mpi.Comm, out, errOut io.Writer) (Result, error) {
 		res.Params = r.net.Params
 		return res, nil // nothing to train: the checkpoint's recorded result
 	}
+	if err := r.pastEnd(); err != nil {
+		return Result{}, err
+	}
 	if err := r.reportStoppedEpoch(); err != nil {
 		return r.res, err
 	}
@@ -633,6 +636,23 @@ func (r *run) trainEpoch() error {
 	}
 	r.trainTime += time.Since(start)
 	return r.epochMean()
+}
+
+// pastEnd refuses a resumed checkpoint that is past this run's last step
+// (-epochs or -steps lowered since it was written, or a file made by
+// hand) and holds no final result: going on would report an epoch beyond
+// the last one and write the checkpoint again as the run's end. Every
+// rank has the same steps from the resume plan, so every rank refuses.
+func (r *run) pastEnd() error {
+	if r.startStep <= r.total {
+		return nil
+	}
+	end := fmt.Sprintf("-epochs %d of %d steps", r.cfg.Epochs, r.steps)
+	if r.cfg.Steps > 0 && r.cfg.Steps < r.cfg.Epochs*r.steps {
+		end = fmt.Sprintf("-steps %d", r.cfg.Steps)
+	}
+	return cli.Usage(fmt.Errorf("the checkpoint is at step %d (in epoch %d), past this run's last step %d (%s): nothing to train; raise -epochs or -steps to go on from it, or start a new run from its weights with -init",
+		r.startStep, (r.startStep-1)/r.steps+1, r.total, end))
 }
 
 // reportStoppedEpoch evaluates and reports the epoch a stopped run ended
