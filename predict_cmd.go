@@ -12,9 +12,12 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
+	"unsafe"
 
 	"hpctrain/data"
 	"hpctrain/internal/cli"
@@ -37,6 +40,9 @@ when the matching labels file is beside it). Class names are given when
 the data set has them (Fashion-MNIST's, CIFAR-10's, an image folder's
 directories). Every input is read and checked before any line is printed
 (only the images' headers when they would take more than 256 MiB decoded).
+An INPUT of - is standard input: one image or IDX file piped in
+(curl -s URL | hpctrain predict -checkpoint-dir ck -), named "-" in the
+output.
 
 Flags:
 `
@@ -79,9 +85,24 @@ func predictCmd(args []string, stdout, stderr io.Writer) error {
 	if *top < 1 {
 		return cli.Usage(fmt.Errorf("-top %d: must be >= 1", *top))
 	}
-	for _, p := range fs.Args() {
+	if i := slices.Index(fs.Args(), "-"); i >= 0 && slices.Contains(fs.Args()[i+1:], "-") {
+		return cli.Usage(errors.New("input -: standard input is named more than once"))
+	}
+	ins := make([]input, fs.NArg())
+	for i, p := range fs.Args() {
+		ins[i] = input{path: p, name: p}
+		if p == "-" {
+			path, cleanup, err := readStdin(os.Stdin)
+			defer cleanup()
+			if err != nil {
+				return err
+			}
+			ins[i].path = path
+			continue
+		}
 		// An input is read twice (its kind, then its contents): a pipe
-		// could not be, and one without a writer would block.
+		// could not be, and one without a writer would block. Standard
+		// input is copied to a file first.
 		if st, err := os.Stat(p); err != nil || !st.Mode().IsRegular() {
 			what := "no such file"
 			switch {
@@ -102,7 +123,7 @@ func predictCmd(args []string, stdout, stderr io.Writer) error {
 	w := ck.compute(t, 1)
 	defer w.Close()
 
-	units, cleanup, err := openInputs(t, fs.Args())
+	units, cleanup, err := openInputs(t, ins)
 	defer cleanup()
 	if err != nil {
 		return err
@@ -226,10 +247,56 @@ func (u *unit) imageError(err error) error {
 	return fmt.Errorf("input %s: not a readable image: %v", u.paths[i], ie.Err)
 }
 
+// input is one INPUT: the file read, and the name the output and the
+// messages give it (the argument; "-" for standard input, read from a
+// copy).
+type input struct{ path, name string }
+
+// maxStdin bounds what predict copies from standard input.
+const maxStdin = 1 << 30
+
+// readStdin copies r, standard input, to a file of its own and returns a
+// path to it and a cleanup that closes it. The file is removed as soon as
+// it is made and read through this process's descriptor
+// (/proc/self/fd/N), so that nothing is left behind however predict ends
+// (a reader such as head closing the pipe ends it with SIGPIPE). A
+// terminal is refused rather than waited on, as are an empty input and
+// one past maxStdin.
+func readStdin(r *os.File) (string, func(), error) {
+	nop := func() {}
+	if isTerminal(r) {
+		return "", nop, cli.Usage(errors.New("input -: standard input is a terminal: pipe an image or IDX file into it (hpctrain predict -checkpoint-dir ck - < shoe.png)"))
+	}
+	f, err := os.CreateTemp("", "hpctrain-stdin-*")
+	if err != nil {
+		return "", nop, fmt.Errorf("predict: %w", err)
+	}
+	os.Remove(f.Name())
+	cleanup := func() { f.Close() }
+	n, err := io.Copy(f, io.LimitReader(r, maxStdin+1))
+	switch {
+	case err != nil:
+		return "", cleanup, fmt.Errorf("input -: reading standard input: %w", err)
+	case n == 0:
+		return "", cleanup, cli.Usage(errors.New("input -: standard input is empty"))
+	case n > maxStdin:
+		return "", cleanup, cli.Usage(fmt.Errorf("input -: standard input holds more than %d MiB: name the file instead", maxStdin>>20))
+	}
+	return fmt.Sprintf("/proc/self/fd/%d", f.Fd()), cleanup, nil
+}
+
+// isTerminal reports whether f is a terminal (the ioctl that reads its
+// settings succeeds).
+func isTerminal(f *os.File) bool {
+	var t syscall.Termios
+	_, _, errno := syscall.Syscall(syscall.SYS_IOCTL, f.Fd(), syscall.TCGETS, uintptr(unsafe.Pointer(&t)))
+	return errno == 0
+}
+
 // openInputs sorts the inputs into units and checks each: an IDX file is
 // read whole and its shape checked, an image's header is read (format and
 // size). The returned cleanup removes what was made for them.
-func openInputs(t *train.Trained, paths []string) ([]*unit, func(), error) {
+func openInputs(t *train.Trained, ins []input) ([]*unit, func(), error) {
 	var units []*unit
 	var dirs []string
 	cleanup := func() {
@@ -242,14 +309,14 @@ func openInputs(t *train.Trained, paths []string) ([]*unit, func(), error) {
 	// any line is printed, unless the decoded inputs would take more than
 	// 256 MiB: then decoded as they are predicted (their headers are
 	// still read first).
-	fo := data.FolderOptions{Lazy: len(paths)*t.DataShape.Size() > 256<<20}
+	fo := data.FolderOptions{Lazy: len(ins)*t.DataShape.Size() > 256<<20}
 	if dc.Dataset == "folder" {
 		fo.NoResize = dc.FolderResize == "none"
 		if dc.FolderResize == "nearest" {
 			fo.Interp = data.Nearest
 		}
 	}
-	var images []string
+	var images []input
 	flush := func() error {
 		if len(images) == 0 {
 			return nil
@@ -265,15 +332,15 @@ func openInputs(t *train.Trained, paths []string) ([]*unit, func(), error) {
 		images = nil
 		return nil
 	}
-	for _, p := range paths {
-		if !isIDX(p) {
-			images = append(images, p)
+	for _, in := range ins {
+		if !isIDX(in.path) {
+			images = append(images, in)
 			continue
 		}
 		if err := flush(); err != nil {
 			return nil, cleanup, err
 		}
-		u, err := idxUnit(p, t.DataShape, t.Net.Classes)
+		u, err := idxUnit(in, t.DataShape, t.Net.Classes)
 		if err != nil {
 			return nil, cleanup, err
 		}
@@ -307,7 +374,7 @@ func isIDX(p string) bool {
 // through the very code the training run's folders go through (channels,
 // resizing, alpha), checking every header now (and, unless fo.Lazy,
 // decoding every image).
-func imageUnit(paths []string, shape data.Shape, fo data.FolderOptions) (*unit, string, error) {
+func imageUnit(ins []input, shape data.Shape, fo data.FolderOptions) (*unit, string, error) {
 	dir, err := os.MkdirTemp("", "hpctrain-predict-*")
 	if err != nil {
 		return nil, "", fmt.Errorf("predict: %w", err)
@@ -316,12 +383,14 @@ func imageUnit(paths []string, shape data.Shape, fo data.FolderOptions) (*unit, 
 	if err := os.Mkdir(class, 0o700); err != nil {
 		return nil, dir, fmt.Errorf("predict: %w", err)
 	}
-	for i, p := range paths {
-		abs, err := filepath.Abs(p)
+	paths := make([]string, len(ins))
+	for i, in := range ins {
+		paths[i] = in.name
+		abs, err := filepath.Abs(in.path)
 		if err != nil {
-			return nil, dir, fmt.Errorf("predict: input %s: %w", p, err)
+			return nil, dir, fmt.Errorf("predict: input %s: %w", in.name, err)
 		}
-		ext := strings.ToLower(filepath.Ext(p))
+		ext := strings.ToLower(filepath.Ext(in.path))
 		switch ext {
 		case ".png", ".jpg", ".jpeg", ".gif":
 		default:
@@ -346,10 +415,11 @@ func imageUnit(paths []string, shape data.Shape, fo data.FolderOptions) (*unit, 
 // idxUnit reads an IDX file of images (N, H, W) or (N, H, W, C) of the
 // training data's shape, and the labels beside it if there are any
 // (x-images-idx3-ubyte[.gz] and x-labels-idx1-ubyte[.gz]).
-func idxUnit(p string, shape data.Shape, classes int) (*unit, error) {
+func idxUnit(in input, shape data.Shape, classes int) (*unit, error) {
+	p := in.name
 	// The shape is checked from the header, before the pixels are read.
 	var shapeErr error
-	dims, pix, err := data.ReadIDXChecked(p, func(d []int) error {
+	dims, pix, err := data.ReadIDXChecked(in.path, func(d []int) error {
 		if len(d) == 3 {
 			d = []int{d[0], d[1], d[2], 1}
 		}
@@ -374,7 +444,7 @@ func idxUnit(p string, shape data.Shape, classes int) (*unit, error) {
 	// A labels file beside the images must be theirs: one label of the
 	// network's classes per image (it was ignored when it was not, and a
 	// label past the classes was printed as it was).
-	if lp := labelsBeside(p); lp != "" {
+	if lp := labelsBeside(in.path); lp != "" {
 		ld, l, err := data.ReadIDX(lp)
 		switch {
 		case err != nil:

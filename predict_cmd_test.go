@@ -277,3 +277,67 @@ func TestOtherRankSrun(t *testing.T) {
 		}
 	}
 }
+
+// TestPredictStdin: "-" reads one image or IDX file from standard input,
+// with the scores the same file gives by name and "-" as its input; a
+// second "-", an empty input and a terminal are refused (exit 2), and
+// nothing is left in the temporary directory.
+func TestPredictStdin(t *testing.T) {
+	dir := t.TempDir()
+	ck := zooCheckpoint(t, dir, "lenet5")
+	idx := writeIDX(t, dir, 4)
+	imgs, _ := testImages(t, 1)
+	png := filepath.Join(dir, "a.png")
+	writePNG(t, png, grey(imgs[0], 28, 28))
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	stdin := os.Stdin
+	defer func() { os.Stdin = stdin }()
+	from := func(path string) {
+		f, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close() })
+		os.Stdin = f
+	}
+	for _, p := range []string{png, idx} {
+		want := predictions(t, mustRun(t, predictCmd, "-checkpoint", ck, "-logits", p))
+		from(p)
+		got := predictions(t, mustRun(t, predictCmd, "-checkpoint", ck, "-logits", "-", png))
+		if len(got) != len(want)+1 || got[len(got)-1].Input != png {
+			t.Fatalf("%s through -: %d lines (%+v), want %d and then %s's", p, len(got), got, len(want), png)
+		}
+		for i := range want {
+			if got[i].Input != "-" || (got[i].Index == nil) != (want[i].Index == nil) || got[i].Index != nil && *got[i].Index != *want[i].Index || maxAbsDiff(got[i].Logits, want[i].Logits) != 0 {
+				t.Errorf("%s through -, line %d: %+v, by name %+v", p, i, got[i], want[i])
+			}
+		}
+	}
+	empty := filepath.Join(dir, "empty")
+	os.WriteFile(empty, nil, 0o644)
+	from(empty)
+	tty, err := os.OpenFile("/dev/ptmx", os.O_RDWR, 0)
+	if err != nil {
+		t.Fatalf("a terminal for the test: %v", err)
+	}
+	defer tty.Close()
+	for _, c := range []struct {
+		stdin *os.File
+		args  []string
+		want  string
+	}{
+		{os.Stdin, []string{"-", "-"}, "input -: standard input is named more than once"},
+		{os.Stdin, []string{"-"}, "input -: standard input is empty"},
+		{tty, []string{"-"}, "input -: standard input is a terminal: pipe an image or IDX file into it"},
+	} {
+		os.Stdin = c.stdin
+		r := runCmd(predictCmd, append([]string{"-checkpoint", ck}, c.args...)...)
+		if r.code != 2 || !strings.Contains(r.errs, c.want) || strings.Count(r.errs, "\n") != 1 {
+			t.Errorf("%v: exit %d, %q; want exit 2 and one line saying %q", c.args, r.code, r.errs, c.want)
+		}
+	}
+	if left, _ := os.ReadDir(tmp); len(left) != 0 {
+		t.Errorf("left in the temporary directory: %v", left)
+	}
+}
