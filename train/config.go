@@ -84,7 +84,7 @@ type DataConfig = data.Config
 // out). The keys of the embedded sections (optimizer, schedule, data) sit
 // at the top level of the file. Adding a key is adding a field with both
 // tags and its line in Flags (or in its section's Flags); TestConfigKeys
-// fails until all of them agree, and LoadFile, -print-config and Hash need
+// fails until all of them agree, and loadFile, -print-config and Hash need
 // no change.
 type Config struct {
 	// The optimizer (optimizer, lr, momentum, beta1, ...) and the learning
@@ -207,8 +207,8 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.Steps, "steps", c.Steps, fmt.Sprintf("stop after `N` steps in all, wherever that falls in an epoch (0: run every epoch; at most %d)", MaxSteps))
 	fs.IntVar(&c.Batch, "batch", c.Batch, fmt.Sprintf("samples per step `per rank`, 1 to %d and at most the training samples / ranks; the global batch is batch x ranks", MaxBatch))
 	fs.StringVar(&c.Config.Name, "optimizer", c.Config.Name, "optimizer: "+strings.Join(optim.Names(), ", "))
-	fs.Float64Var(&c.LR, "lr", c.LR, "learning rate (>= 0; 0: the optimizer's default), before -lr-scaling")
-	fs.Float64Var(&c.Momentum, "momentum", c.Momentum, "momentum of sgd, rmsprop, lars (0 to below 1)")
+	fs.Float64Var(&c.LR, "lr", c.LR, "learning rate before -lr-scaling (>= 0; 0: the optimizer's default, PyTorch's); left out: 0.01 for sgd (the course's recipe), the optimizer's default for the others")
+	fs.Float64Var(&c.Momentum, "momentum", c.Momentum, "momentum of sgd, rmsprop, lars (0 to below 1); left out: 0.9 for sgd (the course's recipe), 0 for the others")
 	fs.Float64Var(&c.Dampening, "dampening", c.Dampening, "SGD dampening")
 	fs.BoolVar(&c.Nesterov, "nesterov", c.Nesterov, "use Nesterov momentum (sgd)")
 	fs.Float64Var(&c.WeightDecay, "weight-decay", c.WeightDecay, "weight decay, never applied to biases (>= 0, lr x it at most 1; adamw: decoupled, default 0.01)")
@@ -289,12 +289,18 @@ func Parse(args []string, stderr io.Writer) (Config, bool, error) {
 	if zeroThreads {
 		return cfg, false, cli.Usage(fmt.Errorf("config: threads = 0: must be >= 1 (leave -threads out for cores / local ranks)"))
 	}
+	given := map[string]bool{} // keys set by a flag or the file
+	fs.Visit(func(f *flag.Flag) { given[strings.ReplaceAll(f.Name, "-", "_")] = true })
 	if *path != "" {
 		// Re-apply the command line over the file: remember what was set.
 		set := map[string]string{}
 		fs.Visit(func(f *flag.Flag) { set[f.Name] = f.Value.String() })
-		if err := LoadFile(*path, &cfg); err != nil {
+		keys, err := loadFile(*path, &cfg)
+		if err != nil {
 			return cfg, false, cli.Usage(err)
+		}
+		for _, k := range keys {
+			given[k] = true
 		}
 		for name, v := range set {
 			if err := fs.Set(name, v); err != nil {
@@ -302,7 +308,25 @@ func Parse(args []string, stderr io.Writer) (Config, bool, error) {
 			}
 		}
 	}
+	cfg.ownDefaults(given)
 	return cfg, *printCfg, cli.Usage(cfg.Validate())
+}
+
+// ownDefaults gives an optimizer other than sgd its own defaults
+// (PyTorch's: optim.Config) for lr and momentum where neither a flag nor
+// the file set them: Defaults' lr 0.01 and momentum 0.9 are the course's
+// SGD recipe, and carried over they made rmsprop diverge (momentum 0.9
+// where torch.optim.RMSprop has 0) and adam run at 10 times its lr.
+func (c *Config) ownDefaults(given map[string]bool) {
+	if c.Config.Name == "sgd" {
+		return
+	}
+	if !given["lr"] {
+		c.LR = 0 // the optimizer's default (optim.Config.WithDefaults)
+	}
+	if !given["momentum"] {
+		c.Momentum = 0
+	}
 }
 
 // key is one configuration key: a field of Config, or of a section it
@@ -343,19 +367,20 @@ func (c *Config) keys() []key {
 	return ks
 }
 
-// LoadFile decodes the TOML file at path into cfg, key by key. Unknown
-// keys are errors, and an error names its line and key. Durations are
-// integers of seconds or strings ("90s", "5m", or "300" for seconds); a
-// negative integer for an unsigned key (seed) is refused, not wrapped.
-func LoadFile(path string, cfg *Config) error {
+// loadFile decodes the TOML file at path into cfg, key by key, and returns
+// the keys it set. Unknown keys are errors, and an error names its line
+// and key. Durations are integers of seconds or strings ("90s", "5m", or
+// "300" for seconds); a negative integer for an unsigned key (seed) is
+// refused, not wrapped.
+func loadFile(path string, cfg *Config) ([]string, error) {
 	b, err := tomlfile.Read(path)
 	if err != nil {
-		return fmt.Errorf("config %s: %w", path, err)
+		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
 	var raw map[string]toml.Primitive
 	md, err := toml.Decode(string(b), &raw)
 	if err != nil {
-		return tomlError(path, err)
+		return nil, tomlError(path, err)
 	}
 	byName := map[string]key{}
 	for _, k := range cfg.keys() {
@@ -375,13 +400,17 @@ func LoadFile(path string, cfg *Config) error {
 			continue
 		}
 		if err := k.decode(&md, raw[name]); err != nil {
-			return tomlError(path, err)
+			return nil, tomlError(path, err)
 		}
 	}
 	if len(unknown) > 0 {
-		return fmt.Errorf("config %s: unknown key %s (keys are the flags of hpctrain train -h, with underscores)", path, strings.Join(unknown, ", "))
+		return nil, fmt.Errorf("config %s: unknown key %s (keys are the flags of hpctrain train -h, with underscores)", path, strings.Join(unknown, ", "))
 	}
-	return nil
+	keys := make([]string, 0, len(seen))
+	for k := range seen {
+		keys = append(keys, k)
+	}
+	return keys, nil
 }
 
 var durationType = reflect.TypeOf(time.Duration(0))

@@ -433,3 +433,42 @@ func TestInertSettings(t *testing.T) {
 		}
 	}
 }
+
+// TestOptimizerOwnDefaults: lr 0.01 and momentum 0.9, the course's SGD
+// recipe, are sgd's alone; another optimizer given neither (by flag or
+// file) runs with its own defaults, PyTorch's (rmsprop had momentum 0.9
+// and diverged, adam ran at 0.01), and a value given anywhere is kept.
+// The printed configuration reads back as the same.
+func TestOptimizerOwnDefaults(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "job.toml")
+	os.WriteFile(file, []byte("optimizer = \"adam\"\nlr = 0.02\n"), 0o644)
+	for _, c := range []struct {
+		args         string
+		lr, momentum float64 // after optim's defaults
+	}{
+		{"-optimizer sgd", 0.01, 0.9},
+		{"", 0.01, 0.9},
+		{"-optimizer rmsprop", 0.01, 0},
+		{"-optimizer adam", 0.001, 0},
+		{"-optimizer lars", 1, 0},
+		{"-optimizer rmsprop -momentum 0.5 -lr 0.003", 0.003, 0.5},
+		{"-config " + file, 0.02, 0},
+		{"-config " + file + " -optimizer rmsprop", 0.02, 0},
+		{"-config " + file + " -optimizer sgd", 0.02, 0.9},
+	} {
+		cfg, _, err := Parse(strings.Fields(c.args), io.Discard)
+		if err != nil {
+			t.Fatalf("%s: %v", c.args, err)
+		}
+		if d := cfg.Config.WithDefaults(); d.LR != c.lr || d.Momentum != c.momentum {
+			t.Errorf("%q: lr %v, momentum %v; want %v, %v", c.args, d.LR, d.Momentum, c.lr, c.momentum)
+		}
+		var out bytes.Buffer
+		cfg.WriteTOML(&out)
+		p := filepath.Join(t.TempDir(), "printed.toml")
+		os.WriteFile(p, out.Bytes(), 0o644)
+		if again, _, err := Parse([]string{"-config", p}, io.Discard); err != nil || !reflect.DeepEqual(again, cfg) {
+			t.Errorf("%q: -print-config read back: %v\n%+v\n%+v", c.args, err, again, cfg)
+		}
+	}
+}
