@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 
 	"hpctrain/affinity"
@@ -231,25 +232,63 @@ func slurmCmd(args []string, stdout, stderr io.Writer) error {
 	if err := cli.Parse(fs, args[1:], stderr, false); err != nil {
 		return err
 	}
+	var jobKeys []string
 	if *job != "" {
-		set := map[string]string{}
-		fs.Visit(func(f *flag.Flag) { set[f.Name] = f.Value.String() })
-		loaded, err := slurm.LoadJobSpec(*job)
+		loaded, keys, err := slurm.ReadJobSpec(*job)
 		if err != nil {
 			return cli.Usage(err)
 		}
-		s = loaded
+		s, jobKeys = loaded, keys
 		fs.Parse(args[1:]) // flags given on the command line win over the file
-	}
-	// The script runs hpctrain train -config on the cluster; a file that is
-	// not there (or not a valid configuration) would only fail in the queue.
-	if s.Config != "" {
-		if _, _, err := train.Parse([]string{"-config", s.Config}, io.Discard); err != nil {
-			return cli.Usage(fmt.Errorf("slurm template: -config %q: %w", s.Config, err))
+		// Checked with the flags applied: a flag may fill in or correct
+		// what the file has (one job file, a -config per experiment).
+		if err := s.Validate(); err != nil {
+			with := ""
+			if fs.NFlag() > 1 {
+				with = " with the command line's flags"
+			}
+			return cli.Usage(fmt.Errorf("job spec %s%s: %w", *job, with, err))
 		}
+	}
+	if err := checkTrainArgs(&s, slices.Contains(jobKeys, "checkpoint_dir"), stderr); err != nil {
+		return cli.Usage(err)
 	}
 	if err := slurm.Render(stdout, s); err != nil {
 		return cli.Usage(err)
+	}
+	return nil
+}
+
+// checkTrainArgs checks now what the script's hpctrain train would refuse
+// in the queue: the training configuration (a file that is not there, or
+// not valid) with extra_args after it, which must parse and must leave
+// alone the flags that make requeueing work (-config, -checkpoint-dir,
+// -resume auto). The training configuration's checkpoint_dir is the
+// script's where the job file names none (the job's default would hide
+// it); where both name one, the job's wins and stderr says so.
+func checkTrainArgs(s *slurm.JobSpec, jobDir bool, stderr io.Writer) error {
+	if s.Config == "" {
+		return nil // Render names it
+	}
+	for _, a := range s.ExtraArgs {
+		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if strings.HasPrefix(a, "-") && slices.Contains([]string{"config", "checkpoint-dir", "resume"}, name) {
+			return fmt.Errorf("slurm template: extra_args %q: -%s is the script's own (it runs train -config FILE -checkpoint-dir DIR -resume auto so that a requeued job resumes): set config or checkpoint_dir in the job file instead", a, name)
+		}
+	}
+	cfg, _, err := train.Parse(append([]string{"-config", s.Config}, s.ExtraArgs...), io.Discard)
+	if err != nil {
+		if len(s.ExtraArgs) > 0 {
+			return fmt.Errorf("slurm template: -config %q with extra_args %q: %w", s.Config, s.ExtraArgs, err)
+		}
+		return fmt.Errorf("slurm template: -config %q: %w", s.Config, err)
+	}
+	switch {
+	case cfg.CheckpointDir == "" || cfg.CheckpointDir == s.CheckpointDir:
+	case !jobDir:
+		s.CheckpointDir = cfg.CheckpointDir
+	default:
+		fmt.Fprintf(stderr, "hpctrain: warning: the job's checkpoint_dir %q replaces %s's checkpoint_dir %q in the script\n", s.CheckpointDir, s.Config, cfg.CheckpointDir)
 	}
 	return nil
 }

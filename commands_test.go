@@ -246,3 +246,54 @@ func TestPlotStatusOnStderr(t *testing.T) {
 	}
 	mustPNG(t, png)
 }
+
+// TestSlurmTemplateJobAndFlags: flags fill in and correct the job file
+// before it is checked; the training configuration's checkpoint_dir is
+// the script's unless the job file names one (then a warning); extra_args
+// are checked as train would check them, and may not take over the
+// flags that make a requeued job resume.
+func TestSlurmTemplateJobAndFlags(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, text string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	train := write("train.toml", "model = \"mlp\"\n")
+	trainCk := write("train-ck.toml", "model = \"mlp\"\ncheckpoint_dir = \"mydir\"\n")
+	for _, c := range []struct {
+		job  string
+		args []string
+		want []string // in the script (exit 0), or in the error (exit 2)
+		code int
+		warn string
+	}{
+		{"nodes = 2\n", []string{"-config", train}, []string{"#SBATCH --nodes=2", "-config " + train + " -checkpoint-dir checkpoints -resume auto"}, 0, ""},
+		{"nodes = 0\nconfig = \"" + train + "\"\n", []string{"-nodes", "3"}, []string{"#SBATCH --nodes=3"}, 0, ""},
+		{"nodes = 0\nconfig = \"" + train + "\"\n", nil, []string{"nodes: 0 out of range"}, 2, ""},
+		{"nodes = 2\n", nil, []string{"config: must not be empty (the training TOML"}, 2, ""},
+		{"config = \"" + trainCk + "\"\n", nil, []string{"-checkpoint-dir mydir -resume auto"}, 0, ""},
+		{"config = \"" + trainCk + "\"\ncheckpoint_dir = \"ck9\"\n", nil, []string{"-checkpoint-dir ck9 -resume auto"}, 0, `the job's checkpoint_dir "ck9" replaces`},
+		{"config = \"" + train + "\"\nextra_args = [\"-epochs\", \"3\"]\n", nil, []string{"-resume auto -epochs 3"}, 0, ""},
+		{"config = \"" + train + "\"\nextra_args = [\"-lrr\", \"1\"]\n", nil, []string{"flag provided but not defined: -lrr"}, 2, ""},
+		{"config = \"" + train + "\"\nextra_args = [\"-epochs\", \"0\"]\n", nil, []string{"epochs = 0"}, 2, ""},
+		{"config = \"" + train + "\"\nextra_args = [\"--resume=x.hpck\"]\n", nil, []string{"-resume is the script's own"}, 2, ""},
+	} {
+		job := write("job.toml", c.job)
+		r := runCmd(slurmCmd, append([]string{"template", "-job", job}, c.args...)...)
+		text := r.out
+		if c.code != 0 {
+			text = r.errs
+		}
+		for _, w := range c.want {
+			if r.code != c.code || !strings.Contains(text, w) {
+				t.Errorf("job %q %v: exit %d, want %d with %q\n%s%s", c.job, c.args, r.code, c.code, w, r.out, r.errs)
+			}
+		}
+		if c.code == 0 && (c.warn == "") != (r.errs == "") || !strings.Contains(r.errs, c.warn) {
+			t.Errorf("job %q %v: stderr %q, want %q", c.job, c.args, r.errs, c.warn)
+		}
+	}
+}

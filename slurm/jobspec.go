@@ -66,22 +66,38 @@ func DefaultJobSpec() JobSpec {
 	}
 }
 
-// LoadJobSpec reads a job TOML file on top of [DefaultJobSpec] and
-// validates it. A syntax error names the line; a key JobSpec does not have
-// is an error naming it (a typo must not silently fall back to a default).
+// LoadJobSpec reads a job TOML file on top of [DefaultJobSpec] (see
+// [ReadJobSpec]) and validates it.
 func LoadJobSpec(path string) (JobSpec, error) {
+	s, _, err := ReadJobSpec(path)
+	if err != nil {
+		return s, err
+	}
+	if err := s.Validate(); err != nil {
+		return s, fmt.Errorf("load job spec %s: %w", path, err)
+	}
+	return s, nil
+}
+
+// ReadJobSpec reads a job TOML file on top of [DefaultJobSpec] without
+// validating its values, for a caller that applies its own settings (the
+// command line's) over the file's before validating, and returns the keys
+// the file sets. A syntax error names the line; a key JobSpec does not
+// have is an error naming it (a typo must not silently fall back to a
+// default).
+func ReadJobSpec(path string) (JobSpec, []string, error) {
 	s := DefaultJobSpec()
 	b, err := tomlfile.Read(path)
 	if err != nil {
-		return s, fmt.Errorf("load job spec %s: %w", path, err)
+		return s, nil, fmt.Errorf("load job spec %s: %w", path, err)
 	}
 	md, err := toml.Decode(string(b), &s)
 	if err != nil {
 		var perr toml.ParseError
 		if errors.As(err, &perr) {
-			return s, fmt.Errorf("load job spec %s: line %d: %s", path, perr.Position.Line, perr.Message)
+			return s, nil, fmt.Errorf("load job spec %s: line %d: %s", path, perr.Position.Line, perr.Message)
 		}
-		return s, fmt.Errorf("load job spec %s: %w", path, err)
+		return s, nil, fmt.Errorf("load job spec %s: %w", path, err)
 	}
 	if und := md.Undecoded(); len(und) > 0 {
 		keys := make([]string, len(und))
@@ -89,12 +105,13 @@ func LoadJobSpec(path string) (JobSpec, error) {
 			keys[i] = k.String()
 		}
 		sort.Strings(keys)
-		return s, fmt.Errorf("load job spec %s: unknown key(s) %s", path, strings.Join(keys, ", "))
+		return s, nil, fmt.Errorf("load job spec %s: unknown key(s) %s", path, strings.Join(keys, ", "))
 	}
-	if err := s.Validate(); err != nil {
-		return s, fmt.Errorf("load job spec %s: %w", path, err)
+	var keys []string
+	for _, k := range md.Keys() {
+		keys = append(keys, k.String())
 	}
-	return s, nil
+	return s, keys, nil
 }
 
 // Validate checks every field, filling nothing in. Errors name the TOML key
@@ -156,6 +173,9 @@ func (s JobSpec) Validate() error {
 		if line[key][0] == "" {
 			bad(key, "must not be empty")
 		}
+	}
+	if s.Config == "" {
+		errs[len(errs)-1] = errors.New("config: must not be empty (the training TOML: config = \"train.toml\" in the job file, or -config train.toml)")
 	}
 	for _, m := range s.Modules {
 		if !sbatchValue.MatchString(m) {
