@@ -262,7 +262,7 @@ func TestConfigMismatch(t *testing.T) {
 		{[]string{"-lr", "0.02"}, "rank 1 has another lr;"},
 		{[]string{"-collective", "mpi"}, "rank 1 has another collective;"},
 		{[]string{"-checkpoint-dir", ck}, "rank 1 has another checkpoint_dir;"},
-		{[]string{"-optimizer", "adam", "-beta2", "0.98"}, "rank 1 has another optimizer, beta2;"},
+		{[]string{"-optimizer", "adam", "-beta2", "0.98"}, "rank 1 has another optimizer, lr, momentum, beta2;"}, // adam's own lr and momentum
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		base := []string{bin, "train", "-model", "mlp", "-limit", "640", "-collective", "shm"}
