@@ -210,7 +210,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.Float64Var(&c.LR, "lr", c.LR, "learning rate before -lr-scaling (>= 0; 0: the optimizer's default, PyTorch's); left out: 0.01 for sgd (the course's recipe), the optimizer's default for the others")
 	fs.Float64Var(&c.Momentum, "momentum", c.Momentum, "momentum of sgd, rmsprop, lars (0 to below 1); left out: 0.9 for sgd (the course's recipe), 0 for the others")
 	fs.Float64Var(&c.Dampening, "dampening", c.Dampening, "SGD dampening")
-	fs.BoolVar(&c.Nesterov, "nesterov", c.Nesterov, "use Nesterov momentum (sgd)")
+	fs.BoolVar(&c.Nesterov, "nesterov", c.Nesterov, "use Nesterov momentum (sgd, lars)")
 	fs.Float64Var(&c.WeightDecay, "weight-decay", c.WeightDecay, "weight decay, never applied to biases (>= 0, lr x it at most 1; adamw: decoupled, default 0.01)")
 	fs.Var(optFloat{&c.Beta1}, "beta1", "first-moment decay of adam, adamw, adamax, nadam, lamb (default 0.9)")
 	fs.Var(optFloat{&c.Beta2}, "beta2", "second-moment decay (default 0.999)")
