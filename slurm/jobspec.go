@@ -169,13 +169,11 @@ func (s JobSpec) Validate() error {
 			}
 		}
 	}
+	hint := map[string]string{"config": ` (the training TOML: config = "train.toml" in the job file, or -config train.toml)`}
 	for _, key := range []string{"binary", "config", "checkpoint_dir"} {
 		if line[key][0] == "" {
-			bad(key, "must not be empty")
+			bad(key, "must not be empty%s", hint[key])
 		}
-	}
-	if s.Config == "" {
-		errs[len(errs)-1] = errors.New("config: must not be empty (the training TOML: config = \"train.toml\" in the job file, or -config train.toml)")
 	}
 	for _, m := range s.Modules {
 		if !sbatchValue.MatchString(m) {
