@@ -273,7 +273,8 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 func Parse(args []string, stderr io.Writer) (Config, bool, error) {
 	cfg := Defaults()
 	fs := flag.NewFlagSet("hpctrain train", flag.ContinueOnError)
-	path := fs.String("config", "", "TOML `file` with a key for any flag (flags given on the command line win)")
+	var paths configFiles
+	fs.Var(&paths, "config", "TOML `file` with a key for any flag; repeat it to layer files, later ones winning (flags given on the command line win over all)")
 	printCfg := fs.Bool("print-config", false, "print the effective configuration as TOML and exit")
 	cfg.Flags(fs)
 	fs.Usage = func() {
@@ -291,16 +292,22 @@ func Parse(args []string, stderr io.Writer) (Config, bool, error) {
 	}
 	given := map[string]bool{} // keys set by a flag or the file
 	fs.Visit(func(f *flag.Flag) { given[strings.ReplaceAll(f.Name, "-", "_")] = true })
-	if *path != "" {
-		// Re-apply the command line over the file: remember what was set.
+	if len(paths) > 0 {
+		// Re-apply the command line over the files: remember what was set.
 		set := map[string]string{}
-		fs.Visit(func(f *flag.Flag) { set[f.Name] = f.Value.String() })
-		keys, err := loadFile(*path, &cfg)
-		if err != nil {
-			return cfg, false, cli.Usage(err)
-		}
-		for _, k := range keys {
-			given[k] = true
+		fs.Visit(func(f *flag.Flag) {
+			if f.Name != "config" {
+				set[f.Name] = f.Value.String()
+			}
+		})
+		for _, path := range paths {
+			keys, err := loadFile(path, &cfg)
+			if err != nil {
+				return cfg, false, cli.Usage(err)
+			}
+			for _, k := range keys {
+				given[k] = true
+			}
 		}
 		for name, v := range set {
 			if err := fs.Set(name, v); err != nil {
@@ -310,6 +317,21 @@ func Parse(args []string, stderr io.Writer) (Config, bool, error) {
 	}
 	cfg.ownDefaults(given)
 	return cfg, *printCfg, cli.Usage(cfg.Validate())
+}
+
+// configFiles is -config: each use adds a file, read in the order given.
+// (A plain string flag would keep only the last, silently dropping the
+// others.)
+type configFiles []string
+
+func (c *configFiles) String() string { return strings.Join(*c, ",") }
+
+func (c *configFiles) Set(path string) error {
+	if path == "" {
+		return fmt.Errorf("empty file name")
+	}
+	*c = append(*c, path)
+	return nil
 }
 
 // ownDefaults gives an optimizer other than sgd its own defaults

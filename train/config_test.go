@@ -472,3 +472,49 @@ func TestOptimizerOwnDefaults(t *testing.T) {
 		}
 	}
 }
+
+// TestConfigLayered: -config may be given more than once; the files are
+// read in order, a later file's keys winning, and the command line wins
+// over all of them wherever it stands. Before, only the last -config was
+// read and the others were dropped without a word.
+func TestConfigLayered(t *testing.T) {
+	dir := t.TempDir()
+	base := filepath.Join(dir, "base.toml")
+	os.WriteFile(base, []byte("model = \"mlp\"\nbatch = 32\nepochs = 3\noptimizer = \"adam\"\n"), 0o644)
+	exp := filepath.Join(dir, "exp.toml")
+	os.WriteFile(exp, []byte("batch = 128\nseed = 5\n"), 0o644)
+	bad := filepath.Join(dir, "bad.toml")
+	os.WriteFile(bad, []byte("batchh = 1\n"), 0o644)
+	for _, c := range []struct {
+		args          string
+		model         string
+		batch, epochs int
+		seed          uint64
+		optimizer     string
+		lr            float64 // after optim's defaults
+	}{
+		{"-config " + base, "mlp", 32, 3, 1, "adam", 0.001},
+		{"-config " + base + " -config " + exp, "mlp", 128, 3, 5, "adam", 0.001},
+		{"-config " + exp + " -config " + base, "mlp", 32, 3, 5, "adam", 0.001},
+		{"-batch 16 -config " + base + " -config " + exp + " -epochs 2", "mlp", 16, 2, 5, "adam", 0.001},
+		{"-config " + base + " -optimizer sgd -config " + exp, "mlp", 128, 3, 5, "sgd", 0.01},
+	} {
+		cfg, _, err := Parse(strings.Fields(c.args), io.Discard)
+		if err != nil {
+			t.Fatalf("%s: %v", c.args, err)
+		}
+		if cfg.Model != c.model || cfg.Batch != c.batch || cfg.Epochs != c.epochs || cfg.Seed != c.seed || cfg.Config.Name != c.optimizer || cfg.Config.WithDefaults().LR != c.lr {
+			t.Errorf("%q: model %s batch %d epochs %d seed %d optimizer %s lr %v; want %s %d %d %d %s %v", c.args,
+				cfg.Model, cfg.Batch, cfg.Epochs, cfg.Seed, cfg.Config.Name, cfg.Config.WithDefaults().LR,
+				c.model, c.batch, c.epochs, c.seed, c.optimizer, c.lr)
+		}
+	}
+	// An error in any file names that file.
+	_, _, err := Parse([]string{"-config", base, "-config", bad}, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), bad) || !strings.Contains(err.Error(), "batchh") {
+		t.Errorf("a bad second file: %v, want its name and key", err)
+	}
+	if _, _, err := Parse([]string{"-config", ""}, io.Discard); err == nil || !strings.Contains(err.Error(), "-config") {
+		t.Errorf("-config \"\": %v, want an error naming -config", err)
+	}
+}
