@@ -249,7 +249,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.LossScaleInterval, "loss-scale-interval", c.LossScaleInterval, "fp16: clean `steps` after which the loss scale doubles")
 	fs.BoolVar(&c.ReportBindings, "report-bindings", c.ReportBindings, "rank 0 prints every rank's host, rank, local rank, cores and NUMA node, and its GPU (index, bus id, NUMA node)")
 	fs.StringVar(&c.CheckpointDir, "checkpoint-dir", c.CheckpointDir, "rank 0 writes checkpoints here, and holds the directory while the run lasts; SIGUSR1/SIGTERM to the ranks then checkpoint and exit 85 (requeue; signal mpirun with USR1: it kills the ranks about 1 s after relaying TERM)")
-	fs.StringVar((*string)(&c.CheckpointEvery), "checkpoint-every", string(c.CheckpointEvery), "periodic checkpoints: every `N` steps (500; in TOML an integer is steps too) or a duration (10m); empty: on signals and at the end")
+	fs.StringVar((*string)(&c.CheckpointEvery), "checkpoint-every", string(c.CheckpointEvery), "periodic checkpoints: every `N` steps (500; in TOML an integer is steps too) or a duration (10m); empty or 0: only on signals and at the end")
 	fs.IntVar(&c.Keep, "keep", c.Keep, "keep the newest `N` checkpoints (0: all)")
 	fs.StringVar(&c.Resume, "resume", c.Resume, "resume from `auto` (the newest valid checkpoint in -checkpoint-dir, if any) or a checkpoint file")
 	fs.StringVar(&c.Init, "init", c.Init, "start from the parameters and batch-norm statistics of another run's checkpoint (a .hpck `FILE`, or a directory: its newest), with this run's settings, at step 0 and a fresh optimizer (fine-tuning; the network must be the same: layers, input and classes); a checkpoint to resume from wins")

@@ -140,10 +140,14 @@ func (e *Every) UnmarshalTOML(v any) error {
 }
 
 // parseEvery reads -checkpoint-every: a step count ("500") or a duration
-// ("10m"); empty means only on signals and at the end.
+// ("10m"); empty, 0 or a zero duration ("0s") mean only on signals and
+// at the end.
 func parseEvery(e Every) (everyPolicy, error) {
 	s := string(e)
 	if s == "" || s == "0" {
+		return everyPolicy{}, nil
+	}
+	if d, err := time.ParseDuration(s); err == nil && d == 0 {
 		return everyPolicy{}, nil
 	}
 	if n, err := strconv.Atoi(s); err == nil && n > 0 {

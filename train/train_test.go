@@ -220,6 +220,11 @@ func TestConfigFileAndFlags(t *testing.T) {
 		"checkpoint_every = 40\n":      {Steps: 40},
 		"checkpoint_every = \"40\"\n":  {Steps: 40},
 		"checkpoint_every = \"10m\"\n": {Period: 10 * time.Minute},
+		// 0 is off in every form, a duration's too (\"0s\" was refused).
+		"checkpoint_every = 0\n":        {},
+		"checkpoint_every = \"0\"\n":    {},
+		"checkpoint_every = \"0s\"\n":   {},
+		"checkpoint_every = \"0m0s\"\n": {},
 	} {
 		os.WriteFile(p, []byte(file), 0o644)
 		cfg, _, err := Parse([]string{"-config", p}, io.Discard)
