@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -256,7 +257,29 @@ func slurmCmd(args []string, stdout, stderr io.Writer) error {
 	if err := slurm.Render(stdout, s); err != nil {
 		return cli.Usage(err)
 	}
+	warnOutputDirs(s, stderr)
 	return nil
+}
+
+// warnOutputDirs says on stderr when the directory of the script's
+// --output or --error file is not there (from the current directory, the
+// usual submit directory): SLURM opens those files before the script runs
+// and does not create their directory, so such a job fails at once and
+// leaves no log at all. A warning, not an error: the script may be
+// submitted from elsewhere, and a directory with a % pattern is not
+// checked.
+func warnOutputDirs(s slurm.JobSpec, stderr io.Writer) {
+	warned := map[string]bool{}
+	for _, o := range []struct{ key, path string }{{"output", s.Output}, {"error", s.Error}} {
+		dir := filepath.Dir(o.path)
+		if o.path == "" || strings.Contains(dir, "%") || warned[dir] {
+			continue
+		}
+		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+			warned[dir] = true
+			fmt.Fprintf(stderr, "hpctrain: warning: %s %q: directory %s is not there; SLURM does not create it and the job would fail before it starts, without a log: mkdir -p %s before sbatch\n", o.key, o.path, dir, dir)
+		}
+	}
 }
 
 // checkTrainArgs checks now what the script's hpctrain train would refuse

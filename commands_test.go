@@ -280,6 +280,10 @@ func TestSlurmTemplateJobAndFlags(t *testing.T) {
 		{"config = \"" + train + "\"\nextra_args = [\"-lrr\", \"1\"]\n", nil, []string{"flag provided but not defined: -lrr"}, 2, ""},
 		{"config = \"" + train + "\"\nextra_args = [\"-epochs\", \"0\"]\n", nil, []string{"epochs = 0"}, 2, ""},
 		{"config = \"" + train + "\"\nextra_args = [\"--resume=x.hpck\"]\n", nil, []string{"-resume is the script's own"}, 2, ""},
+		// An --output or --error directory that is not there: SLURM would
+		// fail the job without a log; one warning per directory.
+		{"config = \"" + train + "\"\noutput = \"" + dir + "/logs/%x-%j.out\"\nerror = \"" + dir + "/logs/%x-%j.err\"\n", nil, []string{"#SBATCH --output=" + dir + "/logs/%x-%j.out"}, 0, "directory " + dir + "/logs is not there"},
+		{"config = \"" + train + "\"\noutput = \"" + dir + "/%x-%j.out\"\nerror = \"" + dir + "/%u/%j.err\"\n", nil, []string{"#SBATCH --output=" + dir + "/%x-%j.out"}, 0, ""},
 	} {
 		job := write("job.toml", c.job)
 		r := runCmd(slurmCmd, append([]string{"template", "-job", job}, c.args...)...)
@@ -292,7 +296,7 @@ func TestSlurmTemplateJobAndFlags(t *testing.T) {
 				t.Errorf("job %q %v: exit %d, want %d with %q\n%s%s", c.job, c.args, r.code, c.code, w, r.out, r.errs)
 			}
 		}
-		if c.code == 0 && (c.warn == "") != (r.errs == "") || !strings.Contains(r.errs, c.warn) {
+		if c.code == 0 && (c.warn == "") != (r.errs == "") || !strings.Contains(r.errs, c.warn) || strings.Count(r.errs, "\n") > 1 {
 			t.Errorf("job %q %v: stderr %q, want %q", c.job, c.args, r.errs, c.warn)
 		}
 	}
