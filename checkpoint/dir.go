@@ -330,3 +330,64 @@ func plural(n int, noun string) string {
 	}
 	return fmt.Sprintf("%d %ss", n, noun)
 }
+
+// SetAside makes dir ready for a run that resumes from step of run (its
+// RunID): the checkpoint files of later steps there are of a future the
+// run has given up (it resumed from an earlier checkpoint: a roll-back)
+// or do not load. Left in place they would be taken for the run's newest
+// by Latest (-resume auto, eval), and prune would delete the files the run
+// writes instead of them. SetAside moves them, never removes them, into a
+// new subdirectory dir/set-aside-after-step-N (or -2, -3, ... if that is
+// taken) and returns its path and the names moved; "" and nil when there
+// were none. A later file of another run is left alone: SetAside moves
+// nothing and returns an ErrInUse error naming it, since this run's saves
+// would collide with that run's files or be passed over for them.
+func SetAside(dir string, step int64, run string) (string, []string, error) {
+	cs, err := list(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", nil, nil
+	}
+	if err != nil {
+		return "", nil, fmt.Errorf("checkpoint dir %s: %w", dir, err)
+	}
+	var later []candidate
+	for _, c := range cs {
+		if c.step <= step {
+			break // newest first
+		}
+		if h, err := peek(c.path); err == nil && h.RunID != run {
+			return "", nil, fmt.Errorf("checkpoint dir %s %w: %s is step %d of another run (%s), past step %d this run resumes from: it would be resumed for this run's newest, or its name taken; move it away, or use another -checkpoint-dir", dir, ErrInUse, filepath.Base(c.path), h.Step, runName(h), step)
+		}
+		later = append(later, c)
+	}
+	if len(later) == 0 {
+		return "", nil, nil
+	}
+	base := filepath.Join(dir, fmt.Sprintf("set-aside-after-step-%d", step))
+	aside := base
+	for i := 2; ; i++ {
+		err := os.Mkdir(aside, 0o755)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, fs.ErrExist) {
+			return "", nil, notWritable(dir, err)
+		}
+		aside = fmt.Sprintf("%s-%d", base, i)
+	}
+	var moved []string
+	for _, c := range later {
+		name := filepath.Base(c.path)
+		if err := os.Rename(c.path, filepath.Join(aside, name)); err != nil {
+			return aside, moved, fmt.Errorf("checkpoint dir %s: setting %s aside: %w", dir, name, err)
+		}
+		moved = append(moved, name)
+	}
+	if err := syncDir(aside); err != nil {
+		return aside, moved, fmt.Errorf("checkpoint dir %s: fsync %s: %w", dir, aside, err)
+	}
+	if err := syncDir(dir); err != nil {
+		return aside, moved, fmt.Errorf("checkpoint dir %s: fsync: %w", dir, err)
+	}
+	return aside, moved, nil
+}

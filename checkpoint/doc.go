@@ -80,6 +80,13 @@
 //     gets a new one), so its files and the ones it continues are one run.
 //   - Save replaces a file of the same step only if it is of the same run,
 //     and prunes (keep) only the run's own valid files.
+//   - A run resumed from step S sets aside the files after S that are its
+//     own run's or do not load ([SetAside]: moved, never removed, into
+//     set-aside-after-step-S): they are a future the run gave up (a
+//     roll-back to an earlier checkpoint, or a newest file that is
+//     damaged), and left in place [Latest] would take them for its newest
+//     and the pruning would remove the run's new files instead. A file
+//     after S of another run refuses the resumption.
 //
 // # Invariants
 //

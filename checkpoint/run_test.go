@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -148,7 +149,7 @@ func otherRun(step int64) *State {
 	return s
 }
 
-// snapshot reads every file of dir.
+// snapshot reads every file of dir (not its subdirectories).
 func snapshot(t *testing.T, dir string) map[string][]byte {
 	t.Helper()
 	m := map[string][]byte{}
@@ -157,6 +158,9 @@ func snapshot(t *testing.T, dir string) map[string][]byte {
 		t.Fatal(err)
 	}
 	for _, e := range entries {
+		if e.IsDir() {
+			continue
+		}
 		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
 		if err != nil {
 			t.Fatal(err)
@@ -314,5 +318,66 @@ func TestMismatchShort(t *testing.T) {
 	run := Identity{Model: "mlp", WorldSize: 1, Config: []byte(`{"model":"mlp","lr":0.2}`)}
 	if got, want := s.compare(run).short(s, run), "model cnn, now mlp; lr; world size 2, now 1"; got != want {
 		t.Errorf("short: %q, want %q", got, want)
+	}
+}
+
+// TestSetAside: a run resuming from step 200 of its own run has its later
+// files (300, 400) and a later file that does not load (350) moved into
+// set-aside-after-step-200, byte for byte, and nothing else; a second
+// roll-back to the same step gets a directory of its own. A later file of
+// another run refuses it with ErrInUse and nothing moves.
+func TestSetAside(t *testing.T) {
+	dir := t.TempDir()
+	for _, step := range []int64{100, 200, 300, 400} {
+		if _, err := Save(dir, testState(step), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.WriteFile(filepath.Join(dir, FileName(350)), []byte("garbage"), 0o644)
+	Save(dir, otherRun(150), 0) // older: left alone
+	before := snapshot(t, dir)
+	run := testState(0).RunID
+	aside, moved, err := SetAside(dir, 200, run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(dir, "set-aside-after-step-200"); aside != want {
+		t.Errorf("set aside in %s, want %s", aside, want)
+	}
+	later := []string{FileName(300), FileName(350), FileName(400)}
+	if !sameSet(moved, later) {
+		t.Errorf("moved %q, want %q", moved, later)
+	}
+	after, there := snapshot(t, dir), snapshot(t, aside)
+	for name, b := range before {
+		where := after
+		if slices.Contains(later, name) {
+			where = there
+		}
+		if !bytes.Equal(where[name], b) {
+			t.Errorf("%s changed, lost or not moved", name)
+		}
+	}
+	if s, _, _ := Latest(dir, nil); s == nil || s.Step != 200 {
+		t.Errorf("Latest after setting aside: %v, want step 200", s)
+	}
+	// Nothing later: nothing to do, no directory.
+	if aside, moved, err := SetAside(dir, 200, run); aside != "" || moved != nil || err != nil {
+		t.Errorf("nothing later: %q %q %v", aside, moved, err)
+	}
+	Save(dir, testState(300), 0)
+	if aside, _, err := SetAside(dir, 200, run); err != nil || aside != filepath.Join(dir, "set-aside-after-step-200-2") {
+		t.Errorf("a second roll-back: %q, %v", aside, err)
+	}
+	// A later file of another run: refused, nothing moved.
+	Save(dir, otherRun(500), 0)
+	Save(dir, testState(400), 0)
+	before = snapshot(t, dir)
+	_, _, err = SetAside(dir, 200, run)
+	if !errors.Is(err, ErrInUse) || !strings.Contains(err.Error(), "ckpt-000000000500.hpck is step 500 of another run") {
+		t.Errorf("another run's later file: %v", err)
+	}
+	if after := snapshot(t, dir); !reflect.DeepEqual(after, before) {
+		t.Error("a refused SetAside changed the directory")
 	}
 }

@@ -407,6 +407,21 @@ func (cp *checkpointer) load() (*checkpoint.State, error) {
 		cp.log("hpctrain: %s is of format version %d: continuing it as run %s (its files stay: only the run's own are pruned)", path, st.Version, cp.runID)
 	}
 	cp.log("hpctrain: resuming from %s (step %d, epoch %d)", path, st.Step, st.Epoch)
+	if cfg.CheckpointDir != "" {
+		// Later checkpoints there are a future this run gives up (a
+		// roll-back to an earlier one, or a newest file that does not
+		// load): set aside, they cannot be resumed by mistake nor make
+		// -keep prune this run's own files.
+		aside, moved, err := checkpoint.SetAside(cfg.CheckpointDir, st.Step, st.RunID)
+		if errors.Is(err, checkpoint.ErrInUse) {
+			return nil, cli.Usage(fmt.Errorf("resume from %s: %w", path, err))
+		} else if err != nil {
+			return nil, err
+		}
+		if len(moved) > 0 {
+			cp.log("hpctrain: moved %s after step %d (%s) to %s: this run goes on from step %d in their place", plural(len(moved), "checkpoint file"), st.Step, listNames(moved), aside, st.Step)
+		}
+	}
 	if st.Data != "" && cp.data != "" && st.Data != cp.data {
 		// The same settings, other data (files replaced, a link moved):
 		// it trains, but not as the interrupted run would have.
@@ -592,4 +607,20 @@ func (cp *checkpointer) agreeStep(step int) (stop, save bool, err error) {
 	}
 	stop = cp.flag[0] > 0
 	return stop, stop || cp.flag[1] > 0, nil
+}
+
+// plural writes "1 checkpoint file", "3 checkpoint files".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+// listNames joins names, the first three and a count of the rest.
+func listNames(names []string) string {
+	if len(names) > 3 {
+		return fmt.Sprintf("%s and %d more", strings.Join(names[:3], ", "), len(names)-3)
+	}
+	return strings.Join(names, ", ")
 }

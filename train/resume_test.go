@@ -11,6 +11,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -40,6 +41,9 @@ func files(t *testing.T, dir string) map[string][]byte {
 		t.Fatal(err)
 	}
 	for _, e := range es {
+		if e.IsDir() {
+			continue
+		}
 		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
 		if err != nil {
 			t.Fatal(err)
@@ -739,4 +743,81 @@ func TestResumePastEnd(t *testing.T) {
 		}
 		sameFiles(t, "after the refused resume", files(t, cfg.CheckpointDir), before)
 	}
+}
+
+// TestResumeRollBack: a run resumed from an earlier checkpoint of its own
+// (step 10 of a run that went to 30) sets the later files aside instead
+// of leaving them to be taken for its newest: before, -keep 1 pruned the
+// file the run had just written (the abandoned step 30 was "newer"), and
+// -resume auto went back to step 30. Another run's checkpoint resumed
+// into a directory holding later files of its own run is refused at once
+// (exit 2), not at the first save after training up to it.
+func TestResumeRollBack(t *testing.T) {
+	cfg := smallRun() // 10 steps per epoch on 2 ranks
+	cfg.CheckpointDir, cfg.Threads, cfg.CheckpointEvery, cfg.Epochs = t.TempDir(), 1, "5", 3
+	if _, err := runRanks(t, cfg, 2); err != nil {
+		t.Fatal(err)
+	}
+	back := cfg
+	back.Resume, back.Keep, back.Steps = filepath.Join(cfg.CheckpointDir, checkpoint.FileName(10)), 1, 20
+	if _, err := runRanks(t, back, 2); err != nil {
+		t.Fatal(err)
+	}
+	st, path, err := checkpoint.Latest(cfg.CheckpointDir, nil)
+	if err != nil || st == nil || st.Step != 20 || st.Final == nil {
+		step := int64(-1)
+		if st != nil {
+			step = st.Step
+		}
+		t.Fatalf("newest after the roll-back: %s (step %d), %v; want this run's final step 20", path, step, err)
+	}
+	var names []string
+	for name := range files(t, cfg.CheckpointDir) {
+		names = append(names, name)
+	}
+	if want := []string{checkpoint.FileName(20)}; !slices.Equal(names, want) {
+		t.Errorf("with -keep 1 the directory holds %q, want %q", names, want)
+	}
+	aside := files(t, filepath.Join(cfg.CheckpointDir, "set-aside-after-step-10"))
+	for _, step := range []int64{15, 20, 25, 30} {
+		if _, ok := aside[checkpoint.FileName(step)]; !ok {
+			t.Errorf("step %d of the abandoned future not set aside: %d files there", step, len(aside))
+		}
+	}
+	again := back
+	again.Resume = "auto"
+	if res, err := runRanks(t, again, 2); err != nil || res.Step != 20 {
+		t.Errorf("-resume auto after the roll-back: step %d, %v; want the run complete at step 20", res.Step, err)
+	}
+
+	other := cfg
+	other.CheckpointDir, other.Seed, other.Steps, other.Epochs = t.TempDir(), 2, 5, 3
+	if _, err := runRanks(t, other, 2); err != nil {
+		t.Fatal(err)
+	}
+	into := cfg // its directory's newest is step 20 of the first run
+	into.Resume = filepath.Join(other.CheckpointDir, checkpoint.FileName(5))
+	into.Seed = 2
+	before := files(t, cfg.CheckpointDir)
+	ranks := mpi.NewFake(2, 0)
+	errs := make([]error, len(ranks))
+	var wg sync.WaitGroup
+	for r, comm := range ranks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[r] = Run(into, comm, io.Discard)
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		want := "is step 20 of another run" // rank 0's; the others point to it
+		if r > 0 {
+			want = "failed on rank 0"
+		}
+		if !errors.As(err, new(cli.UsageError)) || !strings.Contains(fmt.Sprint(err), want) {
+			t.Errorf("another run's checkpoint into a directory with later files, rank %d: %v, want a usage error saying %q", r, err, want)
+		}
+	}
+	sameFiles(t, "after the refusal", files(t, cfg.CheckpointDir), before)
 }
