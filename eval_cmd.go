@@ -115,6 +115,12 @@ func evalRun(comm mpi.Comm, ck *ckptFlags, df *dataFlags, testLimit int, js bool
 	if err = train.Agree(comm, "loading the checkpoint", err); err != nil {
 		return err
 	}
+	// Each rank reads its own copy: a rank on another file (another
+	// -checkpoint, a newer file in its -checkpoint-dir) would add its
+	// network's counts to the others', or hang them in the reductions.
+	if err := train.AgreeText(comm, "checkpoint", t.Identity(), "give every rank the same -checkpoint, or a -checkpoint-dir whose newest file is the same"); err != nil {
+		return err
+	}
 	w := ck.compute(t, comm.LocalSize())
 	defer w.Close()
 	say("hpctrain: %s: model %s (%d parameters), step %d (epoch %d), trained on %s", t.Path, t.State.Model, len(t.Net.Params), t.State.Step, t.State.Epoch, t.Config.Dataset)
@@ -129,6 +135,10 @@ func evalRun(comm mpi.Comm, ck *ckptFlags, df *dataFlags, testLimit int, js bool
 		return err
 	}
 	defer set.Close()
+	sh := set.Test.Shape()
+	if err := train.AgreeText(comm, "test data", fmt.Sprintf("%d samples of %dx%dx%d", set.Test.Len(), sh.H, sh.W, sh.C), "give every rank the same data (-data-dir, -test-limit)"); err != nil {
+		return err
+	}
 	say("hpctrain: evaluating on %s; %d ranks, batch %d", set.Desc, comm.Size(), t.Batch)
 	ev, err := train.Evaluate(comm, t.Net, set.Loader, set.Test.Len())
 	if err == nil {

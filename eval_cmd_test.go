@@ -1,16 +1,20 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"image/png"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"hpctrain/chart"
+	"hpctrain/internal/mpitest"
 	"hpctrain/model"
 )
 
@@ -117,6 +121,36 @@ func TestEvalUnderMPIRun(t *testing.T) {
 	}
 	if lines != 1 || mr.Samples != 1000 || mr.Correct != rep.Correct || fmt.Sprint(mr.Confusion) != fmt.Sprint(rep.Confusion) {
 		t.Errorf("2 ranks: %d reports, %d samples, %d correct; 1 rank: %d correct\n%s", lines, mr.Samples, mr.Correct, rep.Correct, r.out)
+	}
+
+	// A rank on another checkpoint or other data is refused on every rank,
+	// exit 2. Before, the counts of two networks were added up into one
+	// report (exit 0), and a rank with 2,000 samples was counted against a
+	// report of 1,000.
+	other := zooCheckpoint(t, t.TempDir(), "mlp")
+	for _, c := range []struct {
+		odd  []string
+		want string
+	}{
+		{[]string{"-checkpoint", other}, "checkpoint differs from rank 0's (model lenet5, step "},
+		{[]string{"-test-limit", "2000"}, "test data differs from rank 0's (1000 samples of 28x28x1): rank 1 has 2000 samples"},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		base := []string{bin, "eval", "-checkpoint", ck, "-json", "-test-limit", "1000", "-threads", "1"}
+		args := append([]string{"--oversubscribe", "--bind-to", "none", "-np", "1"}, base...)
+		args = append(append(append(args, ":", "-np", "1"), base...), c.odd...)
+		cmd := exec.CommandContext(ctx, "mpirun", args...)
+		cmd.Env = mpitest.Env()
+		out, err := cmd.CombinedOutput()
+		timedOut := ctx.Err()
+		cancel()
+		var ee *exec.ExitError
+		if timedOut != nil || !errors.As(err, &ee) || ee.ExitCode() != 2 {
+			t.Fatalf("%v: err %v, ctx %v; want exit 2\n%s", c.odd, err, timedOut, out)
+		}
+		if n := strings.Count(string(out), c.want); n != 2 {
+			t.Errorf("%v: want both ranks to say %q:\n%s", c.odd, c.want, out)
+		}
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"image"
 	"image/png"
@@ -273,8 +274,10 @@ func TestConfigMismatch(t *testing.T) {
 		out, err := cmd.CombinedOutput()
 		timedOut := ctx.Err()
 		cancel()
-		if timedOut != nil || err == nil {
-			t.Fatalf("%v: err %v ctx %v\n%s", c.odd, err, timedOut, out)
+		// Exit 2, like any other configuration error (it was 1).
+		var ee *exec.ExitError
+		if timedOut != nil || !errors.As(err, &ee) || ee.ExitCode() != 2 {
+			t.Fatalf("%v: err %v ctx %v; want exit 2\n%s", c.odd, err, timedOut, out)
 		}
 		if n := strings.Count(string(out), "configuration differs from rank 0's: "+c.want); n != 2 {
 			t.Errorf("%v: want both ranks to say %q:\n%s", c.odd, c.want, out)

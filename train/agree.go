@@ -96,7 +96,7 @@ func agreeConfig(c mpi.Comm, cfg *Config) error {
 		}
 	}
 	if len(bad) > 0 {
-		return fmt.Errorf("configuration differs from rank 0's: %s; start every rank with the same flags and config file", strings.Join(bad, "; "))
+		return cli.Usage(fmt.Errorf("configuration differs from rank 0's: %s; start every rank with the same flags and config file", strings.Join(bad, "; ")))
 	}
 	return nil
 }
@@ -109,8 +109,9 @@ const keyDigest = 8
 var perRankKeys = map[string]bool{"metrics": true, "loss_log": true, "verbose": true, "collective_timeout": true}
 
 // agreeText checks that every rank's text about what (at most textWidth
-// bytes are compared) is rank 0's, naming the ranks that differ and what
-// they have.
+// bytes are compared) is rank 0's; a difference is a usage error (exit 2:
+// the ranks were started with different settings or files) naming the
+// ranks that differ and what they have.
 func agreeText(c mpi.Comm, what, text, hint string) error {
 	b := make([]byte, textWidth)
 	copy(b, text)
@@ -126,10 +127,15 @@ func agreeText(c mpi.Comm, what, text, hint string) error {
 		}
 	}
 	if len(bad) > 0 {
-		return fmt.Errorf("%s differs from rank 0's (%s): %s; %s", what, bytes.TrimRight(ref, "\x00"), strings.Join(bad, "; "), hint)
+		return cli.Usage(fmt.Errorf("%s differs from rank 0's (%s): %s; %s", what, bytes.TrimRight(ref, "\x00"), strings.Join(bad, "; "), hint))
 	}
 	return nil
 }
+
+// AgreeText checks that every rank's text about what is rank 0's; where
+// some differ, every rank returns the same usage error naming those ranks,
+// what they have, and hint (what to do). Collective.
+func AgreeText(c mpi.Comm, what, text, hint string) error { return agreeText(c, what, text, hint) }
 
 // textWidth is the bytes of a text agreeText compares.
 const textWidth = 128

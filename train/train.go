@@ -182,7 +182,7 @@ func start(cfg Config, comm mpi.Comm, out, errOut io.Writer) (r *run, err error)
 	// length or shape would hang the ranks in the epoch's collectives, or
 	// overrun the parameter broadcast.
 	if err := agreeText(c, "data", r.pipe.identity(), "give every node the same data set (-data-dir, -limit, -test-limit)"); err != nil {
-		return r, cli.Usage(err)
+		return r, err
 	}
 	n := r.pipe.train.Len()
 	r.steps = n / (cfg.Batch * c.Size()) // the sampler's Steps: drop-last

@@ -4,11 +4,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io/fs"
 	"math"
 	"os"
 	"sort"
 	"strings"
+	"unsafe"
 
 	"hpctrain/checkpoint"
 	"hpctrain/data"
@@ -47,6 +49,18 @@ type Trained struct {
 	// read from.
 	Desc     model.Desc
 	DescFrom string
+}
+
+// Identity is one line that tells this trained network from another, for
+// ranks to compare (eval under mpirun, where each rank reads its own
+// copy): the model, the step, and a checksum of the parameters and the
+// batch-norm statistics.
+func (t *Trained) Identity() string {
+	h := fnv.New64a()
+	for _, v := range [][]float32{t.Net.Params, t.Net.Buffers} {
+		h.Write(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(v))), 4*len(v)))
+	}
+	return fmt.Sprintf("model %s, step %d, parameters %016x", t.State.Model, t.State.Step, h.Sum64())
 }
 
 // LoadOptions are LoadTrained's choices.
