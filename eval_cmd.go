@@ -74,7 +74,7 @@ func evalCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	if *plotPath != "" {
 		if err := atomicfile.Check(*plotPath); err != nil {
-			return fmt.Errorf("-plot %s: %w", *plotPath, err)
+			return cli.Usage(fmt.Errorf("-plot %s: %w", *plotPath, err)) // a misspelt directory: bad input
 		}
 	}
 	comm, err := connect()

@@ -201,7 +201,7 @@ func TestEvalBadInput(t *testing.T) {
 		{[]string{"-checkpoint", ck, "-data-dir", filepath.Join(dir, "none")}, 2, "no t10k-images-idx3-ubyte"},
 		{[]string{"-checkpoint", ck, "-dataset", "mnist"}, 2, "data_dir is empty: dataset mnist reads its files from there"},
 		{[]string{"-checkpoint", ck, "-dataset", "folder", "-data-dir", five}, 2, "has 5 classes, the network 10"},
-		{[]string{"-checkpoint", ck, "-plot", plot}, 1, "no such directory"},
+		{[]string{"-checkpoint", ck, "-plot", plot}, 2, "no such directory"},
 		{[]string{"-checkpoint", ck, "-test-limit", "-5"}, 2, "-test-limit -5"},
 		{[]string{"-checkpoint", ck, "extra"}, 2, "unexpected argument"},
 	} {

@@ -77,7 +77,7 @@ func exportCmd(args []string, stdout, stderr io.Writer) error {
 	toStdout := *out == "-"
 	if !toStdout {
 		if err := atomicfile.Check(*out); err != nil {
-			return fmt.Errorf("-o %s: %w", *out, err)
+			return cli.Usage(fmt.Errorf("-o %s: %w", *out, err)) // a misspelt directory: bad input
 		}
 	}
 	ck.batch = 1 // the network is only read

@@ -215,7 +215,7 @@ func newCheckpointer(cfg Config, c mpi.Comm, net *model.Net, opt optim.Optimizer
 	if cfg.CheckpointDir != "" {
 		if c.Rank() == 0 {
 			if err := os.MkdirAll(cfg.CheckpointDir, 0o755); err != nil {
-				return nil, fmt.Errorf("checkpoint dir %s: %w", cfg.CheckpointDir, err)
+				return nil, outputErr("checkpoint dir "+cfg.CheckpointDir, err) // a file in the path, no permission: exit 2
 			}
 			// The writer holds the directory for the whole run: a second
 			// job there (resuming too) would remove this one's files.

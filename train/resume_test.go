@@ -705,21 +705,7 @@ func TestResumeOtherData(t *testing.T) {
 func TestResumePastEnd(t *testing.T) {
 	cfg := smallRun() // 640 samples, batch 32: 10 steps per epoch on 2 ranks
 	cfg.CheckpointDir, cfg.Threads = t.TempDir(), 1
-	// Every rank returns, so none kills the fake job as runRanks would.
-	runAll := func(cfg Config) []error {
-		ranks := mpi.NewFake(2, 0)
-		errs := make([]error, len(ranks))
-		var wg sync.WaitGroup
-		for r, comm := range ranks {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				_, errs[r] = Run(cfg, comm, io.Discard)
-			}()
-		}
-		wg.Wait()
-		return errs
-	}
+	runAll := func(cfg Config) []error { return runEvery(cfg, 2) }
 	t.Setenv(FaultEnv, "usr1@0:13") // stopped within epoch 2: no final result
 	for r, err := range runAll(cfg) {
 		if !errors.Is(err, ErrPreempted) {
@@ -799,18 +785,7 @@ func TestResumeRollBack(t *testing.T) {
 	into.Resume = filepath.Join(other.CheckpointDir, checkpoint.FileName(5))
 	into.Seed = 2
 	before := files(t, cfg.CheckpointDir)
-	ranks := mpi.NewFake(2, 0)
-	errs := make([]error, len(ranks))
-	var wg sync.WaitGroup
-	for r, comm := range ranks {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, errs[r] = Run(into, comm, io.Discard)
-		}()
-	}
-	wg.Wait()
-	for r, err := range errs {
+	for r, err := range runEvery(into, 2) {
 		want := "is step 20 of another run" // rank 0's; the others point to it
 		if r > 0 {
 			want = "failed on rank 0"
@@ -820,4 +795,41 @@ func TestResumeRollBack(t *testing.T) {
 		}
 	}
 	sameFiles(t, "after the refusal", files(t, cfg.CheckpointDir), before)
+}
+
+// TestCheckpointDirNotMakeable: a -checkpoint-dir that cannot be made (a
+// file in its path) is bad input like an unwritable -metrics path: one
+// line, a usage error (exit 2; it was 1), on every rank.
+func TestCheckpointDirNotMakeable(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "file")
+	os.WriteFile(file, nil, 0o644)
+	cfg := smallRun()
+	cfg.CheckpointDir, cfg.Threads = filepath.Join(file, "ck"), 1
+	for r, err := range runEvery(cfg, 2) {
+		want := "checkpoint dir " + cfg.CheckpointDir + ": mkdir " + file + ": not a directory"
+		if r > 0 {
+			want = "failed on rank 0"
+		}
+		if !errors.As(err, new(cli.UsageError)) || !strings.Contains(fmt.Sprint(err), want) {
+			t.Errorf("rank %d: %v, want a usage error saying %q", r, err, want)
+		}
+	}
+}
+
+// runEvery runs cfg on n fake ranks and returns every rank's error; every
+// rank returns, so none kills the fake job as runRanks does (which makes
+// the other ranks' errors "fake job killed").
+func runEvery(cfg Config, n int) []error {
+	ranks := mpi.NewFake(n, 0)
+	errs := make([]error, len(ranks))
+	var wg sync.WaitGroup
+	for r, comm := range ranks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[r] = Run(cfg, comm, io.Discard)
+		}()
+	}
+	wg.Wait()
+	return errs
 }
