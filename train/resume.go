@@ -225,6 +225,8 @@ func newCheckpointer(cfg Config, c mpi.Comm, net *model.Net, opt optim.Optimizer
 			cp.locked, _ = os.Stat(cfg.CheckpointDir)
 		}
 		CatchStopSignals()
+	} else {
+		WatchUnsavedSignal()
 	}
 	return cp, nil
 }
@@ -593,6 +595,9 @@ func (cp *checkpointer) due(step int) bool {
 // -checkpoint-dir.
 func (cp *checkpointer) agreeStep(step int) (stop, save bool, err error) {
 	if cp.cfg.CheckpointDir == "" {
+		if unsavedSignal.Swap(false) {
+			cp.log("hpctrain: warning: SIGUSR1 received at step %d, but this run writes no checkpoints (no -checkpoint-dir): nothing to save; training goes on", step)
+		}
 		return false, false, nil
 	}
 	cp.flag[0], cp.flag[1] = 0, 0

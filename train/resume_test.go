@@ -16,6 +16,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"hpctrain/checkpoint"
 	"hpctrain/internal/cli"
@@ -832,4 +833,33 @@ func runEvery(cfg Config, n int) []error {
 	}
 	wg.Wait()
 	return errs
+}
+
+// TestUnsavedSignalSaid: SIGUSR1 in a run without -checkpoint-dir, which
+// has nothing to save, is said once on rank 0 at the next step boundary,
+// and the run goes on to its end (Go dropped it without a word before).
+func TestUnsavedSignalSaid(t *testing.T) {
+	cfg := smallRun()
+	cfg.Threads, cfg.Steps = 1, 4
+	WatchUnsavedSignal()
+	// Where an earlier test started CatchStopSignals, the signal sets its
+	// flag too: cleared for the tests after this one.
+	t.Cleanup(func() { stopSignalled.Store(false); unsavedSignal.Store(false) })
+	if err := syscall.Kill(os.Getpid(), syscall.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); !unsavedSignal.Load(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("SIGUSR1 not caught")
+		}
+	}
+	var out bytes.Buffer
+	res, err := Run(cfg, mpi.NewSingle(), &out)
+	if err != nil || res.Step != 4 {
+		t.Fatalf("step %d, %v; want the run's 4 steps", res.Step, err)
+	}
+	want := "hpctrain: warning: SIGUSR1 received at step 1, but this run writes no checkpoints (no -checkpoint-dir): nothing to save; training goes on"
+	if n := strings.Count(out.String(), want); n != 1 {
+		t.Errorf("said %d times, want once: %q\n%s", n, want, out.String())
+	}
 }

@@ -35,3 +35,27 @@ func CatchStopSignals() {
 		}()
 	})
 }
+
+// unsavedSignal is set by SIGUSR1 in a run without checkpoints once
+// WatchUnsavedSignal has run; the run says so at its next step boundary.
+var unsavedSignal atomic.Bool
+
+var watchOnce sync.Once
+
+// WatchUnsavedSignal catches SIGUSR1 (SLURM's warning before the time
+// limit, which the batch script relays) in a run that writes no
+// checkpoints, only to say that nothing will be saved: Go would drop it
+// without a word, and the job would then be killed at its limit with no
+// sign that the warning came. SIGTERM keeps its default (the process
+// ends). Idempotent.
+func WatchUnsavedSignal() {
+	watchOnce.Do(func() {
+		ch := make(chan os.Signal, 4)
+		signal.Notify(ch, syscall.SIGUSR1)
+		go func() {
+			for range ch {
+				unsavedSignal.Store(true)
+			}
+		}()
+	})
+}
