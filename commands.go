@@ -57,8 +57,8 @@ Flags:
 	if err != nil {
 		return cli.Usage(err)
 	}
-	if *np < 1 {
-		return cli.Usage(fmt.Errorf("-np %d: must be >= 1", *np))
+	if *np < 1 || *np > maxLocalRanks {
+		return cli.Usage(fmt.Errorf("-np %d: must be 1 to %d (the ranks on this node)", *np, maxLocalRanks))
 	}
 	if *threads < 0 || *threads > train.MaxThreads {
 		return cli.Usage(fmt.Errorf("-threads %d: must be 0 to %d (0: cores / ranks)", *threads, train.MaxThreads))
@@ -315,6 +315,11 @@ func checkTrainArgs(s *slurm.JobSpec, jobDir bool, stderr io.Writer) error {
 	}
 	return nil
 }
+
+// maxLocalRanks bounds topo -np, the ranks planned on one node: far above
+// any node's cores, and a plan of two lines a rank stays short (a billion
+// ranks ran the machine out of memory).
+const maxLocalRanks = 4096
 
 // plotCmd draws loss and accuracy curves of one or more runs' -metrics files.
 func plotCmd(args []string, stdout, stderr io.Writer) error {
