@@ -302,3 +302,35 @@ func TestSlurmTemplateJobAndFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestBenchBadInput: the benchmarks refuse what train refuses, before any
+// work, in one line with exit 2: data sets and networks that would not fit
+// in memory (they ended in a Go out-of-memory trace, one after minutes of
+// generating samples), networks that do not fit the input, unknown names,
+// malformed shapes (32x32x3junk was taken as 32x32x3) and a -data-dir that
+// is not there (exit 1 before).
+func TestBenchBadInput(t *testing.T) {
+	quick := []string{"-workers", "0", "-rounds", "1", "-steps", "1", "-seconds", "0.01"}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{append([]string{"data", "-dataset", "synthetic", "-image-shape", "4096x4096x1"}, quick...), "the synthetic data set (10000 samples of 4096x4096x1) needs 156.2 GiB"},
+		{append([]string{"data", "-dataset", "synthetic", "-image-shape", "1000x1000x1"}, quick...), "model cnn: layer 8 (linear): too large"},
+		{append([]string{"data", "-dataset", "synthetic", "-image-shape", "32x32x3junk"}, quick...), `-image-shape "32x32x3junk": must be HxWxC`},
+		{append([]string{"data", "-dataset", "synthetic", "-image-shape", "8x8x1", "-batch", "20000"}, quick...), "-batch 20000: more than the synthetic data set's 10000 samples"},
+		{append([]string{"data", "-image-shape", "8x8x1"}, quick...), "-image-shape applies with -dataset synthetic only"},
+		{append([]string{"data", "-batch", "10000000"}, quick...), "model cnn with batches of 10000000 samples needs"},
+		{append([]string{"data", "-data-dir", filepath.Join(t.TempDir(), "none")}, quick...), "no train-images-idx3-ubyte"},
+		{[]string{"step", "-steps", "1", "-optimizer", "bogus"}, `unknown optimizer "bogus"`},
+		{[]string{"scaling", "-q", "-steps", "1", "-model", "bogus"}, `unknown model "bogus"`},
+		{[]string{"scaling", "-q", "-steps", "1", "-optimizer", "bogus"}, `unknown optimizer "bogus"`},
+		{[]string{"scaling", "-q", "-steps", "1", "-input", "1x1x1"}, "kernel 2 larger than its input 1x1"},
+		{[]string{"scaling", "-q", "-steps", "1", "-batch", "10000000"}, "model cnn with batches of 10000000 samples needs"},
+	} {
+		r := hpctrain(t, 0, time.Minute, append([]string{"bench"}, c.args...)...)
+		if r.code != 2 || !strings.Contains(r.out, c.want) || strings.Count(r.out, "\n") != 1 {
+			t.Errorf("bench %v: exit %d, want 2 and one line with %q:\n%s", c.args, r.code, c.want, r.out)
+		}
+	}
+}

@@ -1,9 +1,9 @@
 package bench
 
 import (
+	"errors"
 	"flag"
 	"fmt"
-	"hpctrain/internal/cli"
 	"io"
 	"os"
 	"runtime"
@@ -14,11 +14,15 @@ import (
 
 	"hpctrain/affinity"
 	"hpctrain/data"
+	"hpctrain/internal/cli"
 	"hpctrain/model"
 	"hpctrain/mpi"
 	"hpctrain/optim"
 	"hpctrain/train"
 )
+
+// syntheticLen is the samples of -dataset synthetic.
+const syntheticLen = 10000
 
 // DataReport is `hpctrain bench data`'s result.
 type DataReport struct {
@@ -101,21 +105,44 @@ func Data(args []string, out io.Writer) error {
 		intIn("threads", *threads, 0, train.MaxThreads), floatIn("seconds", *secs, 0.001, 3600), writable("json", *js)); err != nil {
 		return err
 	}
-	var ds data.Dataset
-	var err error
+	// Everything that can be refused is, before the data set is read or
+	// made: the shape, the network on it and the memory both take.
+	var shapeSet bool
+	fs.Visit(func(f *flag.Flag) { shapeSet = shapeSet || f.Name == "image-shape" })
+	budget := data.NewBudget(1)
+	var sh data.Shape
 	switch *dsName {
 	case "fashion-mnist":
-		if ds, err = data.LoadMNIST(*dir, true); err != nil {
-			return err
+		if shapeSet {
+			return cli.Usage(fmt.Errorf("-image-shape applies with -dataset synthetic only (fashion-mnist is 28x28x1)"))
 		}
+		sh = data.Shape{H: 28, W: 28, C: 1}
 	case "synthetic":
-		var h, w, c int
-		if n, _ := fmt.Sscanf(*shape, "%dx%dx%d", &h, &w, &c); n != 3 || h < 1 || w < 1 || c < 1 || h > 1<<24 || w > 1<<24 || c > 1<<24 || h*w > 1<<24 || h*w*c > 1<<24 {
-			return cli.Usage(fmt.Errorf("-image-shape %q: want HxWxC, at most %d values", *shape, 1<<24))
+		var err error
+		if sh, err = data.ParseShape(*shape); err != nil {
+			return cli.Usage(fmt.Errorf("-image-shape %q: %w", *shape, err))
 		}
-		ds = data.NewSynthetic(10000, data.Shape{H: h, W: w, C: c}, 10, 1)
+		if err := budget.Take(fmt.Sprintf("the synthetic data set (%d samples of %s)", syntheticLen, *shape), int64(syntheticLen)*int64(sh.Size()), "use a smaller -image-shape"); err != nil {
+			return cli.Usage(err)
+		}
+		if *batch > syntheticLen {
+			return cli.Usage(fmt.Errorf("-batch %d: more than the synthetic data set's %d samples", *batch, syntheticLen))
+		}
 	default:
 		return cli.Usage(fmt.Errorf("-dataset %q: want fashion-mnist or synthetic", *dsName))
+	}
+	if err := checkNet(budget, "cnn", model.Shape(sh), 10, *batch); err != nil {
+		return err
+	}
+	var ds data.Dataset
+	var err error
+	if *dsName == "synthetic" {
+		ds = data.NewSynthetic(syntheticLen, sh, 10, 1)
+	} else if ds, err = data.LoadMNIST(*dir, true); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			err = cli.Usage(err) // a -data-dir that is not there, as train says it
+		}
+		return err
 	}
 	mask, err := affinity.Allowed()
 	if err != nil {
@@ -130,7 +157,7 @@ func Data(args []string, out io.Writer) error {
 	}
 	rep := DataReport{Dataset: *dsName, Model: "cnn", Batch: *batch, Threads: *threads, GOMAXPROCS: *procs}
 	s := ds.Shape()
-	fmt.Fprintf(out, "## Loader throughput: %s, %d samples of %dx%dx%d, batch %d, %.1f s per row, consumer only releases\n\n", *dsName, ds.Len(), s.H, s.W, s.C, *batch, *secs)
+	fmt.Fprintf(out, "## Loader throughput: %s, %d samples of %dx%dx%d, batch %d, %g s per row, consumer only releases\n\n", *dsName, ds.Len(), s.H, s.W, s.C, *batch, *secs)
 	if rep.Loader, err = data.BenchLoader(out, ds, *batch, workers, *secs); err != nil {
 		return err
 	}

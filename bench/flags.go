@@ -4,9 +4,12 @@ import (
 	"fmt"
 	"math"
 
+	"hpctrain/data"
 	"hpctrain/internal/atomicfile"
 	"hpctrain/internal/cli"
+	"hpctrain/model"
 	"hpctrain/mpi"
+	"hpctrain/optim"
 	"hpctrain/train"
 )
 
@@ -83,4 +86,31 @@ func outputsWritable(c mpi.Comm, checks ...flagCheck) error {
 		return err
 	}
 	return train.Agree(c, "checking the output files", err)
+}
+
+// checkNet refuses, in one line and before anything is allocated, a
+// network that does not exist, does not fit the input, or whose batches
+// would not fit what is left of budget (this node's memory, shared by its
+// ranks): what train refuses at start-up, as usage errors.
+func checkNet(budget *data.Budget, name string, in model.Shape, classes, batch int) error {
+	d, err := model.LoadDesc(name)
+	if err != nil {
+		return cli.Usage(err)
+	}
+	s, err := model.Summarize(d, in, classes)
+	if err != nil {
+		return cli.Usage(err) // a network that does not fit the input, as summary says it
+	}
+	return cli.Usage(budget.Take(fmt.Sprintf("model %s with batches of %d samples", name, batch), train.NetBytes(s, batch), "lower -batch"))
+}
+
+// newOptimizer is the benchmarks' optimizer for net: lr 0.01, and sgd's
+// momentum 0.9; an unknown name is a usage error.
+func newOptimizer(name string, net *model.Net) (optim.Optimizer, error) {
+	c := optim.Config{Name: name, LR: 0.01}
+	if name == "sgd" {
+		c.Momentum = 0.9
+	}
+	opt, err := optim.New(c, train.Groups(net), len(net.Params))
+	return opt, cli.Usage(err)
 }

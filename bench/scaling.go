@@ -20,6 +20,7 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 
 	"hpctrain/affinity"
+	"hpctrain/data"
 	"hpctrain/internal/cli"
 	"hpctrain/model"
 	"hpctrain/mpi"
@@ -433,6 +434,9 @@ func resolveBucketBytes(mb float64, threads int) int {
 func measureCompute(r ScalingReport, c mpi.Comm, steps int) (prof Profile, layers []LayerTime, step func(), done func(), err error) {
 	in, err := model.ParseShape(r.Input)
 	if err != nil {
+		return Profile{}, nil, nil, nil, cli.Usage(fmt.Errorf("-input %q: %w", r.Input, err))
+	}
+	if err := checkNet(data.NewBudget(c.LocalSize()), r.Model, in, r.Classes, r.Batch); err != nil {
 		return Profile{}, nil, nil, nil, err
 	}
 	net, err := model.New(r.Model, in, r.Classes, r.Batch, 1)
@@ -441,11 +445,7 @@ func measureCompute(r ScalingReport, c mpi.Comm, steps int) (prof Profile, layer
 	}
 	var opt optim.Optimizer
 	if r.Optimizer != "none" {
-		oc := optim.Config{Name: r.Optimizer, LR: 0.01}
-		if r.Optimizer == "sgd" {
-			oc.Momentum = 0.9
-		}
-		if opt, err = optim.New(oc, train.Groups(net), len(net.Params)); err != nil {
+		if opt, err = newOptimizer(r.Optimizer, net); err != nil {
 			return Profile{}, nil, nil, nil, err
 		}
 	}

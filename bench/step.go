@@ -147,16 +147,8 @@ func StepRate(name string, in model.Shape, classes, batch, threads, steps int, o
 func StepRateKernels(k model.Kernels, name string, in model.Shape, classes, batch, threads, steps int, optimizer string) (StepReport, error) {
 	// Refused in one line, as train refuses it, before the allocation
 	// would end the process.
-	d, err := model.LoadDesc(name)
-	if err != nil {
-		return StepReport{}, cli.Usage(err)
-	}
-	s, err := model.Summarize(d, in, classes)
-	if err != nil {
-		return StepReport{}, cli.Usage(err) // a network that does not fit -input, as summary says it
-	}
-	if err := data.NewBudget(1).Take(fmt.Sprintf("model %s with batches of %d samples", name, batch), train.NetBytes(s, batch), "lower -batch"); err != nil {
-		return StepReport{}, cli.Usage(err)
+	if err := checkNet(data.NewBudget(1), name, in, classes, batch); err != nil {
+		return StepReport{}, err
 	}
 	net, err := model.New(name, in, classes, batch, 1)
 	if err != nil {
@@ -168,11 +160,7 @@ func StepRateKernels(k model.Kernels, name string, in model.Shape, classes, batc
 	defer net.Close()
 	var opt optim.Optimizer
 	if optimizer != "none" {
-		c := optim.Config{Name: optimizer, LR: 0.01}
-		if optimizer == "sgd" {
-			c.Momentum = 0.9
-		}
-		if opt, err = optim.New(c, train.Groups(net), len(net.Params)); err != nil {
+		if opt, err = newOptimizer(optimizer, net); err != nil {
 			return StepReport{}, err
 		}
 	}
