@@ -293,16 +293,26 @@ func Scaling(args []string, connect func() (mpi.Comm, error), out io.Writer) (er
 			}
 			rep.SweepShared = buf != nil
 		}
-		if rep.Sweep, err = sweepAllreduce(c, sizes, buf, between); err != nil {
-			return err
-		}
-		x, t := make([]float64, len(rep.Sweep)), make([]float64, len(rep.Sweep))
-		for i, s := range rep.Sweep {
-			x[i], t[i] = float64(s.Bytes), s.TimeUS*1e-6
-		}
-		a, b, err := fitLine(x, t)
-		if err != nil {
-			return err
+		// On a shared, noisy node a sweep's times may not grow with the
+		// size; measured again, twice at most, before giving up. Every
+		// rank has the same times (gathered), so the same verdict.
+		var a, b float64
+		const sweeps = 3
+		for try := 1; ; try++ {
+			if rep.Sweep, err = sweepAllreduce(c, sizes, buf, between); err != nil {
+				return err
+			}
+			x, t := make([]float64, len(rep.Sweep)), make([]float64, len(rep.Sweep))
+			for i, s := range rep.Sweep {
+				x[i], t[i] = float64(s.Bytes), s.TimeUS*1e-6
+			}
+			if a, b, err = fitLine(x, t); err == nil {
+				break
+			}
+			if try == sweeps {
+				return fmt.Errorf("the all-reduce sweep, measured %d times: %w: this node is too noisy to fit the all-reduce's cost now; run again later, or give it with -shm-alpha-us and -shm-gbps (one node) or -alpha-us and -link-gbps", sweeps, err)
+			}
+			fmt.Fprintf(info, "# the all-reduce sweep does not fit (%v): measuring it again\n", err)
 		}
 		rep.FitAUS, rep.FitBUSMB = a*1e6, b*1e6*(1<<20)
 		what := "MPI_Allreduce"
