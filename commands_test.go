@@ -327,6 +327,9 @@ func TestBenchBadInput(t *testing.T) {
 		{[]string{"scaling", "-q", "-steps", "1", "-optimizer", "bogus"}, `unknown optimizer "bogus"`},
 		{[]string{"scaling", "-q", "-steps", "1", "-input", "1x1x1"}, "kernel 2 larger than its input 1x1"},
 		{[]string{"scaling", "-q", "-steps", "1", "-batch", "10000000"}, "model cnn with batches of 10000000 samples needs"},
+		// The grid's own flags in -args ran other cells than the table named.
+		{[]string{"affinity", "-model", "mlp", "-out", t.TempDir(), "-args", "-threads 1"}, "-threads is set by the grid for every cell"},
+		{[]string{"affinity", "-model", "mlp", "-out", t.TempDir(), "-args", "--metrics=m.jsonl"}, "-metrics is set by the grid for every cell"},
 	} {
 		r := hpctrain(t, 0, time.Minute, append([]string{"bench"}, c.args...)...)
 		if r.code != 2 || !strings.Contains(r.out, c.want) || strings.Count(r.out, "\n") != 1 {

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -61,6 +62,15 @@ func Affinity(args []string, self string, out io.Writer) error {
 	// that a bad one is one line and not a child's failure after minutes.
 	if err := intIn("limit", *limit, 1, 1<<30)(); err != nil {
 		return cli.Usage(err)
+	}
+	// The grid's own flags, set per cell: one in -args would run cells
+	// other than those the table names (-args "-threads 1" made every
+	// 1 x 2 cell a 1 x 1).
+	for _, a := range strings.Fields(*extra) {
+		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if strings.HasPrefix(a, "-") && slices.Contains(gridFlags, name) {
+			return cli.Usage(fmt.Errorf("-args %q: -%s is set by the grid for every cell (%s); use bench affinity's own flags", *extra, name, strings.Join(gridFlags, ", ")))
+		}
 	}
 	check := append([]string{"-model", *modelName, "-limit", strconv.Itoa(*limit), "-epochs", strconv.Itoa(*epochs),
 		"-test-limit", strconv.Itoa(*testLimit)}, strings.Fields(*extra)...)
@@ -125,6 +135,9 @@ func boundName(pinned bool) string {
 	return "none"
 }
 
+// gridFlags are the train flags runCell sets for every cell.
+var gridFlags = []string{"model", "limit", "epochs", "test-limit", "threads", "bind", "cpu-list", "use-smt", "metrics", "progress"}
+
 func runCell(c *GridCell, launcher, self, modelName string, limit, epochs, testLimit int, extra string, mask affinity.CPUSet, dir string) error {
 	metrics := filepath.Join(dir, fmt.Sprintf("affinity-%dx%d-%s-noisy%v.jsonl", c.Instances, c.Threads, boundName(c.Pinned), c.Noisy))
 	args := append(strings.Fields(launcher), "-np", strconv.Itoa(c.Instances), self, "train",
@@ -150,7 +163,20 @@ func runCell(c *GridCell, launcher, self, modelName string, limit, epochs, testL
 	outb, err := cmd.CombinedOutput()
 	c.WallSeconds = time.Since(start).Seconds()
 	if err != nil {
-		return fmt.Errorf("%s: %v\n%s", strings.Join(args, " "), err, outb)
+		// One line: the cell, and the child's own error line (every
+		// rank's is the same kind; mpirun's banners add nothing).
+		why := err.Error()
+		for _, line := range strings.Split(string(outb), "\n") {
+			if strings.HasPrefix(line, "hpctrain: ") {
+				why = strings.TrimPrefix(line, "hpctrain: ")
+				break
+			}
+		}
+		cellErr := fmt.Errorf("cell %d x %d %s: %s (%s)", c.Instances, c.Threads, boundName(c.Pinned), why, strings.Join(args, " "))
+		if ee, ok := err.(*exec.ExitError); ok && ee.ExitCode() == 2 {
+			return cli.Usage(cellErr) // the child refused its flags or files
+		}
+		return cellErr
 	}
 	f, err := os.Open(metrics)
 	if err != nil {
