@@ -1,20 +1,16 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"image/png"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"hpctrain/chart"
-	"hpctrain/internal/mpitest"
 	"hpctrain/model"
 )
 
@@ -135,21 +131,12 @@ func TestEvalUnderMPIRun(t *testing.T) {
 		{[]string{"-checkpoint", other}, "checkpoint differs from rank 0's (model lenet5, step "},
 		{[]string{"-test-limit", "2000"}, "test data differs from rank 0's (1000 samples of 28x28x1): rank 1 has 2000 samples"},
 	} {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		base := []string{bin, "eval", "-checkpoint", ck, "-json", "-test-limit", "1000", "-threads", "1"}
-		args := append([]string{"--oversubscribe", "--bind-to", "none", "-np", "1"}, base...)
-		args = append(append(append(args, ":", "-np", "1"), base...), c.odd...)
-		cmd := exec.CommandContext(ctx, "mpirun", args...)
-		cmd.Env = mpitest.Env()
-		out, err := cmd.CombinedOutput()
-		timedOut := ctx.Err()
-		cancel()
-		var ee *exec.ExitError
-		if timedOut != nil || !errors.As(err, &ee) || ee.ExitCode() != 2 {
-			t.Fatalf("%v: err %v, ctx %v; want exit 2\n%s", c.odd, err, timedOut, out)
+		r := mpmd(t, time.Minute, []string{"eval", "-checkpoint", ck, "-json", "-test-limit", "1000", "-threads", "1"}, c.odd)
+		if r.code != 2 {
+			t.Fatalf("%v: exit %d, want 2\n%s", c.odd, r.code, r.out)
 		}
-		if n := strings.Count(string(out), c.want); n != 2 {
-			t.Errorf("%v: want both ranks to say %q:\n%s", c.odd, c.want, out)
+		if n := strings.Count(r.out, c.want); n != 2 {
+			t.Errorf("%v: want both ranks to say %q:\n%s", c.odd, c.want, r.out)
 		}
 	}
 }

@@ -79,6 +79,31 @@ func hpctrainEnv(t *testing.T, np int, timeout time.Duration, env []string, args
 	return result{string(out), code}
 }
 
+// mpmd runs two ranks under mpirun, each with args and rank 1 with odd
+// after them (MPMD), failing the test if they do not end within timeout.
+func mpmd(t *testing.T, timeout time.Duration, args, odd []string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	base := append([]string{bin}, args...)
+	all := append([]string{"--oversubscribe", "--bind-to", "none", "-np", "1"}, base...)
+	all = append(append(append(all, ":", "-np", "1"), base...), odd...)
+	cmd := exec.CommandContext(ctx, "mpirun", all...)
+	cmd.Env = mpitest.Env()
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("mpirun %v did not end within %v (hang):\n%s", all, timeout, out)
+	}
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return result{string(out), code}
+}
+
 // hideEnv, in the environment hpctrainEnv is given, lists files (space
 // separated) the job must not see: it then runs in a mount namespace of
 // its own with /dev/null mounted over each (unshare, as root), as on a
@@ -265,22 +290,13 @@ func TestConfigMismatch(t *testing.T) {
 		{[]string{"-checkpoint-dir", ck}, "rank 1 has another checkpoint_dir;"},
 		{[]string{"-optimizer", "adam", "-beta2", "0.98"}, "rank 1 has another optimizer, lr, momentum, beta2;"}, // adam's own lr and momentum
 	} {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		base := []string{bin, "train", "-model", "mlp", "-limit", "640", "-collective", "shm"}
-		args := append([]string{"--oversubscribe", "--bind-to", "none", "-np", "1"}, base...)
-		args = append(append(append(args, ":", "-np", "1"), base...), c.odd...)
-		cmd := exec.CommandContext(ctx, "mpirun", args...)
-		cmd.Env = mpitest.Env()
-		out, err := cmd.CombinedOutput()
-		timedOut := ctx.Err()
-		cancel()
+		r := mpmd(t, time.Minute, []string{"train", "-model", "mlp", "-limit", "640", "-collective", "shm"}, c.odd)
 		// Exit 2, like any other configuration error (it was 1).
-		var ee *exec.ExitError
-		if timedOut != nil || !errors.As(err, &ee) || ee.ExitCode() != 2 {
-			t.Fatalf("%v: err %v ctx %v; want exit 2\n%s", c.odd, err, timedOut, out)
+		if r.code != 2 {
+			t.Fatalf("%v: exit %d, want 2\n%s", c.odd, r.code, r.out)
 		}
-		if n := strings.Count(string(out), "configuration differs from rank 0's: "+c.want); n != 2 {
-			t.Errorf("%v: want both ranks to say %q:\n%s", c.odd, c.want, out)
+		if n := strings.Count(r.out, "configuration differs from rank 0's: "+c.want); n != 2 {
+			t.Errorf("%v: want both ranks to say %q:\n%s", c.odd, c.want, r.out)
 		}
 	}
 	// The same settings agree, pointer keys (an optimizer's beta2) too:

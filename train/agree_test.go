@@ -2,7 +2,6 @@ package train
 
 import (
 	"errors"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -57,17 +56,7 @@ func TestStartupStageFailureNamesRank(t *testing.T) {
 	cfg := Defaults()
 	cfg.Model, cfg.Limit, cfg.TestLimit, cfg.Progress, cfg.DataDir = "mlp", 256, 100, 0, dataDir
 	cfg.Metrics = filepath.Join(t.TempDir(), "no", "such", "dir", "m.jsonl")
-	ranks := mpi.NewFake(3, 0)
-	errs := make([]error, 3)
-	var wg sync.WaitGroup
-	for r, c := range ranks {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, errs[r] = Run(cfg, c, io.Discard)
-		}()
-	}
-	wg.Wait()
+	errs := runEvery(cfg, 3)
 	if errs[0] == nil || !strings.Contains(errs[0].Error(), "no such file or directory") {
 		t.Errorf("rank 0: %v, want the metrics file's own error", errs[0])
 	}
