@@ -293,11 +293,8 @@ func checkTrainArgs(s *slurm.JobSpec, jobDir bool, stderr io.Writer) error {
 	if s.Config == "" {
 		return nil // Render names it
 	}
-	for _, a := range s.ExtraArgs {
-		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
-		if strings.HasPrefix(a, "-") && slices.Contains([]string{"config", "checkpoint-dir", "resume"}, name) {
-			return fmt.Errorf("slurm template: extra_args %q: -%s is the script's own (it runs train -config FILE -checkpoint-dir DIR -resume auto so that a requeued job resumes): set config or checkpoint_dir in the job file instead", a, name)
-		}
+	if a, name := cli.OwnFlag(s.ExtraArgs, "config", "checkpoint-dir", "resume"); a != "" {
+		return fmt.Errorf("slurm template: extra_args %q: -%s is the script's own (it runs train -config FILE -checkpoint-dir DIR -resume auto so that a requeued job resumes): set config or checkpoint_dir in the job file instead", a, name)
 	}
 	cfg, _, err := train.Parse(append([]string{"-config", s.Config}, s.ExtraArgs...), io.Discard)
 	if err != nil {

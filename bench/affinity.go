@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -66,11 +65,8 @@ func Affinity(args []string, self string, out io.Writer) error {
 	// The grid's own flags, set per cell: one in -args would run cells
 	// other than those the table names (-args "-threads 1" made every
 	// 1 x 2 cell a 1 x 1).
-	for _, a := range strings.Fields(*extra) {
-		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
-		if strings.HasPrefix(a, "-") && slices.Contains(gridFlags, name) {
-			return cli.Usage(fmt.Errorf("-args %q: -%s is set by the grid for every cell (%s); use bench affinity's own flags", *extra, name, strings.Join(gridFlags, ", ")))
-		}
+	if a, name := cli.OwnFlag(strings.Fields(*extra), gridFlags...); a != "" {
+		return cli.Usage(fmt.Errorf("-args %q: -%s is set by the grid for every cell (%s); use bench affinity's own flags", *extra, name, strings.Join(gridFlags, ", ")))
 	}
 	check := append([]string{"-model", *modelName, "-limit", strconv.Itoa(*limit), "-epochs", strconv.Itoa(*epochs),
 		"-test-limit", strconv.Itoa(*testLimit)}, strings.Fields(*extra)...)

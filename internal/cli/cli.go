@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"slices"
 	"strings"
 )
 
@@ -62,4 +63,18 @@ func NotRegular(m fs.FileMode) string {
 		return "a symbolic link"
 	}
 	return fmt.Sprintf("not a regular file (%v)", m.Type())
+}
+
+// OwnFlag returns the first of args that is one of the flags names
+// (-name, --name or -name=value), and that name, or "", "" if none is: for
+// a command that passes args on to another (hpctrain train) and sets those
+// flags itself.
+func OwnFlag(args []string, names ...string) (arg, name string) {
+	for _, a := range args {
+		n, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if strings.HasPrefix(a, "-") && slices.Contains(names, n) {
+			return a, n
+		}
+	}
+	return "", ""
 }

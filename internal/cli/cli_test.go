@@ -66,3 +66,22 @@ func TestNotRegular(t *testing.T) {
 		}
 	}
 }
+
+// TestOwnFlag: -name, --name and -name=value are found, values and other
+// flags are not.
+func TestOwnFlag(t *testing.T) {
+	for _, c := range []struct {
+		args      []string
+		arg, name string
+	}{
+		{[]string{"-epochs", "3", "-threads", "1"}, "-threads", "threads"},
+		{[]string{"--metrics=m.jsonl"}, "--metrics=m.jsonl", "metrics"},
+		{[]string{"-epochs", "threads"}, "", ""},
+		{[]string{"-threadsx", "1"}, "", ""},
+		{nil, "", ""},
+	} {
+		if a, n := OwnFlag(c.args, "threads", "metrics"); a != c.arg || n != c.name {
+			t.Errorf("%q: %q %q, want %q %q", c.args, a, n, c.arg, c.name)
+		}
+	}
+}
