@@ -863,3 +863,67 @@ func TestUnsavedSignalSaid(t *testing.T) {
 		t.Errorf("said %d times, want once: %q\n%s", n, want, out.String())
 	}
 }
+
+// TestReportFailureCheckpointed: a run that stops at an epoch's end
+// because its report cannot be written (-metrics on a full disk)
+// checkpoints that step first, marked unreported; before, everything
+// since the last periodic checkpoint was lost. Resumed, the run reports
+// the epoch it could not, and ends as the uninterrupted run does.
+func TestReportFailureCheckpointed(t *testing.T) {
+	if _, err := os.Stat("/dev/full"); err != nil {
+		t.Skipf("no /dev/full here: %v", err)
+	}
+	cfg := smallRun() // 10 steps per epoch on 2 ranks, 2 epochs
+	cfg.Threads = 1
+	cfg.Metrics = filepath.Join(t.TempDir(), "whole.jsonl")
+	want, err := runRanks(t, cfg, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	full := cfg
+	full.CheckpointDir, full.Metrics = t.TempDir(), "/dev/full"
+	for r, err := range runEvery(full, 2) {
+		if err == nil || !strings.Contains(err.Error(), "writing metrics") && !strings.Contains(err.Error(), "failed on rank 0") {
+			t.Fatalf("rank %d: %v, want the metrics' write error", r, err)
+		}
+	}
+	st, _, err := checkpoint.Latest(full.CheckpointDir, nil)
+	if err != nil || st == nil || st.Step != 10 || st.EpochLoss == nil || !st.EpochLoss.Unreported {
+		t.Fatalf("after the failed report: %+v, %v; want a checkpoint at step 10 marking epoch 1 unreported", st, err)
+	}
+
+	again := full
+	again.Resume, again.Metrics = "auto", filepath.Join(t.TempDir(), "resumed.jsonl")
+	got, err := runRanks(t, again, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got.Params, want.Params) || got.TestAccuracy != want.TestAccuracy {
+		t.Errorf("resumed run: accuracy %v, want the uninterrupted run's %v (parameters equal: %v)", got.TestAccuracy, want.TestAccuracy, slices.Equal(got.Params, want.Params))
+	}
+	lines := func(path string) (rs []Result) {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			var r Result
+			if err := json.Unmarshal([]byte(l), &r); err != nil {
+				t.Fatalf("%s: %v", path, err)
+			}
+			rs = append(rs, r)
+		}
+		return rs
+	}
+	w, g := lines(cfg.Metrics), lines(again.Metrics)
+	if len(g) != len(w) {
+		t.Fatalf("resumed run wrote %d metrics lines, the uninterrupted one %d", len(g), len(w))
+	}
+	for i := range w {
+		if g[i].Epoch != w[i].Epoch || g[i].TrainLoss != w[i].TrainLoss || g[i].TestLoss != w[i].TestLoss || g[i].Final != w[i].Final {
+			t.Errorf("metrics line %d: epoch %d train loss %v test loss %v final %v; want epoch %d, %v, %v, %v",
+				i+1, g[i].Epoch, g[i].TrainLoss, g[i].TestLoss, g[i].Final, w[i].Epoch, w[i].TrainLoss, w[i].TestLoss, w[i].Final)
+		}
+	}
+}

@@ -726,42 +726,52 @@ func (r *run) checkpointOrStop() error {
 		return err
 	}
 	if save {
-		r.enter(&phaseCheckpoint)
-		// A model trained on images a lazy folder read as zeros is not
-		// saved: under bad_input = "stop" every rank stops here instead,
-		// as at the end of the epoch, and the newest checkpoint stays the
-		// last good one. What counts is the batches trained on, not those
-		// the loader read ahead, so where a run stops does not depend on
-		// -data-workers or -prefetch.
-		r.pipe.warn.flush(r.everyRank, "read as zeros since the last report (lazy decoding)")
-		if err := agree(r.c, "reading images", r.pipe.trainedErr(r.cfg)); err != nil {
-			return err
-		}
-		if err := r.syncBuffers(); err != nil {
-			return err
-		}
-		if err := agree(r.c, "copying the model from the device", pull(r.rep, r.opt)); err != nil {
-			return err
-		}
-		// The checkpoint records the epoch's losses so far, summed over
-		// the ranks, for a run resumed from it.
-		var err error
-		if r.cp.epochLoss, err = r.epochSum(); err != nil {
-			return err
-		}
 		// Stopping at an epoch's last step leaves the epoch unevaluated
 		// (evaluating now would spend the signal's grace): the resumed run
 		// reports it first.
-		r.cp.epochLoss.Unreported = stop && r.step%r.steps == 0
-		err = agree(r.c, "writing a checkpoint", r.cp.save(r.step, r.epoch))
-		r.cp.epochLoss = nil
-		if err != nil {
+		if err := r.saveHere(stop && r.step%r.steps == 0); err != nil {
 			return err
 		}
 	}
 	if stop {
 		r.log("hpctrain: signal received: checkpointed step %d; exiting with code %d for requeue", r.step, ExitRequeue)
 		return ErrPreempted
+	}
+	return nil
+}
+
+// saveHere writes a checkpoint at this step, with the epoch's losses so
+// far; unreported marks an epoch that ended without its report, which a
+// run resumed from it makes first. Collective.
+func (r *run) saveHere(unreported bool) error {
+	r.enter(&phaseCheckpoint)
+	// A model trained on images a lazy folder read as zeros is not
+	// saved: under bad_input = "stop" every rank stops here instead,
+	// as at the end of the epoch, and the newest checkpoint stays the
+	// last good one. What counts is the batches trained on, not those
+	// the loader read ahead, so where a run stops does not depend on
+	// -data-workers or -prefetch.
+	r.pipe.warn.flush(r.everyRank, "read as zeros since the last report (lazy decoding)")
+	if err := agree(r.c, "reading images", r.pipe.trainedErr(r.cfg)); err != nil {
+		return err
+	}
+	if err := r.syncBuffers(); err != nil {
+		return err
+	}
+	if err := agree(r.c, "copying the model from the device", pull(r.rep, r.opt)); err != nil {
+		return err
+	}
+	// The checkpoint records the epoch's losses so far, summed over
+	// the ranks, for a run resumed from it.
+	var err error
+	if r.cp.epochLoss, err = r.epochSum(); err != nil {
+		return err
+	}
+	r.cp.epochLoss.Unreported = unreported
+	err = agree(r.c, "writing a checkpoint", r.cp.save(r.step, r.epoch))
+	r.cp.epochLoss = nil
+	if err != nil {
+		return err
 	}
 	return nil
 }
@@ -794,7 +804,27 @@ func (r *run) endEpoch() error {
 	}
 	r.log("epoch %d/%d: train loss %.4f, test loss %.4f, test accuracy %.2f%%, %.0f samples/s, %.1f s",
 		r.epoch, r.cfg.Epochs, r.res.TrainLoss, r.res.TestLoss, 100*r.res.TestAccuracy, r.res.SamplesPerSecond, r.res.TrainSeconds)
-	return r.writeOutputs(r.res)
+	if err := r.writeOutputs(r.res); err != nil {
+		return r.keepWork(err)
+	}
+	return nil
+}
+
+// keepWork checkpoints a run that stops at an epoch's end on err, a
+// report it could not write (the metrics or the loss log on a full disk),
+// and returns err: a run checkpointing every hour lost up to an hour of
+// training to a metrics line. The checkpoint marks the epoch unreported,
+// so the run resumed from it reports the epoch, and writes the line,
+// first. err is agreed by every rank, so every rank saves. Collective.
+func (r *run) keepWork(err error) error {
+	if r.cfg.CheckpointDir == "" {
+		return err
+	}
+	if serr := r.saveHere(r.step%r.steps == 0); serr != nil {
+		return errors.Join(err, serr)
+	}
+	r.log("hpctrain: checkpointed step %d before stopping: resume with -resume auto once the report can be written", r.step)
+	return err
 }
 
 // writeOutputs writes res to the metrics file and flushes the loss log,
