@@ -335,10 +335,8 @@ func (cp *checkpointer) resume() (int, error) {
 			return 0, err
 		}
 	}
-	if len(opt) > 0 {
-		if err := cp.opt.Restore(opt); err != nil {
-			return 0, fmt.Errorf("restoring the optimizer: %w", err)
-		}
+	if err := cp.opt.Restore(opt); err != nil {
+		return 0, fmt.Errorf("restoring the optimizer: %w", err)
 	}
 	if plan.Final != nil {
 		var r Result
@@ -456,6 +454,23 @@ func (cp *checkpointer) fits(st *checkpoint.State) error {
 	}
 	if i := nonFinite(b); i >= 0 {
 		return fmt.Errorf("step %d: buffer value %d (running statistics) is %v: the run cannot continue from it", st.Step, i, b[i])
+	}
+	// Every checkpoint a run writes holds its optimizer's state (the
+	// step counter at least, then momentum or Adam's moments): one
+	// without, or with buffers of other sizes, was damaged or made by
+	// hand, and resuming from it restarted the moments in silence. Tried
+	// here on rank 0, before any file is set aside; resume restores the
+	// same state on every rank.
+	var opt [][]float32
+	for i := 0; st.Lookup(fmt.Sprintf("optim.%d", i)) != nil; i++ {
+		s := st.Lookup(fmt.Sprintf("optim.%d", i))
+		if j := nonFinite(s); j >= 0 {
+			return fmt.Errorf("step %d: optimizer state optim.%d value %d is %v: the run cannot continue from it", st.Step, i, j, s[j])
+		}
+		opt = append(opt, s)
+	}
+	if err := cp.opt.Restore(opt); err != nil {
+		return fmt.Errorf("%w at step %d: its optimizer state (%d buffers) does not fit this run's %s optimizer (%v)", checkpoint.ErrIncompatible, st.Step, len(opt), cp.opt.Name(), err)
 	}
 	return nil
 }

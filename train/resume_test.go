@@ -215,6 +215,7 @@ func testCheckpointers(t *testing.T, cfg Config, ranks int, n, nbuf int, out io.
 		if err != nil {
 			t.Fatal(err)
 		}
+		opt.Step(net.Params, make([]float32, n), 0) // a state to save, as a run's after its first step
 		log := func(string, ...any) {}
 		if r == 0 {
 			log = func(f string, a ...any) { fmt.Fprintf(out, f+"\n", a...) }
@@ -925,5 +926,69 @@ func TestReportFailureCheckpointed(t *testing.T) {
 			t.Errorf("metrics line %d: epoch %d train loss %v test loss %v final %v; want epoch %d, %v, %v, %v",
 				i+1, g[i].Epoch, g[i].TrainLoss, g[i].TestLoss, g[i].Final, w[i].Epoch, w[i].TrainLoss, w[i].TestLoss, w[i].Final)
 		}
+	}
+}
+
+// TestResumeOptimizerState: a checkpoint whose optimizer state is missing
+// (no optim.* sections), of other sizes, or not finite is refused on every
+// rank as a usage error naming it, and the directory is left as it was;
+// before, a file without the sections resumed with the moments restarted
+// from zero and no word said.
+func TestResumeOptimizerState(t *testing.T) {
+	cfg := smallRun() // 10 steps per epoch on 2 ranks
+	cfg.CheckpointDir, cfg.Threads, cfg.Steps, cfg.Config.Name, cfg.LR = t.TempDir(), 1, 5, "adam", 0.001
+	if _, err := runRanks(t, cfg, 2); err != nil {
+		t.Fatal(err)
+	}
+	good, err := checkpoint.Load(filepath.Join(cfg.CheckpointDir, checkpoint.FileName(5)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		edit func(s []checkpoint.Section) []checkpoint.Section
+		want string
+	}{
+		{"none", func(s []checkpoint.Section) []checkpoint.Section {
+			return slices.DeleteFunc(s, func(s checkpoint.Section) bool { return strings.HasPrefix(s.Name, "optim.") })
+		}, "its optimizer state (0 buffers) does not fit this run's adam optimizer"},
+		{"short", func(s []checkpoint.Section) []checkpoint.Section {
+			for i := range s {
+				if s[i].Name == "optim.1" {
+					s[i].Data = s[i].Data[:len(s[i].Data)-1]
+				}
+			}
+			return s
+		}, "does not fit this run's adam optimizer (optim: restore: state buffer 1 has"},
+		{"nan", func(s []checkpoint.Section) []checkpoint.Section {
+			for i := range s {
+				if s[i].Name == "optim.2" {
+					s[i].Data = slices.Clone(s[i].Data)
+					s[i].Data[7] = float32(math.NaN())
+				}
+			}
+			return s
+		}, "step 5: optimizer state optim.2 value 7 is NaN"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			st := *good
+			st.Sections = c.edit(slices.Clone(good.Sections))
+			run := cfg
+			run.CheckpointDir, run.Resume, run.Steps = t.TempDir(), "auto", 10
+			if _, err := checkpoint.Save(run.CheckpointDir, &st, 0); err != nil {
+				t.Fatal(err)
+			}
+			before := files(t, run.CheckpointDir)
+			for r, err := range runEvery(run, 2) {
+				want := c.want
+				if r > 0 {
+					want = "failed on rank 0"
+				}
+				if !errors.As(err, new(cli.UsageError)) || !strings.Contains(fmt.Sprint(err), want) {
+					t.Errorf("rank %d: %v, want a usage error saying %q", r, err, want)
+				}
+			}
+			sameFiles(t, "after the refusal", files(t, run.CheckpointDir), before)
+		})
 	}
 }
