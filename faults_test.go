@@ -402,18 +402,7 @@ func TestSignalDuringStartup(t *testing.T) {
 		ck := filepath.Join(t.TempDir(), "ck")
 		j := startJob(t, 2, []string{"HPCTRAIN_FAULT=stop@1:init"}, "train", "-model", "mlp", "-limit", "640", "-test-limit", "100",
 			"-threads", "1", "-progress", "0", "-checkpoint-dir", ck)
-		var pid int
-		for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("rank 1 never stopped before MPI_Init:\n%s", j.out.String())
-			}
-			if pid = j.findRank(1); pid == 0 {
-				continue
-			}
-			if st, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat"); err == nil && strings.Contains(string(st), ") T ") {
-				break
-			}
-		}
+		pid := waitStopped(t, j.out.String, func() int { return j.findRank(1) })
 		syscall.Kill(pid, sig)
 		syscall.Kill(pid, syscall.SIGCONT)
 		code, _ := j.end(t, time.Minute)
@@ -421,6 +410,107 @@ func TestSignalDuringStartup(t *testing.T) {
 			t.Errorf("%v during start-up: exit %d, want 85 after a checkpoint:\n%s", sig, code, j.out.String())
 		}
 	}
+}
+
+// waitStopped waits until the process find returns (0: none yet) is
+// stopped (a stop@ fault), and returns it; out is the job's output so far.
+func waitStopped(t *testing.T, out func() string, find func() int) int {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the process never stopped itself:\n%s", out())
+		}
+		pid := find()
+		if pid == 0 {
+			continue
+		}
+		if st, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat"); err == nil && strings.Contains(string(st), ") T ") {
+			return pid
+		}
+	}
+}
+
+// TestInterruptCheckpoints: SIGINT (Ctrl-C) or SIGHUP reaching a rank of a
+// run with -checkpoint-dir checkpoints on every rank and exits 130, which
+// no batch script takes for a requeue; with a preemption signal on another
+// rank the job exits 85 for the requeue. A run started alone (no mpirun)
+// does the same, and one whose SIGINT is ignored (nohup, a background
+// job) keeps ignoring it. Before, SIGINT or SIGHUP killed the rank with no
+// checkpoint.
+func TestInterruptCheckpoints(t *testing.T) {
+	args := func(ck string) []string {
+		return []string{"train", "-model", "mlp", "-limit", "640", "-test-limit", "100", "-threads", "1", "-progress", "0", "-checkpoint-dir", ck}
+	}
+	saidInterrupted := "hpctrain: interrupted (SIGINT or SIGHUP): checkpointed step 1; exiting with code 130"
+	for _, c := range []struct {
+		name      string
+		rank0     syscall.Signal // sent to rank 0 as well (0: none)
+		rank1     syscall.Signal
+		code      int
+		said      string
+		saidNever string
+	}{
+		{"int", 0, syscall.SIGINT, 130, saidInterrupted, "for requeue"},
+		{"hup", 0, syscall.SIGHUP, 130, saidInterrupted, "for requeue"},
+		{"int and term", syscall.SIGTERM, syscall.SIGINT, 85, "; exiting with code 85 for requeue", "interrupted"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ck := filepath.Join(t.TempDir(), "ck")
+			j := startJob(t, 2, []string{"HPCTRAIN_FAULT=stop@1:init"}, args(ck)...)
+			pid := waitStopped(t, j.out.String, func() int { return j.findRank(1) })
+			if c.rank0 != 0 {
+				syscall.Kill(j.rankPID(t, 0), c.rank0) // waiting in MPI_Init for rank 1
+			}
+			syscall.Kill(pid, c.rank1)
+			syscall.Kill(pid, syscall.SIGCONT)
+			code, _ := j.end(t, time.Minute)
+			out := j.out.String()
+			if code != c.code || !strings.Contains(out, c.said) || strings.Contains(out, c.saidNever) {
+				t.Errorf("exit %d, want %d, saying %q and not %q:\n%s", code, c.code, c.said, c.saidNever, out)
+			}
+			if _, err := os.Stat(filepath.Join(ck, checkpoint.FileName(1))); err != nil {
+				t.Errorf("no checkpoint of step 1: %v", err)
+			}
+		})
+	}
+
+	t.Run("alone", func(t *testing.T) {
+		ck := filepath.Join(t.TempDir(), "ck")
+		cmd := exec.Command(bin, args(ck)...)
+		cmd.Env = append(os.Environ(), "HPCTRAIN_FAULT=stop@0:startup") // no launcher: no rank before MPI_Init
+		var out mpitest.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		pid := waitStopped(t, out.String, func() int { return cmd.Process.Pid })
+		syscall.Kill(pid, syscall.SIGINT)
+		syscall.Kill(pid, syscall.SIGCONT)
+		err := cmd.Wait()
+		if code := cmd.ProcessState.ExitCode(); code != 130 || !strings.Contains(out.String(), saidInterrupted) {
+			t.Errorf("exit %d (%v), want 130 after a checkpoint:\n%s", code, err, out.String())
+		}
+	})
+
+	t.Run("ignored", func(t *testing.T) {
+		ck := filepath.Join(t.TempDir(), "ck")
+		// As nohup or a shell's background job starts it: SIGINT ignored.
+		cmd := exec.Command("sh", append([]string{"-c", `trap "" INT; exec "$0" "$@"`, bin}, args(ck)...)...)
+		cmd.Env = append(os.Environ(), "HPCTRAIN_FAULT=stop@0:startup") // no launcher: no rank before MPI_Init
+		var out mpitest.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		pid := waitStopped(t, out.String, func() int { return cmd.Process.Pid })
+		syscall.Kill(pid, syscall.SIGINT)
+		syscall.Kill(pid, syscall.SIGCONT)
+		if err := cmd.Wait(); err != nil || !strings.Contains(out.String(), "final: test accuracy") {
+			t.Errorf("%v, want the run to end normally, its SIGINT ignored:\n%s", err, out.String())
+		}
+	})
 }
 
 // TestRankZeroOutputFails: rank 0's -loss-log (or -metrics) on a full

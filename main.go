@@ -97,7 +97,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	default:
 		err = cli.Usage(fmt.Errorf("unknown command %q (commands: train, eval, predict, export, models, summary, topo, bench, slurm, plot; see hpctrain -h)", cmd))
 	}
-	if err != nil && !errors.Is(err, flag.ErrHelp) && !errors.Is(err, train.ErrPreempted) && !errors.As(err, new(reported)) {
+	if err != nil && !errors.Is(err, flag.ErrHelp) && !errors.Is(err, train.ErrPreempted) && !errors.Is(err, train.ErrInterrupted) && !errors.As(err, new(reported)) {
 		fmt.Fprintf(stderr, "hpctrain: %s%v\n", where(), err)
 	}
 	return exitCode(err)
@@ -105,13 +105,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 // exitCode is the process's exit status after err: 0, ExitRequeue for a
 // run that checkpointed because it was asked to stop (the batch script
-// requeues it), 2 for bad flags or configuration, 1 for the rest.
+// requeues it), ExitInterrupted for one that checkpointed on Ctrl-C, 2 for
+// bad flags or configuration, 1 for the rest.
 func exitCode(err error) int {
 	switch {
 	case err == nil, errors.Is(err, flag.ErrHelp):
 		return 0
 	case errors.Is(err, train.ErrPreempted):
 		return train.ExitRequeue
+	case errors.Is(err, train.ErrInterrupted):
+		return train.ExitInterrupted
 	case errors.As(err, new(cli.UsageError)):
 		return 2
 	}
@@ -183,7 +186,7 @@ const finalizeGrace = 10 * time.Second
 // aborts the job (MPI_Abort with the exit status the error calls for),
 // so that mpirun ends every rank at once.
 func closeComm(comm mpi.Comm, err error, stderr io.Writer) error {
-	if err != nil && !errors.Is(err, train.ErrPreempted) && !errors.Is(err, flag.ErrHelp) {
+	if err != nil && !errors.Is(err, train.ErrPreempted) && !errors.Is(err, train.ErrInterrupted) && !errors.Is(err, flag.ErrHelp) {
 		fmt.Fprintf(stderr, "hpctrain: %s%v\n", where(), err)
 		err = reported{err}
 	}

@@ -32,6 +32,15 @@ const ExitRequeue = 85
 // checkpoint was written.
 var ErrPreempted = errors.New("stopped by signal after writing a checkpoint; exit for requeue")
 
+// ExitInterrupted is the exit code of a run that stopped on SIGINT (Ctrl-C)
+// or SIGHUP after writing a checkpoint: the shell's code for Ctrl-C, which
+// no batch script takes for a requeue.
+const ExitInterrupted = 130
+
+// ErrInterrupted is returned by Run when SIGINT or SIGHUP, and no
+// preemption signal, stopped the run after a checkpoint was written.
+var ErrInterrupted = errors.New("interrupted after writing a checkpoint")
+
 // resumeFree names the fields of Config a resumed run may change: the
 // epochs and the step cap (a run may be extended), the compute threads and
 // their placement (the arithmetic, hence every result, is the same for any
@@ -210,7 +219,7 @@ func newCheckpointer(cfg Config, c mpi.Comm, net *model.Net, opt optim.Optimizer
 	if err != nil {
 		return nil, err
 	}
-	cp := &checkpointer{cfg: cfg, comm: c, net: net, opt: opt, every: every, last: time.Now(), flag: make([]float64, 2), log: log, config: config,
+	cp := &checkpointer{cfg: cfg, comm: c, net: net, opt: opt, every: every, last: time.Now(), flag: make([]float64, 3), log: log, config: config,
 		desc: string(net.Desc.TOML()), buffers: net.Buffers}
 	if cfg.CheckpointDir != "" {
 		if c.Rank() == 0 {
@@ -603,30 +612,34 @@ func (cp *checkpointer) due(step int) bool {
 }
 
 // agreeStep makes all ranks agree, at a step boundary, whether any rank
-// was signalled (then all checkpoint and stop at this step) and whether a
-// periodic checkpoint is due by rank 0's reckoning: each rank asking its
-// own clock would send some ranks into the checkpoint's collectives and
-// not others. Collective: one 16-byte all-reduce per step, only with
-// -checkpoint-dir.
-func (cp *checkpointer) agreeStep(step int) (stop, save bool, err error) {
+// was signalled (then all checkpoint and stop at this step: stop), whether
+// only by an interruption (SIGINT, SIGHUP: interrupted; a preemption on any
+// rank wins, so the job is requeued) and whether a periodic checkpoint is
+// due by rank 0's reckoning: each rank asking its own clock would send
+// some ranks into the checkpoint's collectives and not others. Collective:
+// one 24-byte all-reduce per step, only with -checkpoint-dir.
+func (cp *checkpointer) agreeStep(step int) (stop, interrupted, save bool, err error) {
 	if cp.cfg.CheckpointDir == "" {
 		if unsavedSignal.Swap(false) {
 			cp.log("hpctrain: warning: SIGUSR1 received at step %d, but this run writes no checkpoints (no -checkpoint-dir): nothing to save; training goes on", step)
 		}
-		return false, false, nil
+		return false, false, false, nil
 	}
-	cp.flag[0], cp.flag[1] = 0, 0
+	cp.flag[0], cp.flag[1], cp.flag[2] = 0, 0, 0
 	if stopSignalled.Load() {
 		cp.flag[0] = 1
+	}
+	if interruptSignalled.Load() {
+		cp.flag[2] = 1
 	}
 	if cp.comm.Rank() == 0 && cp.due(step) {
 		cp.flag[1] = 1
 	}
 	if err := cp.comm.AllreduceSum64(cp.flag); err != nil {
-		return false, false, err
+		return false, false, false, err
 	}
-	stop = cp.flag[0] > 0
-	return stop, stop || cp.flag[1] > 0, nil
+	stop = cp.flag[0] > 0 || cp.flag[2] > 0
+	return stop, cp.flag[0] == 0 && cp.flag[2] > 0, stop || cp.flag[1] > 0, nil
 }
 
 // plural writes "1 checkpoint file", "3 checkpoint files".

@@ -717,11 +717,12 @@ func (r *run) account(t0 time.Time) {
 }
 
 // checkpointOrStop writes periodic checkpoints (when rank 0 says one is
-// due), and on a signal on any rank checkpoints and returns ErrPreempted;
-// both agreed by all ranks at this step boundary.
+// due), and on a signal on any rank checkpoints and returns ErrPreempted
+// (ErrInterrupted for SIGINT or SIGHUP alone); all agreed by all ranks at
+// this step boundary.
 func (r *run) checkpointOrStop() error {
 	r.enter(&phaseSignals)
-	stop, save, err := r.cp.agreeStep(r.step)
+	stop, interrupted, save, err := r.cp.agreeStep(r.step)
 	if err != nil {
 		return err
 	}
@@ -733,7 +734,11 @@ func (r *run) checkpointOrStop() error {
 			return err
 		}
 	}
-	if stop {
+	switch {
+	case interrupted:
+		r.log("hpctrain: interrupted (SIGINT or SIGHUP): checkpointed step %d; exiting with code %d (-resume auto goes on from here)", r.step, ExitInterrupted)
+		return ErrInterrupted
+	case stop:
 		r.log("hpctrain: signal received: checkpointed step %d; exiting with code %d for requeue", r.step, ExitRequeue)
 		return ErrPreempted
 	}
