@@ -326,6 +326,9 @@ func plotCmd(args []string, stdout, stderr io.Writer) error {
 	if err := cli.Parse(fs, args, stderr, false); err != nil {
 		return err
 	}
+	if otherRank("plot", stderr) {
+		return nil
+	}
 	if *metrics == "" {
 		return cli.Usage(fmt.Errorf("plot needs -metrics FILE[,FILE...]"))
 	}

@@ -558,3 +558,31 @@ func errorLines(t *testing.T, r result) []string {
 	}
 	return lines
 }
+
+// TestOneRankCommands: models, summary and plot use no MPI; under mpirun
+// rank 0 alone prints (and writes the PNG) and says so, the others return
+// without a word, instead of every rank printing the same output.
+func TestOneRankCommands(t *testing.T) {
+	dir := t.TempDir()
+	m := filepath.Join(dir, "m.jsonl")
+	if err := os.WriteFile(m, []byte(`{"epoch":1,"train_loss":0.9,"test_accuracy":0.7}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	png := filepath.Join(dir, "c.png")
+	for _, c := range []struct {
+		args []string
+		once string // in the output once, not once per rank
+	}{
+		{[]string{"models"}, "hpctrain models NAME prints one"},
+		{[]string{"models", "mlp"}, "# mlp: "},
+		{[]string{"summary", "-model", "mlp"}, "Total params: 407,050"},
+		{[]string{"plot", "-metrics", m, "-out", png}, "hpctrain: wrote " + png},
+	} {
+		r := hpctrain(t, 2, time.Minute, c.args...)
+		note := "hpctrain: " + c.args[0] + " runs in one process: rank 0 of these 2 does the work, the others nothing"
+		if r.code != 0 || strings.Count(r.out, c.once) != 1 || strings.Count(r.out, note) != 1 {
+			t.Errorf("mpirun -np 2 hpctrain %q: exit %d, want %q and %q once each:\n%s", c.args, r.code, c.once, note, r.out)
+		}
+	}
+	mustPNG(t, png)
+}

@@ -33,6 +33,9 @@ Flags:
 	if err := cli.Parse(fs, args, stderr, true); err != nil {
 		return err
 	}
+	if otherRank("models", stderr) {
+		return nil
+	}
 	switch fs.NArg() {
 	case 0:
 		return listModels(stdout)
@@ -121,6 +124,9 @@ Flags:
 	}
 	if err := cli.Parse(fs, args, stderr, false); err != nil {
 		return err
+	}
+	if otherRank("summary", stderr) {
+		return nil
 	}
 	var s model.Summary
 	var err error
