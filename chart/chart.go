@@ -205,7 +205,16 @@ type Series struct {
 // the same colour. One file keeps a run's loss and accuracy together when
 // reports embed it; the panels share nothing but the epoch axis.
 func Curves(path string, title string, series []Series) error {
-	loss, acc := plot.New(), plot.New()
+	loss, acc, err := curves(path, title, series)
+	if err != nil {
+		return err
+	}
+	return save(path, CurvesWidth, CurvesHeight, [][]*plot.Plot{{loss, acc}})
+}
+
+// curves builds Curves' two panels.
+func curves(path string, title string, series []Series) (loss, acc *plot.Plot, err error) {
+	loss, acc = plot.New(), plot.New()
 	loss.Title.Text = title + ": training loss"
 	acc.Title.Text = title + ": test accuracy"
 	for _, p := range []*plot.Plot{loss, acc} {
@@ -213,6 +222,7 @@ func Curves(path string, title string, series []Series) error {
 		p.Add(plotter.NewGrid())
 		p.Legend.Top = true
 		p.Legend.TextStyle.Font.Size = vg.Points(10)
+		p.Y.Tick.Marker = niceTicks{}
 	}
 	loss.Y.Label.Text = "train loss"
 	acc.Y.Label.Text = "test accuracy"
@@ -225,7 +235,7 @@ func Curves(path string, title string, series []Series) error {
 				continue
 			}
 			if len(panel.y) != len(s.Epoch) {
-				return fmt.Errorf("chart %s: series %q has %d epochs and %d values", path, s.Name, len(s.Epoch), len(panel.y))
+				return nil, nil, fmt.Errorf("chart %s: series %q has %d epochs and %d values", path, s.Name, len(s.Epoch), len(panel.y))
 			}
 			xy := make(plotter.XYs, len(s.Epoch))
 			for j := range s.Epoch {
@@ -233,7 +243,7 @@ func Curves(path string, title string, series []Series) error {
 			}
 			l, pts, err := plotter.NewLinePoints(xy)
 			if err != nil {
-				return fmt.Errorf("chart %s: series %q: %w", path, s.Name, err)
+				return nil, nil, fmt.Errorf("chart %s: series %q: %w", path, s.Name, err)
 			}
 			l.LineStyle = style(i)
 			pts.GlyphStyle = draw.GlyphStyle{Color: l.LineStyle.Color, Radius: vg.Points(2.5), Shape: draw.CircleGlyph{}}
@@ -242,7 +252,7 @@ func Curves(path string, title string, series []Series) error {
 		}
 	}
 	acc.Legend.Top = false // accuracy rises: keep the legend out of its way
-	return save(path, CurvesWidth, CurvesHeight, [][]*plot.Plot{{loss, acc}})
+	return loss, acc, nil
 }
 
 // save draws the plots in a grid on a w x h pixel canvas and writes a PNG.

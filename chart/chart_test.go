@@ -3,10 +3,14 @@ package chart
 import (
 	"image/png"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+
+	"gonum.org/v1/plot"
 
 	"hpctrain/optim"
 )
@@ -136,4 +140,119 @@ func TestCurves(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkPNG(t, out, CurvesWidth, CurvesHeight)
+}
+
+// TestCurvesTicks: the panels' y axes are labelled at multiples of a step
+// of 1, 2 or 5 times a power of ten, at least 4 labels and at most 11,
+// every label its tick's value and no two alike; plot's default ticks
+// labelled a loss from 2.0984 to 2.1206 2.1, 2.1, 2.1, and one from 0.31
+// to 0.36 0.32, 0.34, 0.36.
+func TestCurvesTicks(t *testing.T) {
+	s := Series{Name: "run", Epoch: []float64{1, 2}, Loss: []float64{0.36, 0.31}, Accuracy: []float64{0.8, 0.85}}
+	loss, acc, err := curves("c.png", "t", []Series{s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	labels := func(p *plot.Plot, lo, hi float64) []string {
+		t.Helper()
+		var ls []string
+		var vs []float64
+		for _, tk := range p.Y.Tick.Marker.Ticks(lo, hi) {
+			if tk.IsMinor() {
+				continue
+			}
+			v, err := strconv.ParseFloat(tk.Label, 64)
+			if err != nil || math.Abs(v-tk.Value) > 1e-9*(hi-lo) || tk.Value < lo || tk.Value > hi {
+				t.Errorf("[%g, %g]: label %q at %g", lo, hi, tk.Label, tk.Value)
+			}
+			ls, vs = append(ls, tk.Label), append(vs, v)
+		}
+		if len(ls) < 4 || len(ls) > 11 {
+			t.Errorf("[%g, %g]: %d labels %q, want 4 to 11", lo, hi, len(ls), ls)
+			return ls
+		}
+		step := vs[1] - vs[0]
+		m := step / math.Pow(10, math.Floor(math.Log10(step)+1e-6))
+		if math.Abs(m-1) > 1e-6 && math.Abs(m-2) > 1e-6 && math.Abs(m-5) > 1e-6 {
+			t.Errorf("[%g, %g]: step %g of labels %q is not 1, 2 or 5 x 10^k", lo, hi, step, ls)
+		}
+		for i := 1; i < len(ls); i++ {
+			if ls[i] == ls[i-1] || math.Abs(vs[i]-vs[i-1]-step) > 1e-6*step {
+				t.Errorf("[%g, %g]: labels %q not evenly stepped or alike", lo, hi, ls)
+				break
+			}
+		}
+		return ls
+	}
+	if got := strings.Join(labels(loss, 0.31, 0.36), " "); got != "0.31 0.32 0.33 0.34 0.35 0.36" {
+		t.Errorf("loss 0.31 to 0.36: labels %s", got)
+	}
+	if got := strings.Join(labels(loss, 2.0984, 2.1206), " "); got != "2.100 2.105 2.110 2.115 2.120" {
+		t.Errorf("loss 2.0984 to 2.1206: labels %s", got)
+	}
+	if got := strings.Join(labels(acc, 0.312, 0.315), " "); got != "0.312 0.313 0.314 0.315" {
+		t.Errorf("accuracy 0.312 to 0.315: labels %s", got)
+	}
+	if got := strings.Join(labels(loss, 1.2e6, 1.5e6), " "); got != "1.2e+06 1.3e+06 1.4e+06 1.5e+06" {
+		t.Errorf("loss 1.2e6 to 1.5e6: labels %s", got)
+	}
+	if got := strings.Join(labels(loss, -0.3, 1.2), " "); got != "-0.2 0.0 0.2 0.4 0.6 0.8 1.0 1.2" {
+		t.Errorf("-0.3 to 1.2: labels %s", got)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 5000 {
+		lo := math.Pow(10, rng.Float64()*8-5)
+		hi := lo * (1 + math.Pow(10, rng.Float64()*6-6))
+		labels(acc, lo, hi)
+		labels(acc, 0, math.Pow(10, rng.Float64()*10-3))
+	}
+}
+
+// TestMetricsNames: a run is named by the shortest end of its path that
+// tells it from the others; the base name alone gave two runs in a/ and
+// b/ the same legend entry.
+func TestMetricsNames(t *testing.T) {
+	dir := t.TempDir()
+	var files []string
+	for _, f := range []string{"a/m.jsonl", "b/m.jsonl", "c.jsonl", "x/s/m.jsonl", "y/s/m.jsonl"} {
+		p := filepath.Join(dir, f)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(metricsA), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, p)
+	}
+	for _, c := range []struct {
+		files []string
+		want  string
+	}{
+		{files[:1], "m.jsonl"},
+		{files, "a/m.jsonl b/m.jsonl c.jsonl x/s/m.jsonl y/s/m.jsonl"},
+		{[]string{files[2], files[0]}, "c.jsonl m.jsonl"},
+		{[]string{files[0], files[0]}, "m.jsonl m.jsonl"}, // one file twice
+		{[]string{files[0], files[3]}, "a/m.jsonl s/m.jsonl"},
+	} {
+		series, err := metricsSeries(c.files)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, s := range series {
+			names = append(names, s.Name)
+		}
+		if got := strings.Join(names, " "); got != c.want {
+			t.Errorf("%q: named %s, want %s", c.files, got, c.want)
+		}
+	}
+	// Relative paths are compared from the working directory.
+	t.Chdir(filepath.Join(dir, "a"))
+	series, err := metricsSeries([]string{"m.jsonl", "../b/m.jsonl"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if series[0].Name != "a/m.jsonl" || series[1].Name != "b/m.jsonl" {
+		t.Errorf("m.jsonl and ../b/m.jsonl from a/: named %q and %q", series[0].Name, series[1].Name)
+	}
 }

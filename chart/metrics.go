@@ -10,6 +10,8 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 )
 
 // Record is one line of the training loop's JSON-lines metrics: one per
@@ -84,24 +86,70 @@ func abbrev(b []byte) string {
 
 // MetricsPNG reads each JSON-lines metrics file and writes Curves to out:
 // training loss and test accuracy per epoch, one series per file, named by
-// the file's base name. Final summary lines are not plotted.
+// the shortest end of its path that tells it from the other files (see
+// shortNames). Final summary lines are not plotted.
 func MetricsPNG(out string, files []string) error {
-	if len(files) == 0 {
-		return errors.New("chart: metrics: no files given")
-	}
-	var series []Series
-	for _, name := range files {
-		s, err := readSeries(name)
-		if err != nil {
-			return err
-		}
-		series = append(series, s)
+	series, err := metricsSeries(files)
+	if err != nil {
+		return err
 	}
 	title := "training curves"
 	if len(files) == 1 {
 		title = series[0].Name
 	}
 	return Curves(out, title, series)
+}
+
+// metricsSeries reads MetricsPNG's files, one series each.
+func metricsSeries(files []string) ([]Series, error) {
+	if len(files) == 0 {
+		return nil, errors.New("chart: metrics: no files given")
+	}
+	names := shortNames(files)
+	var series []Series
+	for i, name := range files {
+		s, err := readSeries(name)
+		if err != nil {
+			return nil, err
+		}
+		s.Name = names[i]
+		series = append(series, s)
+	}
+	return series, nil
+}
+
+// shortNames names each file by the shortest end of its path, in whole
+// components, that no other file's path ends with: m.jsonl alone, but
+// a/m.jsonl and b/m.jsonl side by side (the base names alone made two
+// legend entries alike). Paths are compared made absolute, so m.jsonl
+// beside ../b/m.jsonl is run1/m.jsonl beside b/m.jsonl; a file named twice
+// keeps its base name.
+func shortNames(files []string) []string {
+	parts := make([][]string, len(files))
+	for i, f := range files {
+		p, err := filepath.Abs(f)
+		if err != nil {
+			p = filepath.Clean(f)
+		}
+		parts[i] = strings.Split(p, string(filepath.Separator))
+	}
+	names := make([]string, len(files))
+	for i, p := range parts {
+		for k := 1; k <= len(p); k++ {
+			end := p[len(p)-k:]
+			clash := false
+			for _, q := range parts {
+				if len(q) >= k && slices.Equal(q[len(q)-k:], end) && !slices.Equal(q, p) {
+					clash = true
+				}
+			}
+			if !clash || k == len(p) {
+				names[i] = filepath.Join(end...)
+				break
+			}
+		}
+	}
+	return names
 }
 
 func readSeries(name string) (Series, error) {
