@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -19,7 +20,8 @@ func modelsCmd(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("hpctrain models", flag.ContinueOnError)
 	canonical := fs.Bool("canonical", false, "print the description with every key, defaults included (what -model hashes), not the file")
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `Usage: hpctrain models [-canonical] [NAME|FILE.toml]
+		fmt.Fprint(fs.Output(), `Usage: hpctrain models [NAME|FILE.toml]
+       hpctrain models -canonical NAME|FILE.toml
 
 Without an argument, lists the built-in models (train -model NAME) with
 their parameters for 28x28x1 and 32x32x3 input and 10 classes. With one,
@@ -38,6 +40,9 @@ Flags:
 	}
 	switch fs.NArg() {
 	case 0:
+		if *canonical {
+			return cli.Usage(errors.New("-canonical without a model: it prints one model's description with every key (hpctrain models -canonical NAME|FILE.toml)"))
+		}
 		return listModels(stdout)
 	case 1:
 	default:

@@ -49,9 +49,12 @@ func TestModelsCmd(t *testing.T) {
 	if !strings.Contains(out.String(), `{kind = "conv", out = 24, kernel = 3, stride = 1, pad = 1, bias = false},`) {
 		t.Errorf("canonical copy:\n%s", out.String())
 	}
-	for _, args := range [][]string{{"resnet"}, {"a", "b"}, {"-nope"}} {
-		if err := modelsCmd(args, &out, &errb); !errors.As(err, new(cli.UsageError)) {
-			t.Errorf("models %q: %v, want a usage error", args, err)
+	// -canonical is of one model: without a name it was ignored, and the
+	// list printed.
+	for _, args := range [][]string{{"resnet"}, {"a", "b"}, {"-nope"}, {"-canonical"}} {
+		out.Reset()
+		if err := modelsCmd(args, &out, &errb); !errors.As(err, new(cli.UsageError)) || out.Len() > 0 {
+			t.Errorf("models %q: %v, want a usage error and no output, printed:\n%s", args, err, out.String())
 		}
 	}
 	if err := modelsCmd([]string{"-h"}, &out, &errb); !errors.Is(err, flag.ErrHelp) {
