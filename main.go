@@ -39,6 +39,7 @@ const usage = `hpctrain trains neural networks data-parallel under mpirun, sbatc
 
 Usage:
   hpctrain <command> [flags]
+  hpctrain help <command>   (the same as hpctrain <command> -h)
 
 Commands:
   train     train a model (Fashion-MNIST by default; MNIST, CIFAR-10, image folders) (hpctrain train -h)
@@ -65,11 +66,19 @@ func main() {
 // run dispatches a subcommand and turns its error into one line and an exit
 // code.
 func run(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help" {
+	// Help that was asked for, of hpctrain or of any command, is output:
+	// standard output and exit 0. Without a command, the usage is an
+	// error's: standard error and exit 2.
+	cli.HelpOutput = stdout
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	if len(args) > 1 && args[0] == "help" {
+		args = append(args[1:], "-h") // hpctrain help train: train -h
+	}
+	if args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprint(stdout, usage)
-		if len(args) == 0 {
-			return 2
-		}
 		return 0
 	}
 	var err error

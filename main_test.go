@@ -586,3 +586,59 @@ func TestOneRankCommands(t *testing.T) {
 	}
 	mustPNG(t, png)
 }
+
+// streams runs the binary alone and returns its standard output and
+// standard error apart, and its exit code.
+func streams(t *testing.T, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	var out, errs bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errs
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("hpctrain %q: %v", args, err)
+	}
+	return out.String(), errs.String(), code
+}
+
+// TestHelpOnStdout: help that was asked for, of hpctrain or of any
+// command, is on standard output with exit 0, like the top-level help
+// (subcommands printed theirs on standard error); a bad flag is one line
+// on standard error, exit 2, and hpctrain without a command prints its
+// usage there too.
+func TestHelpOnStdout(t *testing.T) {
+	for _, args := range [][]string{
+		{"-h"}, {"-help"}, {"--help"}, {"help"},
+		{"train", "-h"}, {"train", "--help"}, {"eval", "-help"}, {"predict", "-h"}, {"export", "--help"},
+		{"models", "-h"}, {"summary", "-help"}, {"topo", "-h"}, {"plot", "--help"},
+		{"slurm", "-h"}, {"slurm", "template", "-h"}, {"bench", "-h"}, {"bench", "gemm", "-h"},
+		{"bench", "step", "--help"}, {"bench", "allreduce", "-h"}, {"bench", "scaling", "-help"},
+		{"help", "summary"}, {"help", "bench", "optim"}, {"help", "slurm", "template"},
+	} {
+		out, errs, code := streams(t, args...)
+		want := "Usage"
+		if args[0] == "help" && len(args) > 1 {
+			want = "Usage of hpctrain " + strings.Join(args[1:], " ") // the command's own
+			if len(args) == 2 {
+				want = "Usage: hpctrain " + args[1]
+			}
+		}
+		if code != 0 || !strings.Contains(out, want) || errs != "" {
+			t.Errorf("hpctrain %q: exit %d, stdout %d bytes, stderr %q; want %q on stdout, exit 0", args, code, len(out), errs, want)
+		}
+	}
+	for _, args := range [][]string{{"models", "-nope"}, {"summary", "-nope"}, {"plot", "-nope"}, {"train", "-nope"}, {"bench", "gemm", "-nope"}, {"help", "nope"}} {
+		out, errs, code := streams(t, args...)
+		if code != 2 || out != "" || strings.Count(errs, "\n") != 1 || !strings.Contains(errs, "nope") {
+			t.Errorf("hpctrain %q: exit %d, stdout %q, stderr %q; want one line on stderr, exit 2", args, code, out, errs)
+		}
+	}
+	if out, errs, code := streams(t); code != 2 || out != "" || !strings.Contains(errs, "Usage") {
+		t.Errorf("hpctrain alone: exit %d, stdout %q, stderr %d bytes; want the usage on stderr, exit 2", code, out, len(errs))
+	}
+}

@@ -25,17 +25,31 @@ func Usage(err error) error {
 	return UsageError{err}
 }
 
-// Parse parses args with fs. With -h or -help it prints fs's usage to help
-// and returns flag.ErrHelp. A malformed or unknown flag returns a
-// UsageError of one line, "<flag's complaint> (see NAME -h)",
-// without printing the usage. Arguments after the flags are refused
-// unless positional is true.
-func Parse(fs *flag.FlagSet, args []string, help io.Writer, positional bool) error {
+// HelpOutput, where set, is where Parse prints a usage that was asked for
+// (-h, -help, --help), instead of the writer Parse is given. main sets it
+// to standard output, where the top-level help goes: help that was asked
+// for is the command's output (hpctrain train -h | less) and exits 0,
+// while a bad flag is an error, one line on standard error, exit 2.
+// Commands give Parse their standard error, so where HelpOutput is not set
+// (a command called from a test) the usage goes there.
+var HelpOutput io.Writer
+
+// Parse parses args with fs. With -h, -help or --help it prints fs's usage
+// to HelpOutput, or where that is not set to stderr, and returns
+// flag.ErrHelp. A malformed or unknown flag returns a UsageError of one
+// line, "<flag's complaint> (see NAME -h)", without printing the usage.
+// Arguments after the flags are refused unless positional is true. fs's
+// output is stderr afterwards.
+func Parse(fs *flag.FlagSet, args []string, stderr io.Writer, positional bool) error {
 	fs.SetOutput(io.Discard) // the flag package would print the whole usage on any error
 	err := fs.Parse(args)
-	fs.SetOutput(help)
+	fs.SetOutput(stderr)
 	switch {
 	case errors.Is(err, flag.ErrHelp):
+		if HelpOutput != nil {
+			fs.SetOutput(HelpOutput)
+			defer fs.SetOutput(stderr)
+		}
 		fs.Usage()
 		return flag.ErrHelp
 	case err != nil:

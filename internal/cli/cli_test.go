@@ -85,3 +85,30 @@ func TestOwnFlag(t *testing.T) {
 		}
 	}
 }
+
+// TestParseHelpOutput: a usage that was asked for goes to HelpOutput
+// (main's standard output) when it is set, and nothing of it to stderr;
+// a bad flag still prints nothing but returns its one-line UsageError.
+func TestParseHelpOutput(t *testing.T) {
+	var help, stderr bytes.Buffer
+	HelpOutput = &help
+	t.Cleanup(func() { HelpOutput = nil })
+	for _, h := range []string{"-h", "-help", "--help"} {
+		help.Reset()
+		fs, _ := newFS()
+		if err := Parse(fs, []string{h}, &stderr, false); !errors.Is(err, flag.ErrHelp) {
+			t.Fatalf("%s: %v, want flag.ErrHelp", h, err)
+		}
+		if !strings.Contains(help.String(), "a number") || stderr.Len() != 0 {
+			t.Errorf("%s: help output %q, stderr %q; want the usage in the help output alone", h, help.String(), stderr.String())
+		}
+		if fs.Output() != &stderr {
+			t.Errorf("%s: the flag set's output is left at the help output", h)
+		}
+	}
+	help.Reset()
+	fs, _ := newFS()
+	if err := Parse(fs, []string{"-bogus"}, &stderr, false); !errors.As(err, new(UsageError)) || help.Len() != 0 || stderr.Len() != 0 {
+		t.Errorf("-bogus: %v, help output %q, stderr %q; want a UsageError and nothing printed", err, help.String(), stderr.String())
+	}
+}
