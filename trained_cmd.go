@@ -73,9 +73,9 @@ func (f *ckptFlags) compute(t *train.Trained, localSize int) *affinity.Workers {
 }
 
 // otherRank reports whether this process is a rank other than 0 of a
-// launch of several (mpirun -np N): predict and export run in one
-// process, and N copies of their output, or N writers of one file, help
-// nobody. Rank 0 does the work and says what the others do.
+// launch of several (mpirun -np N): predict, export, models, summary and
+// plot run in one process, and N copies of their output, or N writers of
+// one file, help nobody. Rank 0 does the work and says what the others do.
 func otherRank(cmd string, stderr io.Writer) bool {
 	// The launcher's variables, as train reads them without MPI (mpirun,
 	// PMI, an srun step); ones that contradict each other leave this
