@@ -642,3 +642,32 @@ func TestHelpOnStdout(t *testing.T) {
 		t.Errorf("hpctrain alone: exit %d, stdout %q, stderr %d bytes; want the usage on stderr, exit 2", code, out, len(errs))
 	}
 }
+
+// TestBenchFlagMismatch starts the two ranks of bench allreduce and bench
+// scaling with different flags (MPMD): both stop at once, exit 2, each
+// naming the flag and both values, instead of waiting on each other in
+// collectives of other sizes or counts. A flag for rank 0's own output
+// (-json) may differ.
+func TestBenchFlagMismatch(t *testing.T) {
+	for _, c := range []struct {
+		args, odd []string
+		want      string
+	}{
+		{[]string{"bench", "allreduce", "-b", "4", "-e", "64", "-rounds", "3"}, []string{"-e", "128"}, "flag -e differs from rank 0's (64): rank 1 has 128;"},
+		{[]string{"bench", "allreduce", "-b", "4", "-e", "64", "-rounds", "3"}, []string{"-collective", "shm"}, "flag -collective differs from rank 0's (mpi): rank 1 has shm;"},
+		{[]string{"bench", "scaling", "-model", "mlp", "-steps", "2", "-q"}, []string{"-sweep-max-mb", "1"}, "flag -sweep-max-mb differs from rank 0's (0): rank 1 has 1;"},
+		{[]string{"bench", "scaling", "-model", "mlp", "-steps", "2", "-q"}, []string{"-collective", "mpi"}, "flag -collective differs from rank 0's (shm): rank 1 has mpi;"},
+	} {
+		r := mpmd(t, 30*time.Second, c.args, c.odd)
+		if r.code != 2 {
+			t.Errorf("%v, rank 1 %v: exit %d, want 2\n%s", c.args, c.odd, r.code, r.out)
+		}
+		if n := strings.Count(r.out, c.want); n != 2 {
+			t.Errorf("%v, rank 1 %v: want both ranks to say %q:\n%s", c.args, c.odd, c.want, r.out)
+		}
+	}
+	js := filepath.Join(t.TempDir(), "ar.json")
+	if r := mpmd(t, 30*time.Second, []string{"bench", "allreduce", "-b", "4", "-e", "8", "-rounds", "1"}, []string{"-json", js}); r.code != 0 {
+		t.Errorf("-json on rank 1 only: exit %d\n%s", r.code, r.out)
+	}
+}

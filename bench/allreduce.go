@@ -114,6 +114,11 @@ func Allreduce(args []string, c mpi.Comm, out io.Writer) error {
 	if err := cli.Parse(fs, args, os.Stderr, false); err != nil {
 		return err
 	}
+	// Every flag but -json (rank 0's file) shapes the collectives, or
+	// whether a rank refuses: the same on every rank, or none runs.
+	if err := agreeFlags(c, fs, "json"); err != nil {
+		return err
+	}
 	if *typ != "float32" {
 		return cli.Usage(fmt.Errorf("-type %q: only float32 so far", *typ))
 	}

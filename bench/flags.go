@@ -1,8 +1,11 @@
 package bench
 
 import (
+	"crypto/sha256"
+	"flag"
 	"fmt"
 	"math"
+	"slices"
 
 	"hpctrain/data"
 	"hpctrain/internal/atomicfile"
@@ -86,6 +89,39 @@ func outputsWritable(c mpi.Comm, checks ...flagCheck) error {
 		return err
 	}
 	return train.Agree(c, "checking the output files", err)
+}
+
+// agreeFlags checks that every rank of c was started with rank 0's value of
+// each flag of fs but own (those that only shape what a rank writes of its
+// own, such as the files rank 0 writes): the others decide which
+// collectives a rank calls, and how large, or whether it refuses to start,
+// and ranks that differ there (an MPMD launch, mpirun -np 1 ... : -np 1
+// ...) waited on each other forever. A difference is the same usage error
+// on every rank, naming the first such flag, rank 0's value and the odd
+// ranks' (train.AgreeText). c may be nil (no job). Collective.
+func agreeFlags(c mpi.Comm, fs *flag.FlagSet, own ...string) error {
+	if c == nil {
+		return nil
+	}
+	var err error
+	fs.VisitAll(func(f *flag.Flag) { // in name order, the same on every rank
+		if err == nil && !slices.Contains(own, f.Name) {
+			err = train.AgreeText(c, "flag -"+f.Name, flagText(f.Value.String()),
+				"start every rank with the same flags")
+		}
+	})
+	return err
+}
+
+// flagText is a flag's value as agreeFlags compares it: the value, or for
+// a long one (a list, a path) its start and a digest of the whole, which
+// train.AgreeText's width of 128 bytes holds.
+func flagText(v string) string {
+	if len(v) <= 96 {
+		return v
+	}
+	sum := sha256.Sum256([]byte(v))
+	return fmt.Sprintf("%s... (sha256 %x)", v[:64], sum[:8])
 }
 
 // checkNet refuses, in one line and before anything is allocated, a

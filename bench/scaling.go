@@ -167,6 +167,12 @@ func Scaling(args []string, connect func() (mpi.Comm, error), out io.Writer) (er
 	if err != nil {
 		return err
 	}
+	// Every flag but rank 0's outputs shapes the collectives (the sweep's
+	// sizes and buffer), or whether a rank refuses: the same on every
+	// rank, or none runs.
+	if err := agreeFlags(c, fs, "json", "png", "q"); err != nil {
+		return err
+	}
 	if err := outputsWritable(c, writable("json", *js), writable("png", *png)); err != nil {
 		return err
 	}
