@@ -82,10 +82,6 @@ func Affinity(args []string, self string, out io.Writer) error {
 		return err
 	}
 	p := topo.PhysicalCores(mask)
-	if err := os.MkdirAll(*dir, 0o755); err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "# affinity grid: %d physical cores in mask %s, model %s, %d samples x %d epochs\n", p, mask, *modelName, *limit, *epochs)
 	var cells []GridCell
 	noiseModes := []bool{false}
 	if *noisy {
@@ -97,14 +93,27 @@ func Affinity(args []string, self string, out io.Writer) error {
 				continue
 			}
 			for _, pinned := range []bool{true, false} {
-				c := GridCell{Instances: inst, Threads: p / inst, Pinned: pinned, Noisy: noise}
-				if err := runCell(&c, *launcher, self, *modelName, *limit, *epochs, *testLimit, *extra, mask, *dir); err != nil {
-					return err
-				}
-				fmt.Fprintf(out, "ran %d x %d pinned=%v noisy=%v: %.1f s, %.0f samples/s, %.2f%%\n", c.Instances, c.Threads, c.Pinned, c.Noisy, c.WallSeconds, c.SamplesPerSecond, 100*c.TestAccuracy)
-				cells = append(cells, c)
+				cells = append(cells, GridCell{Instances: inst, Threads: p / inst, Pinned: pinned, Noisy: noise})
 			}
 		}
+	}
+	// Every file of the run, the cells' metrics too, is checked before
+	// the first cell: one that could not be written stopped the run after
+	// the grid, leaving the files written before it.
+	files := []string{"affinity.csv", "affinity.json", "affinity.png"}
+	for _, c := range cells {
+		files = append(files, cellMetrics(c))
+	}
+	if err := outputDir(*dir, files...); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "# affinity grid: %d physical cores in mask %s, model %s, %d samples x %d epochs\n", p, mask, *modelName, *limit, *epochs)
+	for i := range cells {
+		c := &cells[i]
+		if err := runCell(c, *launcher, self, *modelName, *limit, *epochs, *testLimit, *extra, mask, *dir); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "ran %d x %d pinned=%v noisy=%v: %.1f s, %.0f samples/s, %.2f%%\n", c.Instances, c.Threads, c.Pinned, c.Noisy, c.WallSeconds, c.SamplesPerSecond, 100*c.TestAccuracy)
 	}
 	fmt.Fprintf(out, "\n| instances x threads | bound | noisy neighbour | wall s | train s | samples/s | test accuracy |\n|---|---|---|---|---|---|---|\n")
 	for _, c := range cells {
@@ -134,8 +143,14 @@ func boundName(pinned bool) string {
 // gridFlags are the train flags runCell sets for every cell.
 var gridFlags = []string{"model", "limit", "epochs", "test-limit", "threads", "bind", "cpu-list", "use-smt", "metrics", "progress"}
 
+// cellMetrics is the name of the -metrics file of cell c's training, in
+// -out.
+func cellMetrics(c GridCell) string {
+	return fmt.Sprintf("affinity-%dx%d-%s-noisy%v.jsonl", c.Instances, c.Threads, boundName(c.Pinned), c.Noisy)
+}
+
 func runCell(c *GridCell, launcher, self, modelName string, limit, epochs, testLimit int, extra string, mask affinity.CPUSet, dir string) error {
-	metrics := filepath.Join(dir, fmt.Sprintf("affinity-%dx%d-%s-noisy%v.jsonl", c.Instances, c.Threads, boundName(c.Pinned), c.Noisy))
+	metrics := filepath.Join(dir, cellMetrics(*c))
 	args := append(strings.Fields(launcher), "-np", strconv.Itoa(c.Instances), self, "train",
 		"-model", modelName, "-limit", strconv.Itoa(limit), "-epochs", strconv.Itoa(epochs),
 		"-test-limit", strconv.Itoa(testLimit), "-threads", strconv.Itoa(c.Threads),

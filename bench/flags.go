@@ -5,6 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 	"slices"
 
 	"hpctrain/data"
@@ -74,6 +76,22 @@ func writable(name, path string) flagCheck {
 		}
 		return nil
 	}
+}
+
+// outputDir makes -out's directory dir, with its parents, and checks that
+// each of files can be written in it (writable), before any measuring: a
+// file that could not be written (a directory of its name, a directory
+// that takes no new files) stopped the run after the files written before
+// it, and after the measuring. A usage error naming -out.
+func outputDir(dir string, files ...string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return cli.Usage(fmt.Errorf("-out %s: %w", dir, err))
+	}
+	checks := make([]flagCheck, len(files))
+	for i, f := range files {
+		checks[i] = writable("out", filepath.Join(dir, f))
+	}
+	return firstBad(checks...)
 }
 
 // outputsWritable runs checks of the files rank 0 writes on rank 0, and

@@ -3,9 +3,12 @@ package bench
 import (
 	"errors"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	"hpctrain/affinity"
 	"hpctrain/internal/cli"
 	"hpctrain/mpi"
 )
@@ -73,5 +76,42 @@ func TestScalingIntraRefusedFirst(t *testing.T) {
 	err := Scaling(strings.Fields("-ranks-per-node 4 -link-gbps 100 -threads 1"), func() (mpi.Comm, error) { return mpi.NewSingle(), nil }, &out)
 	if err == nil || !strings.Contains(err.Error(), "4 ranks per node, but no intra-node figures") || !errors.As(err, new(cli.UsageError)) || out.Len() > 0 {
 		t.Errorf("%v, printed %q: want the usage error alone", err, out.String())
+	}
+}
+
+// An output of bench optim or bench affinity that cannot be written (here
+// a directory of its name) is refused before any measuring, in one line
+// naming it, exit 2, and nothing is written: the files before it were
+// written, and the error came after the measuring (the whole grid).
+func TestOutputsCheckedFirst(t *testing.T) {
+	topo, err := affinity.ReadTopology("/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mask, err := affinity.Allowed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := cellMetrics(GridCell{Instances: topo.PhysicalCores(mask), Threads: 1}) // the grid's last cell's
+	for _, c := range []struct {
+		run  func(dir string) error
+		file string
+	}{
+		{func(dir string) error { return Optim([]string{"-out", dir}, io.Discard) }, "optim_trajectories.png"},
+		{func(dir string) error { return Affinity([]string{"-out", dir}, "hpctrain", io.Discard) }, "affinity.png"},
+		{func(dir string) error { return Affinity([]string{"-out", dir}, "hpctrain", io.Discard) }, last},
+	} {
+		dir := t.TempDir()
+		if err := os.Mkdir(filepath.Join(dir, c.file), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		err := c.run(dir)
+		want := "-out " + filepath.Join(dir, c.file) + ": is a directory"
+		if err == nil || err.Error() != want || !errors.As(err, new(cli.UsageError)) {
+			t.Errorf("%s a directory: %v, want the usage error %q", c.file, err, want)
+		}
+		if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+			t.Errorf("%s a directory: %d files in -out, want it alone", c.file, len(ents))
+		}
 	}
 }

@@ -26,6 +26,10 @@ func Optim(args []string, out io.Writer) error {
 	if err := intIn("steps", *steps, 1, 1e5)(); err != nil {
 		return cli.Usage(err)
 	}
+	const csvName, pngName = "optim_trajectories.csv", "optim_trajectories.png"
+	if err := outputDir(*dir, csvName, pngName); err != nil {
+		return err
+	}
 	var names []string
 	for _, r := range optim.TrajectoryRuns {
 		names = append(names, r.Name)
@@ -34,10 +38,7 @@ func Optim(args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(*dir, 0o755); err != nil {
-		return err
-	}
-	csvPath := filepath.Join(*dir, "optim_trajectories.csv")
+	csvPath := filepath.Join(*dir, csvName)
 	if err := atomicfile.Write(csvPath, func(w io.Writer) error { return optim.WriteTrajectoriesCSV(w, paths) }); err != nil {
 		return err
 	}
@@ -47,7 +48,7 @@ func Optim(args []string, out io.Writer) error {
 		runs = append(runs, chart.Run{Name: p.Name, X: p.X, Y: p.Y})
 		fmt.Fprintf(out, "%-10s %14.3g\n", p.Name, p.J[len(p.J)-1])
 	}
-	png := filepath.Join(*dir, "optim_trajectories.png")
+	png := filepath.Join(*dir, pngName)
 	if err := chart.Trajectories(png, optim.Quadratic, [2]float64{-1.2, 1.2}, [2]float64{-1.2, 1.2}, runs); err != nil {
 		return err
 	}
