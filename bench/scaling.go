@@ -37,9 +37,10 @@ type ScalingReport struct {
 	Threads     int     `json:"threads"`
 	Optimizer   string  `json:"optimizer"`
 	BucketMB    float64 `json:"bucket_mb"`
-	BucketBytes int     `json:"bucket_bytes"` // -bucket-mb resolved as training resolves it
-	Bind        string  `json:"bind"`
-	Collective  string  `json:"collective"` // shm (the node-shared all-reduce) or mpi (MPI_Allreduce)
+	BucketBytes int     `json:"bucket_bytes"`        // -bucket-mb resolved as training resolves it
+	Bind        string  `json:"bind"`                // as the compute steps ran: cores (pinned) or none
+	BindNote    string  `json:"bind_note,omitempty"` // why -bind cores ran unpinned
+	Collective  string  `json:"collective"`          // shm (the node-shared all-reduce) or mpi (MPI_Allreduce)
 	Host        string  `json:"host"`
 
 	// The measurement job: its ranks and nodes (mpirun), the compute
@@ -108,7 +109,7 @@ func Scaling(args []string, connect func() (mpi.Comm, error), out io.Writer) (er
 	steps := fs.Int("steps", 20, "timed compute steps")
 	opt := fs.String("optimizer", "sgd", "update in each step: "+fmt.Sprint(optim.Names())+" or none")
 	bucketMB := fs.Float64("bucket-mb", -1, "gradient buckets as hpctrain train -bucket-mb (0: one all-reduce after backward; -1: auto, 1 MB with 2 or more threads, else 0)")
-	bind := fs.String("bind", "cores", "compute threads: cores (pinned, disjoint by local rank when the node has cores enough) or none")
+	bind := fs.String("bind", "cores", "compute threads: cores (pinned, disjoint by local rank when the node has cores enough; else unpinned, and the report says bind none and why) or none")
 	coll := fs.String("collective", "auto", "gradient all-reduce as hpctrain train -collective on the CPU: auto or shm (the node's ranks sum in shared memory, MPI between nodes), mpi (MPI_Allreduce)")
 	nodesFlag := fs.String("nodes", "1,2,4,8,16,64,256", "predict for these node counts, `LIST`")
 	perNode := fs.Int("ranks-per-node", 0, "ranks per node of the prediction (0: as in this job)")
@@ -222,6 +223,19 @@ func Scaling(args []string, connect func() (mpi.Comm, error), out io.Writer) (er
 		BucketMB: *bucketMB, BucketBytes: resolveBucketBytes(*bucketMB, *threads), Bind: *bind, Collective: *coll, Host: c.Host(),
 		JobRanks: c.Size(), JobNodes: jobNodes, ComputeScale: *scale,
 	}
+	// -bind cores pins the node's ranks on disjoint cpus of the mask
+	// where they fit, else they run unpinned (as training under
+	// --oversubscribe): the report says which ran, not which was asked.
+	if rep.Bind == "cores" {
+		mask, err := affinity.Allowed()
+		if err != nil {
+			return err
+		}
+		if need := c.LocalSize() * rep.Threads; need > mask.Len() {
+			rep.Bind = "none"
+			rep.BindNote = fmt.Sprintf("-bind cores, but %d rank(s) x %d thread(s) need %d cpus and the mask %s has %d: not bound", c.LocalSize(), rep.Threads, need, mask, mask.Len())
+		}
+	}
 
 	// Compute: every rank at once, as in training; the slowest rank sets
 	// the pace of a synchronous job.
@@ -244,7 +258,7 @@ func Scaling(args []string, connect func() (mpi.Comm, error), out io.Writer) (er
 	rep.GradBytes = prof.GradBytes()
 	rep.Layers = layers
 	fmt.Fprintf(info, "# hpctrain bench scaling: %s %s, batch %d per rank, %d thread(s), optimizer %s, bucket_mb %g (%d bytes), bind %s, collective %s; measured on %s, job of %d rank(s) on %d node(s)\n",
-		rep.Model, rep.Input, rep.Batch, rep.Threads, rep.Optimizer, rep.BucketMB, rep.BucketBytes, rep.Bind, rep.Collective, rep.Host, rep.JobRanks, rep.JobNodes)
+		rep.Model, rep.Input, rep.Batch, rep.Threads, rep.Optimizer, rep.BucketMB, rep.BucketBytes, bindText(rep), rep.Collective, rep.Host, rep.JobRanks, rep.JobNodes)
 	fmt.Fprintf(info, "# compute step %.2f ms (slowest rank; ranks %s; x%g): forward+loss %.2f, backward %.2f, update %.2f, other %.2f ms\n",
 		rep.ComputeMS, fmtList(all, "%.2f"), *scale, rep.Compute.ForwardMS, rep.Compute.BackwardMS, rep.Compute.UpdateMS, rep.Compute.OtherMS)
 	fmt.Fprintf(info, "# gradients %d bytes in %d bucket(s), all-reduced in this order, started at (ms after backward's start):", rep.GradBytes, len(rep.Compute.Buckets))
@@ -427,6 +441,15 @@ func Scaling(args []string, connect func() (mpi.Comm, error), out io.Writer) (er
 		}
 	}
 	return nil
+}
+
+// bindText is the report's bind as the header line says it: what the
+// compute steps ran with, and why where it is not what was asked.
+func bindText(r ScalingReport) string {
+	if r.BindNote != "" {
+		return r.Bind + " (" + r.BindNote + ")"
+	}
+	return r.Bind
 }
 
 // resolveBucketBytes is -bucket-mb as hpctrain train resolves it: -1 (auto)

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"hpctrain/affinity"
 	"hpctrain/internal/cli"
 	"hpctrain/internal/mpitest"
 	"hpctrain/mpi"
@@ -396,6 +397,40 @@ func TestScalingLists(t *testing.T) {
 	} {
 		if got := linkLabel(c.r); got != c.want {
 			t.Errorf("link %q: labelled %q, want %q", c.r.Link, got, c.want)
+		}
+	}
+}
+
+// TestScalingBindAsRun: -bind cores with more threads than the mask has
+// cpus runs the compute steps unpinned, and the report says so (bind none,
+// and why) instead of the -bind asked for; where they fit, bind cores.
+func TestScalingBindAsRun(t *testing.T) {
+	mask, err := affinity.Allowed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	single := func() (mpi.Comm, error) { return mpi.NewSingle(), nil }
+	for _, c := range []struct {
+		threads            int
+		bind, note, header string
+	}{
+		{mask.Len() + 1, "none", fmt.Sprintf("-bind cores, but 1 rank(s) x %d thread(s) need %d cpus", mask.Len()+1, mask.Len()+1), "bind none (-bind cores, but "},
+		{1, "cores", "", "bind cores,"},
+	} {
+		js := filepath.Join(t.TempDir(), "s.json")
+		var out bytes.Buffer
+		if err := Scaling([]string{"-model", "mlp", "-steps", "2", "-threads", fmt.Sprint(c.threads), "-link-gbps", "10", "-json", js}, single, &out); err != nil {
+			t.Fatalf("-threads %d: %v\n%s", c.threads, err, out.String())
+		}
+		var rep ScalingReport
+		if b, err := os.ReadFile(js); err != nil || json.Unmarshal(b, &rep) != nil {
+			t.Fatalf("-threads %d: report: %v", c.threads, err)
+		}
+		if rep.Bind != c.bind || !strings.HasPrefix(rep.BindNote, c.note) || (c.note == "") != (rep.BindNote == "") {
+			t.Errorf("-threads %d on %d cpus: bind %q, note %q; want %q, %q", c.threads, mask.Len(), rep.Bind, rep.BindNote, c.bind, c.note)
+		}
+		if !strings.Contains(out.String(), c.header) {
+			t.Errorf("-threads %d: the header does not say %q:\n%s", c.threads, c.header, out.String())
 		}
 	}
 }
