@@ -13,6 +13,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -670,4 +672,60 @@ func TestBenchFlagMismatch(t *testing.T) {
 	if r := mpmd(t, 30*time.Second, []string{"bench", "allreduce", "-b", "4", "-e", "8", "-rounds", "1"}, []string{"-json", js}); r.code != 0 {
 		t.Errorf("-json on rank 1 only: exit %d\n%s", r.code, r.out)
 	}
+}
+
+// TestBenchAllreduceItersHelp: bench allreduce -h says how many calls a
+// block has by size, and the JSON rows of a sweep have those: it once said
+// 50 calls for the smallest sizes, and 2 from 1 MiB, where the rows had 49,
+// and 2 from 512 KiB.
+func TestBenchAllreduceItersHelp(t *testing.T) {
+	r := hpctrain(t, 0, 10*time.Second, "bench", "allreduce", "-h")
+	m := regexp.MustCompile(`(\d+) for the smallest sizes down to (\d+) from (\d+) (KiB|MiB)`).FindStringSubmatch(r.out)
+	if m == nil {
+		t.Fatalf("-n's help names no calls by size:\n%s", r.out)
+	}
+	small, fewest, from := atoi(t, m[1]), atoi(t, m[2]), atoi(t, m[3])<<10
+	if m[4] == "MiB" {
+		from <<= 10
+	}
+	js := filepath.Join(t.TempDir(), "ar.json")
+	if r := hpctrain(t, 0, time.Minute, "bench", "allreduce", "-b", "4", "-e", "2097152", "-rounds", "1", "-w", "0", "-json", js); r.code != 0 {
+		t.Fatalf("exit %d\n%s", r.code, r.out)
+	}
+	b, err := os.ReadFile(js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []struct {
+		Size  int `json:"size"`
+		Iters int `json:"iters"`
+	}
+	if err := json.Unmarshal(b, &rows); err != nil {
+		t.Fatal(err)
+	}
+	first := 0 // the smallest size with the fewest calls
+	for _, row := range rows {
+		if row.Size == 4 && row.Iters != small {
+			t.Errorf("4 B: %d calls per block, -h says %d", row.Iters, small)
+		}
+		if row.Iters < fewest {
+			t.Errorf("%d B: %d calls per block, -h says at least %d", row.Size, row.Iters, fewest)
+		}
+		if row.Iters == fewest && first == 0 {
+			first = row.Size
+		}
+	}
+	if first != from {
+		t.Errorf("%d calls per block from %d B on, -h says from %d B", fewest, first, from)
+	}
+}
+
+// atoi is s as a number, failing t where it is none.
+func atoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

@@ -103,7 +103,7 @@ func Allreduce(args []string, c mpi.Comm, out io.Writer) error {
 	minB := fs.Int("b", 4, "smallest size in bytes")
 	maxB := fs.Int("e", 64<<20, "largest size in bytes")
 	factor := fs.Int("f", 2, "size multiplication factor")
-	iters := fs.Int("n", 0, "timed calls per block, one block per path and round (0: by size, 50 for the smallest sizes down to 2 from 1 MiB, blocks of well under a millisecond up to 1 MiB)")
+	iters := fs.Int("n", 0, itersHelp())
 	rounds := fs.Int("rounds", 101, "rounds per size; each times one block of every path, the wrapper's and raw in-place blocks adjacent, which goes first alternating; rows report medians over rounds")
 	warm := fs.Int("w", 5, "untimed warm-up calls per path and size")
 	from := fs.Int("overhead-from", 64<<10, "summary line: wrapper/raw over the sizes >= `BYTES`")
@@ -175,12 +175,7 @@ func Allreduce(args []string, c mpi.Comm, out io.Writer) error {
 	for size := *minB; size <= *maxB; size = nextSize(size, *factor, *maxB) {
 		count := size / 4
 		b, r := buf[:count], recv[:count]
-		it := *iters
-		if it == 0 {
-			// Short blocks, many rounds: the wrapper's block and raw's
-			// next to it see the same machine, however it drifts.
-			it = min(50, max(2, int(1e6/float64(size+20000))))
-		}
+		it := sweep{iters: *iters}.itersFor(size)
 		type path struct {
 			name, place string
 			run         func(iters int) (time.Duration, error)
@@ -345,14 +340,29 @@ type sweep struct {
 	minB, maxB, factor, iters, rounds, warm int
 }
 
-// itersFor is the timed calls per block for size bytes: -n, or by size.
+// itersFor is the timed calls per block for size bytes: -n, or by size,
+// 1e6 / (size + 20000) rounded down and at least 2 (itersHelp says it).
 func (s sweep) itersFor(size int) int {
 	if s.iters > 0 {
 		return s.iters
 	}
 	// Short blocks, many rounds: the blocks compared see the same
 	// machine, however it drifts.
-	return min(50, max(2, int(1e6/float64(size+20000))))
+	return max(2, int(1e6/float64(size+20000)))
+}
+
+// itersHelp is -n's help, its figures itersFor's: the calls at the
+// smallest size (-b's least, 4 bytes), and the size of the default sweep
+// (powers of 2) from which they are the fewest. It once said 50 calls
+// and 1 MiB where the rows had 49 and 512 KiB.
+func itersHelp() string {
+	var s sweep
+	from := 4
+	for s.itersFor(from) > s.itersFor(maxAllreduceBytes) {
+		from *= 2
+	}
+	return fmt.Sprintf("timed calls per block, one block per path and round (0: by size, 1e6 / (size + 20000) rounded down: %d for the smallest sizes down to %d from %d KiB, blocks of well under a millisecond)",
+		s.itersFor(4), s.itersFor(from), from>>10)
 }
 
 // openLocalDevice opens GPU local mod the devices CUDA sees.
