@@ -164,7 +164,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 	what, rest := args[0], args[1:]
 	switch what {
 	case "gemm":
-		return bench.Gemm(rest, stdout)
+		return bench.Gemm(rest, stdout, stderr)
 	case "peak":
 		return bench.Peak(rest, stdout)
 	case "step":

@@ -52,7 +52,7 @@ func TestBenchFlagsRefused(t *testing.T) {
 		{func(a []string) error { return Affinity(a, "hpctrain", io.Discard) }, "-limit 0", "-limit 0"},
 		// An output that cannot be written, found before minutes of measuring.
 		{func(a []string) error { return Step(a, io.Discard) }, "-json /nonexistent/dir/s.json", "-json /nonexistent/dir/s.json: no such directory"},
-		{func(a []string) error { return Gemm(a, io.Discard) }, "-json /", "-json /: is a directory"},
+		{func(a []string) error { return Gemm(a, io.Discard, io.Discard) }, "-json /", "-json /: is a directory"},
 		{func(a []string) error { return Scaling(a, single, io.Discard) }, "-png /nonexistent/p.png", "-png /nonexistent/p.png: no such directory"},
 		{func(a []string) error { return Affinity(a, "hpctrain", io.Discard) }, "-epochs 0", "epochs = 0"},
 	} {

@@ -7,6 +7,7 @@ import (
 	"hpctrain/internal/openblas"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"gonum.org/v1/gonum/blas"
@@ -40,10 +41,11 @@ var gemmShapes = []struct {
 }
 
 // Gemm is `hpctrain bench gemm`: SGEMM GFLOP/s through the installed blas32
-// implementation, single call, this thread.
-func Gemm(args []string, out io.Writer) error {
+// implementation, single call, this thread. A long run (many -reps) says
+// how far it is on progress, every gemmProgressEvery.
+func Gemm(args []string, out, progress io.Writer) error {
 	fs := flag.NewFlagSet("hpctrain bench gemm", flag.ContinueOnError)
-	reps := fs.Int("reps", 7, "timed repetitions per shape (median reported)")
+	reps := fs.Int("reps", 7, fmt.Sprintf("timed repetitions per shape (median reported); a progress line on stderr every %v of a long run", gemmProgressEvery))
 	js := fs.String("json", "", "also write the rows as JSON to `FILE`")
 	if err := cli.Parse(fs, args, os.Stderr, false); err != nil {
 		return err
@@ -54,7 +56,7 @@ func Gemm(args []string, out io.Writer) error {
 	if *reps < 1 {
 		return cli.Usage(fmt.Errorf("-reps %d: must be >= 1", *reps))
 	}
-	rows, err := GemmRates(*reps)
+	rows, err := GemmRates(*reps, progress)
 	if err != nil {
 		return err
 	}
@@ -65,14 +67,20 @@ func Gemm(args []string, out io.Writer) error {
 	return writeJSON(*js, rows)
 }
 
-// GemmRates measures every shape of gemmShapes.
-func GemmRates(reps int) ([]GemmRow, error) {
+// gemmProgressEvery is the interval between GemmRates' progress lines.
+var gemmProgressEvery = 10 * time.Second
+
+// GemmRates measures every shape of gemmShapes. Every gemmProgressEvery it
+// writes a line to progress (nil: none): the shape, the repetitions done
+// and the time left for the shape, as train's progress lines.
+func GemmRates(reps int, progress io.Writer) ([]GemmRow, error) {
 	if reps < 1 {
 		return nil, fmt.Errorf("reps %d: must be >= 1", reps)
 	}
 	impl := blas32.Implementation()
 	var rows []GemmRow
-	for _, s := range gemmShapes {
+	last := time.Now()
+	for si, s := range gemmShapes {
 		a := make([]float32, s.m*s.k)
 		b := make([]float32, s.k*s.n)
 		c := make([]float32, s.m*s.n)
@@ -99,12 +107,19 @@ func GemmRates(reps int) ([]GemmRow, error) {
 			inner = int(20*time.Millisecond/max(d, time.Microsecond)) + 1
 		}
 		ts := make([]time.Duration, reps)
+		start := time.Now()
 		for r := range ts {
 			t := time.Now()
 			for i := 0; i < inner; i++ {
 				call()
 			}
 			ts[r] = time.Since(t) / time.Duration(inner)
+			if now := time.Now(); progress != nil && now.Sub(last) >= gemmProgressEvery {
+				last = now
+				el := now.Sub(start)
+				left := time.Duration(float64(el) / float64(r+1) * float64(reps-r-1)).Round(time.Second)
+				fmt.Fprintf(progress, "hpctrain: bench gemm: shape %d/%d %s: rep %d/%d, ETA %v for this shape\n", si+1, len(gemmShapes), strings.Join(strings.Fields(s.name), " "), r+1, reps, left)
+			}
 		}
 		med := median(ts).Seconds()
 		rows = append(rows, GemmRow{Name: s.name, M: s.m, N: s.n, K: s.k, Shape: fmt.Sprintf("%dx%dx%d", s.m, s.n, s.k),
