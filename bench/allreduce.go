@@ -298,10 +298,14 @@ func Allreduce(args []string, c mpi.Comm, out io.Writer) error {
 	return writeJSON(*js, rows)
 }
 
+// pathWidth is the table's path column: its longest name's. It was 9,
+// which hpctrain-shm's rows overran, shifting every column after it.
+const pathWidth = len("hpctrain-shm")
+
 // printHeader prints the column names of the rows.
 func printHeader(out io.Writer) {
-	fmt.Fprintf(out, "%-9s %-12s %12s %10s %7s %10s %10s %10s %8s %8s %6s %11s %9s\n",
-		"path", "place", "size", "count", "type", "time_us", "min_us", "max_us", "algbw", "busbw", "#wrong", "wrapper/raw", "per_round")
+	fmt.Fprintf(out, "%-*s %-12s %12s %10s %7s %10s %10s %10s %8s %8s %6s %11s %9s\n",
+		pathWidth, "path", "place", "size", "count", "type", "time_us", "min_us", "max_us", "algbw", "busbw", "#wrong", "wrapper/raw", "per_round")
 }
 
 // printRows prints rows under printHeader's columns.
@@ -311,8 +315,8 @@ func printRows(out io.Writer, rows []AllreduceRow) {
 		if row.WrapperRaw != 0 {
 			ratio, perRound = fmt.Sprintf("%.3f", row.WrapperRaw), fmt.Sprintf("%.3f", row.WrapperRawRounds)
 		}
-		fmt.Fprintf(out, "%-9s %-12s %12d %10d %7s %10.2f %10.2f %10.2f %8.3f %8.3f %6d %11s %9s\n",
-			row.Path, row.Place, row.Bytes, row.Count, row.Type, row.TimeUS, row.MinUS, row.MaxUS, row.AlgBW, row.BusBW, row.Wrong, ratio, perRound)
+		fmt.Fprintf(out, "%-*s %-12s %12d %10d %7s %10.2f %10.2f %10.2f %8.3f %8.3f %6d %11s %9s\n",
+			pathWidth, row.Path, row.Place, row.Bytes, row.Count, row.Type, row.TimeUS, row.MinUS, row.MaxUS, row.AlgBW, row.BusBW, row.Wrong, ratio, perRound)
 	}
 }
 

@@ -341,3 +341,33 @@ func TestAllreduceBadJSONPath(t *testing.T) {
 		}
 	}
 }
+
+// The table's columns line up for every path's name: the path and place
+// columns start where their names in the header start, the figures end
+// where theirs end. hpctrain-shm (12 letters) once overran a path column
+// of 9, shifting its rows' columns off the header's.
+func TestAllreduceTableAligned(t *testing.T) {
+	var out strings.Builder
+	printHeader(&out)
+	var rows []AllreduceRow
+	for _, p := range []string{"hpctrain", "hpctrain-shm", "mpi", "nccl"} {
+		rows = append(rows, AllreduceRow{Path: p, Place: "out-of-place", Bytes: 67108864, Count: 16777216, Type: "float32",
+			TimeUS: 12345.67, MinUS: 1234.5, MaxUS: 23456.78, AlgBW: 5.437, BusBW: 5.437, WrapperRaw: 1.013, WrapperRawRounds: 1.002})
+	}
+	printRows(&out, rows)
+	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+	spans := func(l string) [][]int { return regexp.MustCompile(`\S+`).FindAllStringIndex(l, -1) }
+	head := spans(lines[0])
+	for _, l := range lines[1:] {
+		got := spans(l)
+		if len(got) != len(head) {
+			t.Fatalf("%d columns, the header %d:\n%s", len(got), len(head), out.String())
+		}
+		for i := range head {
+			if i < 2 && got[i][0] != head[i][0] || i >= 2 && got[i][1] != head[i][1] {
+				t.Errorf("column %d of %q is off the header's:\n%s", i, l, out.String())
+				break
+			}
+		}
+	}
+}
