@@ -154,11 +154,12 @@ const benchUsage = `Usage: hpctrain bench <what> [flags]
 `
 
 func benchCmd(args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "help" {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, benchUsage) // an error's: standard error
+		return cli.Usage(fmt.Errorf("bench needs a benchmark name"))
+	}
+	if args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprint(stdout, benchUsage)
-		if len(args) == 0 {
-			return cli.Usage(fmt.Errorf("bench needs a benchmark name"))
-		}
 		return nil
 	}
 	what, rest := args[0], args[1:]

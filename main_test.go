@@ -618,7 +618,7 @@ func TestHelpOnStdout(t *testing.T) {
 		{"-h"}, {"-help"}, {"--help"}, {"help"},
 		{"train", "-h"}, {"train", "--help"}, {"eval", "-help"}, {"predict", "-h"}, {"export", "--help"},
 		{"models", "-h"}, {"summary", "-help"}, {"topo", "-h"}, {"plot", "--help"},
-		{"slurm", "-h"}, {"slurm", "template", "-h"}, {"bench", "-h"}, {"bench", "gemm", "-h"},
+		{"slurm", "-h"}, {"slurm", "template", "-h"}, {"bench", "-h"}, {"bench", "-help"}, {"bench", "--help"}, {"bench", "gemm", "-h"},
 		{"bench", "step", "--help"}, {"bench", "allreduce", "-h"}, {"bench", "scaling", "-help"},
 		{"help", "summary"}, {"help", "bench", "optim"}, {"help", "slurm", "template"},
 	} {
@@ -640,8 +640,10 @@ func TestHelpOnStdout(t *testing.T) {
 			t.Errorf("hpctrain %q: exit %d, stdout %q, stderr %q; want one line on stderr, exit 2", args, code, out, errs)
 		}
 	}
-	if out, errs, code := streams(t); code != 2 || out != "" || !strings.Contains(errs, "Usage") {
-		t.Errorf("hpctrain alone: exit %d, stdout %q, stderr %d bytes; want the usage on stderr, exit 2", code, out, len(errs))
+	for _, args := range [][]string{nil, {"bench"}} {
+		if out, errs, code := streams(t, args...); code != 2 || out != "" || !strings.Contains(errs, "Usage") {
+			t.Errorf("hpctrain %q alone: exit %d, stdout %q, stderr %d bytes; want the usage on stderr, exit 2", args, code, out, len(errs))
+		}
 	}
 }
 
