@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"image"
 	"image/png"
 	"os"
 	"path/filepath"
@@ -225,5 +227,60 @@ func TestEvalBadInput(t *testing.T) {
 	e = runCmd(evalCmd, "-checkpoint-dir", colour, "-dataset", "fashion-mnist")
 	if want := "data set fashion-mnist gives 28x28x1 samples, the network takes 8x8x3"; e.code != 2 || !strings.Contains(e.errs, want) || strings.Count(e.errs, "\n") != 1 {
 		t.Errorf("a colour network on Fashion-MNIST: exit %d, want 2 and one line with %q:\n%s%s", e.code, want, e.out, e.errs)
+	}
+}
+
+// TestFolderClassNamesRecorded: a run on an image folder records its class
+// directories in the checkpoint, and eval, predict and export name the
+// outputs by that record: before, they read the folder as it is now, so a
+// class directory renamed since the run renamed the outputs (predict said
+// "dog" of a cat), and one added, or a class behind a symlink, made the
+// checkpoint "of another network". eval on a tree of other class names
+// (the same count) is refused instead of scored against the wrong classes.
+func TestFolderClassNamesRecorded(t *testing.T) {
+	dir := t.TempDir()
+	at := func(parts ...string) string { return filepath.Join(append([]string{dir}, parts...)...) }
+	for _, tree := range []string{"train", "test"} {
+		for k, cls := range []string{"cat", "dog"} {
+			os.MkdirAll(at(tree, cls), 0o755)
+			for i := 0; i < 8; i++ {
+				im := image.NewGray(image.Rect(0, 0, 8, 8))
+				for j := range im.Pix {
+					im.Pix[j] = uint8(200*k + 7*i + j%5) // dark cats, light dogs
+				}
+				writePNG(t, at(tree, cls, fmt.Sprintf("%d.png", i)), im)
+			}
+		}
+	}
+	ck := at("ck")
+	if r := hpctrain(t, 0, 2*time.Minute, "train", "-dataset", "folder", "-data-dir", at("train"), "-test-dir", at("test"), "-image-shape", "8x8x1",
+		"-model", "mlp", "-batch", "4", "-epochs", "2", "-threads", "1", "-progress", "0", "-checkpoint-dir", ck); r.code != 0 {
+		t.Fatalf("training: exit %d\n%s", r.code, r.out)
+	}
+	// The training tree changes after the run: cat renamed, a new class.
+	os.Rename(at("train", "cat"), at("train", "zebra"))
+	os.MkdirAll(at("train", "ant"), 0o755)
+	writePNG(t, at("train", "ant", "0.png"), image.NewGray(image.Rect(0, 0, 8, 8)))
+
+	r := runCmd(predictCmd, "-checkpoint-dir", ck, at("test", "cat", "0.png"))
+	if r.code != 0 || !strings.Contains(r.out, `"name":"cat"`) || strings.Contains(r.out, "zebra") || strings.Contains(r.out, "ant") {
+		t.Errorf("predict after the training tree changed: exit %d, want the recorded names cat and dog:\n%s%s", r.code, r.out, r.errs)
+	}
+	r = runCmd(exportCmd, "-checkpoint-dir", ck, "-format", "safetensors", "-o", at("m.safetensors"))
+	if r.code != 0 {
+		t.Errorf("export after the training tree changed: exit %d\n%s%s", r.code, r.out, r.errs)
+	} else if b, err := os.ReadFile(at("m.safetensors")); err != nil || !bytes.Contains(b, []byte(`[\"cat\",\"dog\"]`)) && !bytes.Contains(b, []byte(`["cat","dog"]`)) {
+		t.Errorf("export's metadata does not name the recorded classes cat, dog (%v)", err)
+	}
+	got := evalJSON(t, mustRun(t, evalCmd, "-checkpoint-dir", ck, "-json", "-dataset", "folder", "-data-dir", at("test")))
+	if len(got.Classes) != 2 || got.Classes[0].Name != "cat" || got.Samples != 16 {
+		t.Errorf("eval on a tree of the same names: %d samples, classes %+v", got.Samples, got.Classes)
+	}
+
+	os.Rename(at("test", "cat"), at("test", "bee")) // bee, dog: the same count, other names
+	r = runCmd(evalCmd, "-checkpoint-dir", ck, "-dataset", "folder", "-data-dir", at("test"))
+	want := "has the classes bee, dog, the network was trained on cat, dog"
+	if r.code != 2 || !strings.Contains(r.errs, want) {
+		t.Errorf("eval on other class names: exit %d, want 2 saying %q:\n%s%s", r.code, want, r.out, r.errs)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"image"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -294,7 +295,18 @@ func TestRanksDataDiffers(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	args := []string{"train", "-model", "mlp", "-data-dir", "data", "-limit", "640", "-threads", "1", "-progress", "0"}
+	out, err := inDirs(t, dirs, "train", "-model", "mlp", "-data-dir", "data", "-limit", "640", "-threads", "1", "-progress", "0")
+	want := "data differs from rank 0's (640 training and 10000 test samples of 28x28x1, 10 classes): rank 1 has 640 training and 300 test samples of 28x28x1, 10 classes; give every node the same data set"
+	if err == nil || strings.Count(string(out), want) != 2 {
+		t.Errorf("%v, want both ranks to say %q:\n%s", err, want, out)
+	}
+}
+
+// inDirs runs the same command line on one rank in each of dirs, its
+// working directory (each node's copy of "data"), and fails the test on a
+// hang.
+func inDirs(t *testing.T, dirs []string, args ...string) ([]byte, error) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	mpmd := []string{"--oversubscribe", "--bind-to", "none"}
@@ -310,9 +322,36 @@ func TestRanksDataDiffers(t *testing.T) {
 	if ctx.Err() != nil {
 		t.Fatalf("hang:\n%s", out)
 	}
-	want := "data differs from rank 0's (640 training and 10000 test samples of 28x28x1, 10 classes): rank 1 has 640 training and 300 test samples of 28x28x1, 10 classes; give every node the same data set"
-	if err == nil || strings.Count(string(out), want) != 2 {
-		t.Errorf("%v, want both ranks to say %q:\n%s", err, want, out)
+	return out, err
+}
+
+// TestRanksFolderClassesDiffer: two nodes' copies of an image folder with
+// the same counts under other class names (rank 1's cat images are in
+// "zebra") would label the same images differently on the two ranks; the
+// ranks compared only the counts and trained on. Now both stop at start-up
+// naming the classes.
+func TestRanksFolderClassesDiffer(t *testing.T) {
+	dirs := []string{filepath.Join(t.TempDir(), "w0"), filepath.Join(t.TempDir(), "w1")}
+	for i, w := range dirs {
+		for k, cls := range [][]string{{"cat", "dog"}, {"zebra", "dog"}}[i] {
+			d := filepath.Join(w, "data", cls)
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			for j := 0; j < 4; j++ {
+				writePNG(t, filepath.Join(d, fmt.Sprintf("%d.png", j)), image.NewGray(image.Rect(0, 0, 8, 8+k)))
+			}
+		}
+	}
+	out, err := inDirs(t, dirs, "train", "-dataset", "folder", "-data-dir", "data", "-val-split", "0.25", "-image-shape", "8x8x1",
+		"-model", "mlp", "-batch", "2", "-threads", "1", "-progress", "0")
+	want := "data differs from rank 0's (6 training and 2 test samples of 8x8x1, 2 classes (cat, dog)): rank 1 has 6 training and 2 test samples of 8x8x1, 2 classes (dog, zebra)"
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	}
+	if code != 2 || strings.Count(string(out), want) != 2 {
+		t.Errorf("exit %d (%v), want 2 with both ranks saying %q:\n%s", code, err, want, out)
 	}
 }
 

@@ -63,6 +63,12 @@ type State struct {
 	// its own: the settings name the data's place, not what is there.
 	// Empty where files of older builds have none.
 	Data string
+	// ClassNames names the network's outputs where the data set named its
+	// classes by directories (an image folder): output k is ClassNames[k].
+	// A folder's directories may be renamed, added to or linked after the
+	// run, so the network's own record is what evaluation and prediction
+	// read. Nil for other data sets and in files of older builds.
+	ClassNames []string
 	// Final is the run's final result (a JSON object, opaque here) in the
 	// checkpoint written when the run completed; nil in every other one.
 	Final    json.RawMessage
@@ -120,6 +126,7 @@ type header struct {
 	Step       int64           `json:"step"`
 	EpochLoss  *EpochLoss      `json:"epoch_loss,omitempty"`
 	Data       string          `json:"data,omitempty"`
+	ClassNames []string        `json:"class_names,omitempty"`
 	Final      json.RawMessage `json:"final,omitempty"`
 	Sections   []sectionHeader `json:"sections"`
 }
@@ -150,7 +157,7 @@ func (h *header) state(version int) *State {
 	return &State{
 		Model: h.Model, Desc: h.Desc, ConfigHash: h.ConfigHash, Config: nullIsNil(h.Config),
 		RunID: h.RunID, Optimizer: h.Optimizer, WorldSize: h.WorldSize,
-		Epoch: h.Epoch, Step: h.Step, EpochLoss: h.EpochLoss, Data: h.Data, Final: nullIsNil(h.Final), Version: version,
+		Epoch: h.Epoch, Step: h.Step, EpochLoss: h.EpochLoss, Data: h.Data, ClassNames: h.ClassNames, Final: nullIsNil(h.Final), Version: version,
 	}
 }
 
@@ -220,7 +227,7 @@ func encode(w io.Writer, s *State) error {
 	h := header{
 		Model: s.Model, Desc: s.Desc, ConfigHash: s.ConfigHash, Config: s.Config,
 		RunID: s.RunID, Optimizer: s.Optimizer, WorldSize: s.WorldSize,
-		Epoch: s.Epoch, Step: s.Step, EpochLoss: s.EpochLoss, Data: s.Data, Final: s.Final,
+		Epoch: s.Epoch, Step: s.Step, EpochLoss: s.EpochLoss, Data: s.Data, ClassNames: s.ClassNames, Final: s.Final,
 		Sections: make([]sectionHeader, len(s.Sections)),
 	}
 	for i, sec := range s.Sections {

@@ -39,13 +39,16 @@
 //	 "sections": [{"name": "params", "len": 431080},
 //	              {"name": "optim.0", "len": 431080}, …]}
 //
-// desc, config, run_id, epoch_loss, data and final are left out when
-// empty. epoch_loss (the training losses of the epoch's steps so far,
-// summed over the ranks, in a checkpoint written within an epoch) and data
-// (what the run read: "60000 training and 10000 test samples of 28x28x1,
-// 10 classes", which a resumed run compares with its own and warns if it
-// differs) came later within version 2: a build that does not know them
-// ignores them, as every build did before. JSON was chosen
+// desc, config, run_id, epoch_loss, data, class_names and final are left
+// out when empty. epoch_loss (the training losses of the epoch's steps so
+// far, summed over the ranks, in a checkpoint written within an epoch),
+// data (what the run read: "60000 training and 10000 test samples of
+// 28x28x1, 10 classes", which a resumed run compares with its own and
+// warns if it differs) and class_names (an image folder's class
+// directories, output k's name; evaluation and prediction read them
+// rather than the folder, which may have changed since) came later within
+// version 2: a build that does not know them ignores them, as every build
+// did before. JSON was chosen
 // over a fixed binary header because the header is small next to the
 // tensors, it can be read with `head -c` and jq when debugging, and fields
 // can be added without changing the layout. The version went to 2 with

@@ -387,8 +387,12 @@ type OpenOptions struct {
 // (or held-out validation) part, with equal sample shapes and classes.
 type Sets struct {
 	Train, Test Dataset
-	lazy        []*Folder
-	skipBad     bool
+	// ClassNames is an image folder's class directories, label k's name
+	// (whatever -limit or -val-split made of its sets); nil for data sets
+	// that do not name their classes.
+	ClassNames []string
+	lazy       []*Folder
+	skipBad    bool
 }
 
 // Open reads the configured data set. Every error names the file or the
@@ -492,6 +496,7 @@ func (c *Config) openFolders(s *Sets, opts OpenOptions) (train, test Dataset, er
 	if err != nil {
 		return nil, nil, err
 	}
+	s.ClassNames = tr.ClassNames()
 	if c.TestDir == "" {
 		train, test = Split(tr, c.ValSplit, 1)
 		return train, test, nil

@@ -3,8 +3,10 @@ package train
 import (
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io/fs"
 	"math"
+	"strings"
 	"sync"
 
 	"hpctrain/data"
@@ -68,10 +70,36 @@ type pipeline struct {
 }
 
 // identity says what a rank's data is, for the ranks to compare: the sets'
-// lengths, the sample shape the model sees, and the classes.
+// lengths, the sample shape the model sees, and the classes, by name where
+// a folder names them (the same counts under other names would label the
+// same images differently on two ranks).
 func (p *pipeline) identity() string {
 	sh := p.trainLoad.Shape()
-	return fmt.Sprintf("%d training and %d test samples of %dx%dx%d, %d classes", p.train.Len(), p.test.Len(), sh.H, sh.W, sh.C, p.train.Classes())
+	id := fmt.Sprintf("%d training and %d test samples of %dx%dx%d, %d classes", p.train.Len(), p.test.Len(), sh.H, sh.W, sh.C, p.train.Classes())
+	if names := p.classNames(); names != nil {
+		id += " (" + namesText(names) + ")"
+	}
+	return id
+}
+
+// classNames is a folder's class directories, output k's name; nil for
+// data sets that do not name their classes by directories.
+func (p *pipeline) classNames() []string { return p.sets.ClassNames }
+
+// namesText is class names as identity compares them: the names, or
+// where they are long their start and a digest of all of them, so that
+// identity stays within what the ranks compare (agreeText's textWidth).
+func namesText(names []string) string {
+	t := strings.Join(names, ", ")
+	if len(t) <= 40 {
+		return t
+	}
+	h := fnv.New64a()
+	for _, n := range names {
+		h.Write([]byte(n))
+		h.Write([]byte{0})
+	}
+	return fmt.Sprintf("%s... fnv %016x", t[:24], h.Sum64())
 }
 
 // loadData reads the configured data set and builds its loaders for rank

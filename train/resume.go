@@ -203,6 +203,10 @@ type checkpointer struct {
 	// data is what this run reads (pipeline.identity), recorded in every
 	// checkpoint and compared on resume.
 	data string
+	// classNames is an image folder's class directories (nil for other
+	// data sets), recorded in every checkpoint for evaluation and
+	// prediction to name the outputs by.
+	classNames []string
 	// scaler is fp16's loss scaler (nil in other precisions), saved as the
 	// section "loss_scaler"; resumedScaler is that section of the
 	// checkpoint resumed (nil: none), for the run to restore.
@@ -553,7 +557,7 @@ func (cp *checkpointer) write(step, epoch int, final json.RawMessage) error {
 	st := &checkpoint.State{
 		Model: cp.cfg.Model, Desc: cp.desc, Config: cp.config, ConfigHash: resumeHash(cp.cfg),
 		RunID: cp.runID, Optimizer: cp.opt.Name(), WorldSize: cp.comm.Size(),
-		Epoch: epoch, Step: int64(step), Final: final, EpochLoss: cp.epochLoss, Data: cp.data,
+		Epoch: epoch, Step: int64(step), Final: final, EpochLoss: cp.epochLoss, Data: cp.data, ClassNames: cp.classNames,
 		Sections: []checkpoint.Section{{Name: "params", Data: cp.net.Params}},
 	}
 	if len(cp.buffers) > 0 {

@@ -212,7 +212,7 @@ func start(cfg Config, comm mpi.Comm, out, errOut io.Writer) (r *run, err error)
 	r.cp, err = newCheckpointer(cfg, c, r.net, r.opt, r.log)
 	if r.cp != nil {
 		r.closers = append(r.closers, r.cp.close) // its lock, even if another rank failed
-		r.cp.data = r.pipe.identity()
+		r.cp.data, r.cp.classNames = r.pipe.identity(), r.pipe.classNames()
 	}
 	if err = agree(c, "preparing checkpoints", err); err != nil {
 		return r, err

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"math"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"unsafe"
@@ -42,8 +43,11 @@ type Trained struct {
 	// the evaluation transforms (resize, centre crop).
 	DataShape data.Shape
 	// ClassNames names the outputs (Fashion-MNIST's, CIFAR-10's, an image
-	// folder's directories); nil when unknown.
-	ClassNames []string
+	// folder's directories); nil when unknown. An image folder's are the
+	// checkpoint's record of them (namesRecorded) where it has one; a
+	// checkpoint of an older build has them from the folder as it is now.
+	ClassNames    []string
+	namesRecorded bool
 	// Desc is the network's description, and DescFrom says where it came
 	// from: "checkpoint" (recorded in it) or the zoo name or file it was
 	// read from.
@@ -193,7 +197,20 @@ func restore(path string, st *checkpoint.State, opts LoadOptions) (*Trained, err
 	if params == nil {
 		return nil, fail("no parameters (section \"params\")")
 	}
-	classes, names := classesOf(dc)
+	// The classes: the checkpoint's record of a folder's, else the data
+	// set's. A folder read now (a checkpoint of an older build) may have
+	// gained or lost directories since the run: where its count does not
+	// fit the parameters, the parameters tell the count, and no names.
+	classes, names := len(st.ClassNames), st.ClassNames
+	t.namesRecorded = names != nil
+	if !t.namesRecorded {
+		classes, names = classesOf(dc)
+		if dc.Dataset == "folder" {
+			if k := classesFromParams(desc, in, len(params)); k > 0 && k != classes {
+				classes, names = k, nil
+			}
+		}
+	}
 	if classes == 0 {
 		classes = classesFromParams(desc, in, len(params))
 	}
@@ -391,9 +408,13 @@ func (t *Trained) OpenEval(dc data.Config, testLimit, ranks int, warn func(strin
 		ld.Close()
 		return nil, otherShape(ld.Shape())
 	}
-	e := &EvalSet{Test: test, Loader: ld, sets: sets}
-	if f, ok := sets.Train.(interface{ ClassNames() []string }); ok {
-		e.ClassNames = f.ClassNames()
+	e := &EvalSet{Test: test, Loader: ld, ClassNames: sets.ClassNames, sets: sets}
+	if t.namesRecorded && e.ClassNames != nil && !slices.Equal(e.ClassNames, t.ClassNames) {
+		// The same count under other names: output k would be scored
+		// against another class's images.
+		ld.Close()
+		return nil, cli.Usage(fmt.Errorf("data set %s (%s) has the classes %s, the network was trained on %s: output k is class k of the training run's folder; evaluate on class directories of the same names",
+			dc.Dataset, dc.DataDir, namesText(e.ClassNames), namesText(t.ClassNames)))
 	}
 	where := dc.DataDir
 	if dc.TestDir != "" {
