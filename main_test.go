@@ -429,6 +429,9 @@ func TestBadDataInput(t *testing.T) {
 	write(at("cut", "bee", "cut.png"), pngOf(8, 8, 5)[:60]) // passes the lazy header check
 	tree("other")
 	os.Rename(at("other", "bee"), at("other", "cat"))
+	for _, cls := range []string{"ant", "bee", "cow"} { // one image a class: no validation image
+		write(at("lone", cls, "0.png"), pngOf(8, 8, 9))
+	}
 
 	// CIFAR-10: five training batches and a test batch of 4 records, one
 	// training batch cut short.
@@ -471,6 +474,8 @@ func TestBadDataInput(t *testing.T) {
 		{"corrupt in test tree", folder(at("good"), "-test-dir", at("corrupt")), []string{at("corrupt", "ant", "bad.png")}},
 		{"test tree of other classes", folder(at("good"), "-test-dir", at("other")), []string{at("other"), "same class directories"}},
 		{"lazy, cut short", folder(at("good"), "-test-dir", at("cut"), "-lazy"), []string{"reading images", at("cut", "bee", "cut.png")}},
+		// Said at start-up (exit 2), not after an epoch's training.
+		{"empty validation split", folder(at("lone"), "-val-split", "0.5", "-loss-log", at("lone.log")), []string{"val_split = 0.5 holds out no image"}},
 		{"CIFAR batch size", []string{"-dataset", "cifar10", "-data-dir", at("cifar")}, []string{at("cifar", "data_batch_3.bin"), "not a whole number"}},
 		{"test images of another shape", []string{"-dataset", "mnist", "-data-dir", at("idx")}, []string{at("idx"), "32x32x1", "28x28x1"}},
 		{"augmentation too large", []string{"-dataset", "synthetic", "-limit", "64", "-augment", "crop_pad=4:40x40"}, []string{"crop_pad=4:40x40"}},
@@ -481,6 +486,9 @@ func TestBadDataInput(t *testing.T) {
 			lines := errorLines(t, r)
 			if len(lines) != 1 {
 				t.Fatalf("%d error lines, want 1:\n%s", len(lines), r.out)
+			}
+			if _, err := os.Stat(at("lone.log")); err == nil {
+				t.Errorf("a step was trained before the refusal (the loss log was written)")
 			}
 			for _, w := range c.want {
 				if !strings.Contains(lines[0], w) {

@@ -122,6 +122,14 @@ func loadData(cfg Config, c mpi.Comm) (*pipeline, error) {
 		return nil, err
 	}
 	p.train, p.test = p.sets.Train, p.sets.Test
+	if p.test.Len() == 0 {
+		// Found here, not after the first epoch's training.
+		why := "the test set has no samples"
+		if cfg.Dataset == "folder" && cfg.TestDir == "" {
+			why = fmt.Sprintf("val_split = %g holds out no image: a class gives one only from 2 images on, and these classes have 1 each (add images, or give test_dir)", cfg.ValSplit)
+		}
+		return nil, cli.Usage(fmt.Errorf("data: %s", why))
+	}
 	if err := cfg.checkRun(p.train.Len(), c.Size()); err != nil {
 		return nil, cli.Usage(err)
 	}
