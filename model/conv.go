@@ -13,6 +13,12 @@ import (
 // kernels that write and read them.
 const chunkBudget = 640 << 10
 
+// partsBudget bounds the chunks' weight-gradient partials kept side by
+// side: past it (a wide layer, whose chunks are single samples) the
+// backward runs the chunks a wave of one per worker at a time, and keeps
+// one partial per worker and the running sum (partRows).
+const partsBudget = 4 << 20
+
 // Conv2D is a 2-D convolution with square kernel K, stride S and zero
 // padding P, computed chunk by chunk over the batch: for a chunk of a few
 // samples,
@@ -29,7 +35,11 @@ const chunkBudget = 640 << 10
 // Chunks are sized so col stays in cache (chunkBudget) and are shared out
 // to the workers, each with its own col block. The per-chunk weight
 // gradients are summed in chunk order afterwards, so the result does not
-// depend on the number of workers.
+// depend on the number of workers; where they would take more than
+// partsBudget, they are made and summed a wave of one chunk per worker at
+// a time, still in chunk order (the same sums, to the bit), so that a
+// layer with millions of weights keeps a copy of them per worker rather
+// than per sample.
 type Conv2D struct {
 	name    string
 	in, out Shape
@@ -50,7 +60,9 @@ type Conv2D struct {
 	wT       []float32
 	pads     [][]float32
 	dwT      [][]float32
-	part     []float32 // (chunks, O*K*K*C + O): each chunk's dW and db
+	part     []float32 // (partRows, O*K*K*C + O): chunks' dW and db
+	c0, r0   int       // the wave's first chunk, and its row in part
+	rows     int       // the rows of part that sumParts adds
 	x        *exec
 	cx, cy   []float32 // the current call's buffers, for the tasks
 	cdy, cdx []float32
@@ -161,6 +173,17 @@ func (l *Conv2D) initParams(rng *rand.Rand) {
 
 func (l *Conv2D) chunks(n int) int { return (n + l.chunk - 1) / l.chunk }
 
+// partRows is the rows of part for batches of up to n samples on workers
+// workers: one per chunk, or, past partsBudget and with more chunks than
+// one per worker and one more, one per worker and the running sum.
+func (l *Conv2D) partRows(n, workers int) int {
+	c, np := l.chunks(n), l.NumParams()
+	if c <= workers+1 || c*np <= partsBudget/4 {
+		return c
+	}
+	return workers + 1
+}
+
 // colBlocks makes sure every worker has its scratch buffers (once: the
 // workers and the kernels are set after bind). With oneDNN there is no
 // im2col block, and a chunk is the samples whose input and output fit
@@ -188,11 +211,14 @@ func (l *Conv2D) colBlocks() {
 		} else {
 			l.chunk = chunkSize(l.batch, chunkBudget/(4*l.hwo*(l.kkc+l.out.C)))
 		}
-		l.part = make([]float32, l.chunks(l.batch)*len(l.grad))
+		l.part = nil
 		l.cols, l.pads, l.dwT, l.outs, l.pads16 = nil, nil, nil, nil, nil
 		l.x16, l.dy16 = nil, nil
 	}
 	l.x.perWorkerKernels()
+	if r := l.partRows(l.batch, l.x.par.Workers()); len(l.part) != r*len(l.grad) {
+		l.part = make([]float32, r*len(l.grad))
+	}
 	if l.bf16() {
 		if l.x16 == nil {
 			l.x16 = make([]uint16, l.batch*l.in.Size())
@@ -354,22 +380,36 @@ func (l *Conv2D) fwd(w, lo, hi int) {
 func (l *Conv2D) backward(x, y, dy, dx []float32, n int) {
 	l.colBlocks()
 	l.cx, l.cy, l.cdy, l.cdx, l.n = x, y, dy, dx, n
-	l.x.par.Run(l.chunks(n), l.bwdTask)
-	l.x.par.Run(len(l.grad), l.dwTask)
+	nc, rows := l.chunks(n), len(l.part)/len(l.grad)
+	if nc <= rows {
+		l.c0, l.r0, l.rows = 0, 0, nc
+		l.x.par.Run(nc, l.bwdTask)
+		l.x.par.Run(len(l.grad), l.dwTask)
+	}
+	// Waves: the first in rows 0 to rows-1, the next ones in rows 1 on,
+	// with row 0 the sum so far (sumParts).
+	for c0 := 0; nc > rows && c0 < nc; {
+		l.c0, l.r0 = c0, min(c0, 1)
+		k := min(nc-c0, rows-l.r0)
+		l.rows = l.r0 + k
+		l.x.par.Run(k, l.bwdTask)
+		l.x.par.Run(len(l.grad), l.dwTask)
+		c0 += k
+	}
 	l.cdx = nil
 	l.dyBN = nil
 }
 
 func (l *Conv2D) bwd(w, lo, hi int) {
 	o, size, nw := l.out.C, l.in.Size(), l.out.C*l.kkc
-	for c := lo; c < hi; c++ {
-		s0, ns := l.span(c)
+	for i := lo; i < hi; i++ {
+		s0, ns := l.span(l.c0 + i)
 		m := ns * l.hwo
 		var col []float32
 		if !l.dnnl {
 			col = l.cols[w][:m*l.kkc]
 		}
-		part := l.part[c*len(l.grad):][:len(l.grad)]
+		part := l.part[(l.r0+i)*len(l.grad):][:len(l.grad)]
 		x := l.cx[s0*size:][:ns*size]
 		if l.pooled() && l.cdx == nil {
 			// The first layer: only weight and bias gradients, from
@@ -435,9 +475,13 @@ func (l *Conv2D) bwd(w, lo, hi int) {
 }
 
 // sumParts adds the chunks' gradients, in chunk order, for parameters
-// [lo, hi).
+// [lo, hi): the wave's rows of part, after a first wave with the sum so
+// far put in row 0 (0 + s is s to the bit: a sum from 0 is never -0).
 func (l *Conv2D) sumParts(w, lo, hi int) {
-	kernels.ColSums(l.grad[lo:hi], l.part[lo:], l.chunks(l.n), hi-lo, len(l.grad))
+	if l.r0 > 0 {
+		copy(l.part[lo:hi], l.grad[lo:hi])
+	}
+	kernels.ColSums(l.grad[lo:hi], l.part[lo:], l.rows, hi-lo, len(l.grad))
 }
 
 // transpose sets dst (n, m) to the transpose of src (m, n).
