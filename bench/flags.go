@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 
 	"hpctrain/data"
@@ -155,7 +156,7 @@ func checkNet(budget *data.Budget, name string, in model.Shape, classes, batch i
 	if err != nil {
 		return cli.Usage(err) // a network that does not fit the input, as summary says it
 	}
-	return cli.Usage(budget.Take(fmt.Sprintf("model %s with batches of %d samples", name, batch), train.NetBytes(s, batch), "lower -batch"))
+	return cli.Usage(budget.Take(fmt.Sprintf("model %s with batches of %d samples", name, batch), train.NetBytes(s, batch, runtime.GOMAXPROCS(0)), train.NetHint(s, batch)))
 }
 
 // newOptimizer is the benchmarks' optimizer for net: lr 0.01, and sgd's

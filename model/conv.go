@@ -184,6 +184,33 @@ func (l *Conv2D) partRows(n, workers int) int {
 	return workers + 1
 }
 
+// scratchBytes is what colBlocks allocates, at most, for batches of n
+// samples on workers workers, whichever kernels it runs on (Summary's
+// ScratchBytes).
+func (l *Conv2D) scratchBytes(n, workers int) int64 {
+	o, w := int64(l.out.C), int64(workers)
+	var b int64
+	for _, dnnl := range []bool{false, true} {
+		c := *l
+		c.batch = n
+		if dnnl {
+			c.chunk = chunkSize(n, chunkBudget/(4*(l.in.Size()+l.hwo*l.out.C)))
+		} else {
+			c.chunk = chunkSize(n, chunkBudget/(4*l.hwo*(l.kkc+l.out.C)))
+		}
+		chunk, hwo, kkc := int64(c.chunk), int64(l.hwo), int64(l.kkc)
+		part := int64(c.partRows(n, workers)) * int64(l.NumParams())
+		per := chunk * hwo * o // outs, or dy16 (half as large)
+		if !dnnl {
+			per += chunk * hwo * kkc // cols
+			per += int64(l.win.Padded()) + kkc*o
+		}
+		b = max(b, 4*(part+w*per))
+	}
+	// wT, w16, and x16: the batch's input in bf16.
+	return b + 4*int64(l.kkc)*o*2 + 2*int64(n*l.in.Size())
+}
+
 // colBlocks makes sure every worker has its scratch buffers (once: the
 // workers and the kernels are set after bind). With oneDNN there is no
 // im2col block, and a chunk is the samples whose input and output fit

@@ -48,3 +48,39 @@ func TestConvPartsPerWorker(t *testing.T) {
 		}
 	}
 }
+
+// TestScratchCoversConv: Summary.ScratchBytes covers every buffer a wide
+// convolution allocates beside its output and parameters after a step
+// (memory checks before building used to leave them out: a network of
+// such layers was OOM-killed instead of refused).
+func TestScratchCoversConv(t *testing.T) {
+	in := Shape{H: 16, W: 16, C: 64}
+	d, err := ParseDesc("wide.toml", []byte(wideConv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Summarize(d, in, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []int{1, 3} {
+		net, _ := stepShape(t, wideConv, in, goPar(w), 16)
+		c := net.Layers[0].(*Conv2D)
+		n := 4 * (len(c.part) + len(c.wT) + len(c.w16))
+		n += 2 * len(c.x16)
+		for _, b := range [][][]float32{c.cols, c.pads, c.dwT, c.outs} {
+			for _, v := range b {
+				n += 4 * len(v)
+			}
+		}
+		for _, v := range c.dy16 {
+			n += 2 * len(v)
+		}
+		for _, v := range c.pads16 {
+			n += 2 * len(v)
+		}
+		if got := s.ScratchBytes(16, w); got < int64(n) {
+			t.Errorf("%d workers: ScratchBytes %d, the layer allocated %d", w, got, n)
+		}
+	}
+}

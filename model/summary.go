@@ -31,6 +31,29 @@ type Summary struct {
 	InputBytes  int `json:"input_bytes"`
 	OutputBytes int `json:"output_bytes_per_sample"`
 	ParamBytes  int `json:"param_bytes"`
+
+	layers []Layer // for ScratchBytes
+}
+
+// ScratchBytes is what the layers allocate beside their outputs and the
+// parameters to train on batches of up to batch samples with workers
+// compute workers (each has blocks of its own): a convolution's im2col
+// blocks, its weight-gradient partials (per chunk, or per worker for a
+// wide layer: Conv2D.partRows), its transposed weights and its bf16
+// copies; a batch norm's per-chunk sums. Counted whichever kernels the
+// layer ends up on (oneDNN's chunks, or im2col's), so it errs high.
+func (s Summary) ScratchBytes(batch, workers int) int64 {
+	batch, workers = max(batch, 1), max(workers, 1)
+	var b int64
+	walk(s.layers, func(l Layer) {
+		switch l := l.(type) {
+		case *Conv2D:
+			b += l.scratchBytes(batch, workers)
+		case *BatchNorm:
+			b += int64(8 * 2 * l.Out().C * batch) // part: at most a chunk a sample
+		}
+	})
+	return b
 }
 
 // SummaryRow is one layer of a Summary. Layers inside a residual block
@@ -55,7 +78,9 @@ func Summarize(d Desc, in Shape, classes int) (Summary, error) {
 	if err := scoresLast(layers); err != nil {
 		return Summary{}, fmt.Errorf("model %s: %w", d.Name, err)
 	}
-	return (&Net{In: in, Classes: layers[len(layers)-1].Out().C, Layers: layers, Desc: d}).Summary(), nil
+	s := (&Net{In: in, Classes: layers[len(layers)-1].Out().C, Layers: layers, Desc: d}).Summary()
+	s.layers = layers
+	return s, nil
 }
 
 // Summary summarises the network.
@@ -69,7 +94,7 @@ func (n *Net) Summary() Summary {
 	s := Summary{Model: n.Desc.Name, Input: n.In.String(), Classes: n.Classes,
 		Params: np, Trainable: np, Buffers: nb,
 		MACs: n.MACs(), TrainMACs: n.TrainMACs(),
-		InputBytes: 4 * n.In.Size(), ParamBytes: 4 * (np + nb)}
+		InputBytes: 4 * n.In.Size(), ParamBytes: 4 * (np + nb), layers: n.Layers}
 	if len(n.Desc.Layers) > 0 {
 		s.Hash = n.Desc.Hash()
 	}

@@ -470,23 +470,37 @@ func (r *run) fitModel(in model.Shape, classes int) error {
 		return cli.Usage(err)
 	}
 	r.params = s.Params
-	if err := r.pipe.budget.Take(fmt.Sprintf("model %s with batches of %d samples", r.cfg.Model, r.cfg.Batch), NetBytes(s, r.cfg.Batch), "lower -batch"); err != nil {
+	if err := r.pipe.budget.Take(fmt.Sprintf("model %s with batches of %d samples", r.cfg.Model, r.cfg.Batch), NetBytes(s, r.cfg.Batch, r.pl.plan.Threads), NetHint(s, r.cfg.Batch)); err != nil {
 		return cli.Usage(err)
 	}
 	return nil
 }
 
 // NetBytes estimates the memory of a network of summary s training with
-// batches of batch samples: per sample every layer's output and its
-// gradient, and the input; the parameters four times (values, gradients,
-// two optimizer buffers). math.MaxInt64 stands for more than can be
-// counted.
-func NetBytes(s model.Summary, batch int) int64 {
+// batches of batch samples on workers compute workers: per sample every
+// layer's output and its gradient, and the input; the parameters four
+// times (values, gradients, two optimizer buffers); and the layers'
+// scratch (Summary.ScratchBytes: a wide convolution's weight-gradient
+// partials, im2col blocks, ...). math.MaxInt64 stands for more than can
+// be counted.
+func NetBytes(s model.Summary, batch, workers int) int64 {
 	perSample := int64(2*s.OutputBytes + s.InputBytes)
 	if perSample > 0 && int64(batch) > math.MaxInt64/4/perSample {
 		return math.MaxInt64
 	}
-	return int64(batch)*perSample + 4*int64(s.ParamBytes)
+	return int64(batch)*perSample + 4*int64(s.ParamBytes) + s.ScratchBytes(batch, workers)
+}
+
+// NetHint is what to change when NetBytes does not fit: -batch where the
+// batch's activations are most of it, the model where its parameters,
+// gradients and optimizer state are, which no -batch makes fit.
+func NetHint(s model.Summary, batch int) string {
+	params := 4 * int64(s.ParamBytes)
+	perSample := int64(2*s.OutputBytes + s.InputBytes)
+	if params >= int64(batch)*perSample {
+		return fmt.Sprintf("its parameters, gradients and optimizer state alone take %s: a smaller model", data.GiB(params))
+	}
+	return fmt.Sprintf("lower -batch (activations %s per sample)", data.GiB(perSample))
 }
 
 // placeAndPin pins this rank's compute workers to its own cores; the model
