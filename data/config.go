@@ -373,7 +373,8 @@ func (f floatList) Set(s string) error {
 type OpenOptions struct {
 	// Limit and TestLimit keep only the first N training and test samples
 	// (0: all); a synthetic set generates that many (default 60,000 and
-	// 10,000).
+	// 10,000). A folder, stored class by class, keeps N drawn from every
+	// class in proportion to its size (LimitByClass).
 	Limit, TestLimit int
 	// Budget is the memory the sets kept in memory may take; nil: no
 	// check.
@@ -415,7 +416,14 @@ func (c *Config) Open(opts OpenOptions) (*Sets, error) {
 		return nil, fmt.Errorf("test set (%s): %d classes of %dx%dx%d samples, but the training set has %d classes of %dx%dx%d",
 			where, te.Classes(), te.Shape().H, te.Shape().W, te.Shape().C, tr.Classes(), tr.Shape().H, tr.Shape().W, tr.Shape().C)
 	}
-	s.Train, s.Test = Limit(tr, opts.Limit), Limit(te, opts.TestLimit)
+	limit := Limit
+	if c.Dataset == "folder" {
+		// A folder is stored class by class: its first samples would be
+		// its first classes. (IDX and CIFAR-10 files are mixed already,
+		// and keep their first N, the figures in README.md.)
+		limit = func(d Dataset, n int) Dataset { return LimitByClass(d.(Labeled), n) }
+	}
+	s.Train, s.Test = limit(tr, opts.Limit), limit(te, opts.TestLimit)
 	return s, nil
 }
 

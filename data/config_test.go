@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -270,5 +271,79 @@ func TestOpen(t *testing.T) {
 	c.Dataset, c.ImageShape, c.DataDir = "mnist", "", filepath.Join(t.TempDir(), "none")
 	if _, err := c.Open(OpenOptions{}); err == nil || !strings.Contains(err.Error(), "no train-images-idx3-ubyte") {
 		t.Errorf("missing IDX files: %v", err)
+	}
+}
+
+// classTree writes root/<class>/<i>.png, n 2x2 images for each class of
+// counts.
+func classTree(t *testing.T, counts map[string]int) string {
+	root := t.TempDir()
+	for class, n := range counts {
+		for i := 0; i < n; i++ {
+			writeImage(t, filepath.Join(root, class, strconv.Itoa(i)+".png"), rgbaImage(2, 2))
+		}
+	}
+	return root
+}
+
+// classCounts is the number of samples of each class of d.
+func classCounts(d Dataset) []int {
+	c := make([]int, d.Classes())
+	buf := make([]byte, d.Shape().Size())
+	for i := 0; i < d.Len(); i++ {
+		c[d.Sample(i, buf)]++
+	}
+	return c
+}
+
+// labels is d's labels in order.
+func labels(d Dataset) []int {
+	l := make([]int, d.Len())
+	buf := make([]byte, d.Shape().Size())
+	for i := range l {
+		l[i] = int(d.Sample(i, buf))
+	}
+	return l
+}
+
+// TestOpenFolderLimitByClass: -limit and -test-limit on a folder, stored
+// class by class, keep samples of every class in proportion, the same ones
+// every time, with a test tree and after -val-split; IDX and CIFAR-10 keep
+// their first N (LimitByClass is not applied to them).
+func TestOpenFolderLimitByClass(t *testing.T) {
+	tr := classTree(t, map[string]int{"a": 12, "b": 12, "c": 6})
+	te := classTree(t, map[string]int{"a": 4, "b": 4, "c": 4})
+	c := Defaults()
+	c.Dataset, c.DataDir, c.TestDir, c.ImageShape = "folder", tr, te, "2x2x3"
+	s, err := c.Open(OpenOptions{Limit: 10, TestLimit: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := classCounts(s.Train); !equalInts(got, []int{4, 4, 2}) {
+		t.Errorf("-limit 10 of classes of 12, 12, 6: %v per class, want [4 4 2]", got)
+	}
+	if got := classCounts(s.Test); !equalInts(got, []int{1, 1, 1}) {
+		t.Errorf("-test-limit 3 of classes of 4: %v per class, want [1 1 1]", got)
+	}
+	s2, err := c.Open(OpenOptions{Limit: 10, TestLimit: 3})
+	if err != nil || !equalInts(labels(s.Train), labels(s2.Train)) {
+		t.Errorf("a second Open chose other samples (%v)", err)
+	}
+	c.TestDir, c.ValSplit = "", 0.5
+	s, err = c.Open(OpenOptions{Limit: 5, TestLimit: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, b := classCounts(s.Train), classCounts(s.Test); !equalInts(a, []int{2, 2, 1}) || !equalInts(b, []int{2, 2, 1}) {
+		t.Errorf("-val-split 0.5, limits 5: %v and %v per class, want [2 2 1] each", a, b)
+	}
+	// Without a limit, or one above the size, the set is as it was.
+	if d := LimitByClass(s.Train.(Labeled), 0); !equalInts(labels(d), labels(s.Train)) {
+		t.Error("LimitByClass with no limit changed the set")
+	}
+	// Another data set keeps its first N.
+	l, _ := NewImages(Shape{1, 1, 1}, 2, make([]byte, 6), []uint8{0, 0, 0, 0, 1, 1})
+	if d := Limit(l, 3); classCounts(d)[1] != 0 {
+		t.Error("Limit did not keep the first samples")
 	}
 }

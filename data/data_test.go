@@ -429,7 +429,7 @@ func TestSplit(t *testing.T) {
 	// Disjoint and in order: the views' indices interleave into 0..N-1.
 	seen := map[int]bool{}
 	for _, v := range []Dataset{tr, va} {
-		idx := v.(subset).idx
+		idx := v.(labeledSubset).idx
 		for j, i := range idx {
 			if seen[i] || (j > 0 && idx[j-1] >= i) {
 				t.Fatalf("index %d twice or out of order", i)
@@ -439,7 +439,7 @@ func TestSplit(t *testing.T) {
 	}
 	tr2, _ := Split(ds, 0.2, 1)
 	tr3, _ := Split(ds, 0.2, 2)
-	if !equalInts(tr.(subset).idx, tr2.(subset).idx) || equalInts(tr.(subset).idx, tr3.(subset).idx) {
+	if !equalInts(tr.(labeledSubset).idx, tr2.(labeledSubset).idx) || equalInts(tr.(labeledSubset).idx, tr3.(labeledSubset).idx) {
 		t.Error("split is not a function of the seed")
 	}
 	// A class of one sample stays in training.

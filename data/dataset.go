@@ -1,9 +1,11 @@
 package data
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 )
 
 // Shape is the shape of one sample: height, width, channels.
@@ -112,10 +114,51 @@ func (s subset) SampleChecked(i int, dst []byte) (int32, error) {
 	return s.Dataset.Sample(s.idx[i], dst), nil
 }
 
+// labeledSubset is a subset of a Labeled data set, itself Labeled.
+type labeledSubset struct{ subset }
+
+// Label is sample i's label, without reading its pixels.
+func (s labeledSubset) Label(i int) int32 { return s.Dataset.(Labeled).Label(s.idx[i]) }
+
+// LimitByClass returns a view of n samples of d drawn from every class in
+// proportion to its size (all of d if n <= 0 or n >= Len()): the j-th of a
+// class's m samples, in d's order, ranks at (j+1/2)/m, ties in class
+// order, and the n first ranked are kept, in d's order. Limit's first n
+// samples of a data set stored class by class (an image folder) would be
+// its first classes only; LimitByClass is deterministic, and depends only
+// on d's labels and n.
+func LimitByClass(d Labeled, n int) Dataset {
+	if n <= 0 || n >= d.Len() {
+		return d
+	}
+	size := make([]int64, d.Classes())
+	type rank struct {
+		i, class int
+		j        int64 // the sample's place in its class
+	}
+	ranks := make([]rank, d.Len())
+	for i := range ranks {
+		k := int(d.Label(i))
+		ranks[i] = rank{i, k, size[k]}
+		size[k]++
+	}
+	slices.SortFunc(ranks, func(a, b rank) int {
+		// (2a.j+1)/(2 size[a]) against (2b.j+1)/(2 size[b]), exactly.
+		return cmp.Or(cmp.Compare((2*a.j+1)*size[b.class], (2*b.j+1)*size[a.class]), cmp.Compare(a.class, b.class))
+	})
+	idx := make([]int, n)
+	for k := range idx {
+		idx[k] = ranks[k].i
+	}
+	slices.Sort(idx)
+	return labeledSubset{subset{d, idx}}
+}
+
 // Split holds out a fraction of d for validation, class by class: of each
 // class's n samples, round(frac*n) (at least one when n >= 2, never all)
 // go to held, the rest to train, chosen by a shuffle drawn from seed.
-// Both views keep d's order. The split depends only on (d's labels, frac,
+// Both views keep d's order (class by class for an image folder; see
+// LimitByClass) and are Labeled. The split depends only on (d's labels, frac,
 // seed), so every rank computes the same one. It panics unless 0 < frac < 1.
 func Split(d Labeled, frac float64, seed uint64) (train, held Dataset) {
 	if !(frac > 0 && frac < 1) {
@@ -149,5 +192,5 @@ func Split(d Labeled, frac float64, seed uint64) (train, held Dataset) {
 			tr = append(tr, i)
 		}
 	}
-	return subset{d, tr}, subset{d, ho}
+	return labeledSubset{subset{d, tr}}, labeledSubset{subset{d, ho}}
 }
