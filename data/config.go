@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/BurntSushi/toml"
+
+	"hpctrain/internal/cli"
 )
 
 // Config is the data section of a training run's configuration: which data
@@ -494,6 +496,11 @@ func (c *Config) openFolders(s *Sets, opts OpenOptions) (train, test Dataset, er
 		var ie *ImageError
 		if errors.As(err, &ie) {
 			err = fmt.Errorf("%w (-bad-input skip skips bad images with a warning)", err)
+		}
+		if err == nil && f.Classes() < 2 {
+			// Every label would be the one class: any network scores
+			// 100%, and the run would say so.
+			return nil, cli.Usage(fmt.Errorf("image folder %s: 1 class directory (%s), want 2 or more (root/<class>/<image>)%s", dir, f.names[0], f.ignored()))
 		}
 		if err == nil && c.Lazy {
 			s.lazy = append(s.lazy, f)

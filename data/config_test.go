@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"hpctrain/internal/cli"
 )
 
 // TestConfigValidate: each data key's domain, named in the error; sizes
@@ -345,5 +347,21 @@ func TestOpenFolderLimitByClass(t *testing.T) {
 	l, _ := NewImages(Shape{1, 1, 1}, 2, make([]byte, 6), []uint8{0, 0, 0, 0, 1, 1})
 	if d := Limit(l, 3); classCounts(d)[1] != 0 {
 		t.Error("Limit did not keep the first samples")
+	}
+}
+
+// TestOpenFolderOneClass: a folder of one class directory is a usage
+// error naming it and the other entries ignored; a network would score
+// 100% on it whatever it learnt.
+func TestOpenFolderOneClass(t *testing.T) {
+	root := classTree(t, map[string]int{"cat": 3})
+	os.WriteFile(filepath.Join(root, "dog.png"), []byte("x"), 0o644)
+	os.WriteFile(filepath.Join(root, "notes.txt"), []byte("x"), 0o644)
+	c := Defaults()
+	c.Dataset, c.DataDir, c.ValSplit, c.ImageShape = "folder", root, 0.5, "2x2x3"
+	_, err := c.Open(OpenOptions{})
+	want := "image folder " + root + ": 1 class directory (cat), want 2 or more (root/<class>/<image>); 2 entries that are not directories ignored"
+	if err == nil || err.Error() != want || !errors.As(err, new(cli.UsageError)) {
+		t.Errorf("one class: %v, want a usage error %q", err, want)
 	}
 }

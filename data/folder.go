@@ -71,6 +71,7 @@ type Folder struct {
 	labels  []int32  // (N)
 	pix     []byte   // (N, H, W, C) when eager; nil when lazy
 	skipped int
+	loose   int // entries of root, not dot names, that are not directories
 
 	mu       sync.Mutex // guards lazyErr and Warn calls
 	lazyErr  error
@@ -129,7 +130,11 @@ func LoadImageFolder(root string, shape Shape, opts FolderOptions) (*Folder, err
 		// Class directories and images may be symbolic links (as
 		// torchvision's ImageFolder follows them): what counts is what
 		// they point to.
-		if strings.HasPrefix(e.Name(), ".") || modeOf(root, e)&fs.ModeDir == 0 {
+		if strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		if modeOf(root, e)&fs.ModeDir == 0 {
+			f.loose++
 			continue
 		}
 		dir := filepath.Join(root, e.Name())
@@ -155,7 +160,7 @@ func LoadImageFolder(root string, shape Shape, opts FolderOptions) (*Folder, err
 		classPaths = append(classPaths, ps)
 	}
 	if len(f.names) == 0 {
-		return nil, fmt.Errorf("image folder %s: no class sub-directories (want root/<class>/<image>)", root)
+		return nil, fmt.Errorf("image folder %s: no class sub-directories (want root/<class>/<image>)%s", root, f.ignored())
 	}
 	// ReadDir sorts by name, so classes and files are in a fixed order.
 	for k, ps := range classPaths {
@@ -186,6 +191,18 @@ func LoadImageFolder(root string, shape Shape, opts FolderOptions) (*Folder, err
 		}
 	}
 	return f, nil
+}
+
+// ignored says how many entries of the root were ignored for not being
+// directories, for a message about its classes ("" if none).
+func (f *Folder) ignored() string {
+	if f.loose == 0 {
+		return ""
+	}
+	if f.loose == 1 {
+		return "; 1 entry that is not a directory ignored"
+	}
+	return fmt.Sprintf("; %d entries that are not directories ignored", f.loose)
 }
 
 func isImageName(name string) bool {
