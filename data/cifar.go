@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"hpctrain/internal/cli"
 )
 
 // CIFAR-10 binary version (https://www.cs.toronto.edu/~kriz/cifar.html):
@@ -66,6 +68,9 @@ func loadCIFAR10(dir string, train bool, budget *Budget) (*Images, error) {
 func ReadCIFAR10(paths ...string) (*Images, error) {
 	var pix, labels []byte
 	for _, p := range paths {
+		if err := regularFile(p); err != nil {
+			return nil, err
+		}
 		raw, err := os.ReadFile(p)
 		if err != nil {
 			return nil, fmt.Errorf("read CIFAR-10 batch: %w", err)
@@ -83,6 +88,17 @@ func ReadCIFAR10(paths ...string) (*Images, error) {
 		return nil, fmt.Errorf("CIFAR-10 %v: no images", paths)
 	}
 	return NewImages(CIFAR10Shape, 10, pix, labels)
+}
+
+// regularFile refuses a data file that is not a regular file (a named
+// pipe would block the read for ever, a device never end) as a usage
+// error naming it; a file that cannot be stat'ed is left to the read.
+func regularFile(path string) error {
+	fi, err := os.Stat(path)
+	if err != nil || fi.Mode().IsRegular() {
+		return nil
+	}
+	return cli.Usage(fmt.Errorf("%s is %s, not a file", path, cli.NotRegular(fi.Mode())))
 }
 
 // decodeCIFAR checks raw, the contents of path, and converts its records

@@ -2,11 +2,16 @@ package data
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	"hpctrain/internal/cli"
 )
 
 // cifarRecords returns n records whose label is (first+i)%10 and whose
@@ -102,4 +107,36 @@ func FuzzCIFAR(f *testing.F) {
 			t.Fatalf("%d labels from %d bytes", len(labels), len(raw))
 		}
 	})
+}
+
+// TestDataFilesRefuseFIFO: a named pipe where a CIFAR-10 batch or an IDX
+// file is expected is a usage error naming it, not a read that blocks
+// for ever.
+func TestDataFilesRefuseFIFO(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{"data_batch_1.bin", "train-images-idx3-ubyte"} {
+		p := filepath.Join(dir, name)
+		if err := syscall.Mkfifo(p, 0o644); err != nil {
+			t.Skip(err)
+		}
+		done := make(chan error, 1)
+		go func() {
+			var err error
+			if strings.HasSuffix(name, ".bin") {
+				_, err = ReadCIFAR10(p)
+			} else {
+				_, _, err = ReadIDX(p)
+			}
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			if err == nil || err.Error() != p+" is a named pipe (FIFO), not a file" || !errors.As(err, new(cli.UsageError)) {
+				t.Errorf("%s: %v, want a usage error naming the FIFO", name, err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Errorf("%s: reading a FIFO blocked", name)
+			os.WriteFile(p, nil, 0) // unblock the reader
+		}
+	}
 }

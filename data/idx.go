@@ -42,6 +42,9 @@ func ReadIDX(path string) (dims []int, elems []byte, err error) {
 // is, refuses a file of the wrong shape without reading (or, for gzip,
 // inflating) what its header promises.
 func ReadIDXChecked(path string, check func(dims []int) error) (dims []int, elems []byte, err error) {
+	if err := regularFile(path); err != nil {
+		return nil, nil, err // opening a named pipe would block
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, nil, err
