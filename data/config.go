@@ -161,8 +161,23 @@ func (c *Config) ValidateRecord() error {
 		if _, err := c.loaderOptions(in, ts, 0); err != nil {
 			return err
 		}
+	} else if err := c.checkChannels(1); err != nil { // IDX: grey
+		return err
 	}
 	return nil
+}
+
+// checkChannels refuses a mean and std of other than one value per
+// channel of samples with channels channels.
+func (c *Config) checkChannels(channels int) error {
+	if c.Mean == nil || len(c.Mean) == channels {
+		return nil
+	}
+	ch := "1 channel"
+	if channels != 1 {
+		ch = fmt.Sprintf("%d channels", channels)
+	}
+	return fmt.Errorf("config: mean %v and std %v: %d values each, but %s samples have %s: give -mean and -std (mean, std) one value per channel", c.Mean, c.Std, len(c.Mean), c.Dataset, ch)
 }
 
 // shape is the sample shape the configuration fixes before any file is
@@ -220,6 +235,9 @@ func (c *Config) LoaderOptions(in Shape, seed uint64) (LoaderOptions, error) {
 }
 
 func (c *Config) loaderOptions(in Shape, ts []Transform, seed uint64) (LoaderOptions, error) {
+	if err := c.checkChannels(in.C); err != nil {
+		return LoaderOptions{}, err
+	}
 	ev, err := EvalTransforms(ts, in)
 	if err != nil {
 		return LoaderOptions{}, fmt.Errorf("config: augment = %q: %w", string(c.Augment), err)

@@ -365,3 +365,28 @@ func TestOpenFolderOneClass(t *testing.T) {
 		t.Errorf("one class: %v, want a usage error %q", err, want)
 	}
 }
+
+// TestMeanStdChannels: a mean and std of other than one value per channel
+// is a configuration error naming -mean, -std and the channels, found
+// without reading the data (IDX sets are grey, a folder or synthetic set
+// has its image_shape's channels), and by LoaderOptions for the shape the
+// data turned out to have.
+func TestMeanStdChannels(t *testing.T) {
+	c := Defaults()
+	c.Mean, c.Std = []float64{0.5, 0.5}, []float64{0.2, 0.2}
+	want := "config: mean [0.5 0.5] and std [0.2 0.2]: 2 values each, but fashion-mnist samples have 1 channel: give -mean and -std (mean, std) one value per channel"
+	if err := c.ValidateRecord(); err == nil || err.Error() != want {
+		t.Errorf("fashion-mnist: %v, want %q", err, want)
+	}
+	c.Dataset, c.ImageShape = "synthetic", "4x4x3"
+	if err := c.ValidateRecord(); err == nil || !strings.Contains(err.Error(), "2 values each, but synthetic samples have 3 channels") {
+		t.Errorf("synthetic 4x4x3: %v", err)
+	}
+	if _, err := c.LoaderOptions(Shape{4, 4, 1}, 0); err == nil || !strings.Contains(err.Error(), "have 1 channel:") {
+		t.Errorf("LoaderOptions of grey samples: %v", err)
+	}
+	c.Mean, c.Std = []float64{0.5, 0.5, 0.5}, []float64{0.2, 0.2, 0.2}
+	if err := c.ValidateRecord(); err != nil {
+		t.Errorf("3 values for 3 channels: %v", err)
+	}
+}
