@@ -514,16 +514,8 @@ func TestInterruptCheckpoints(t *testing.T) {
 	}
 
 	t.Run("alone", func(t *testing.T) {
-		ck := filepath.Join(t.TempDir(), "ck")
-		cmd := exec.Command(bin, args(ck)...)
-		cmd.Env = append(os.Environ(), "HPCTRAIN_FAULT=stop@0:startup") // no launcher: no rank before MPI_Init
-		var out mpitest.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-		pid := waitStopped(t, out.String, func() int { return cmd.Process.Pid })
+		cmd, out := stoppedAlone(t, bin, args(filepath.Join(t.TempDir(), "ck"))...)
+		pid := cmd.Process.Pid
 		syscall.Kill(pid, syscall.SIGINT)
 		syscall.Kill(pid, syscall.SIGCONT)
 		err := cmd.Wait()
@@ -533,23 +525,32 @@ func TestInterruptCheckpoints(t *testing.T) {
 	})
 
 	t.Run("ignored", func(t *testing.T) {
-		ck := filepath.Join(t.TempDir(), "ck")
 		// As nohup or a shell's background job starts it: SIGINT ignored.
-		cmd := exec.Command("sh", append([]string{"-c", `trap "" INT; exec "$0" "$@"`, bin}, args(ck)...)...)
-		cmd.Env = append(os.Environ(), "HPCTRAIN_FAULT=stop@0:startup") // no launcher: no rank before MPI_Init
-		var out mpitest.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-		pid := waitStopped(t, out.String, func() int { return cmd.Process.Pid })
+		cmd, out := stoppedAlone(t, "sh", append([]string{"-c", `trap "" INT; exec "$0" "$@"`, bin}, args(filepath.Join(t.TempDir(), "ck"))...)...)
+		pid := cmd.Process.Pid
 		syscall.Kill(pid, syscall.SIGINT)
 		syscall.Kill(pid, syscall.SIGCONT)
 		if err := cmd.Wait(); err != nil || !strings.Contains(out.String(), "final: test accuracy") {
 			t.Errorf("%v, want the run to end normally, its SIGINT ignored:\n%s", err, out.String())
 		}
 	})
+}
+
+// stoppedAlone starts name args (hpctrain, or a shell that execs it) with
+// no launcher and a fault that stops it as its run starts, and returns it
+// stopped, with its output so far.
+func stoppedAlone(t *testing.T, name string, args ...string) (*exec.Cmd, *mpitest.Buffer) {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Env = append(os.Environ(), "HPCTRAIN_FAULT=stop@0:startup") // no launcher: no rank before MPI_Init
+	out := new(mpitest.Buffer)
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	waitStopped(t, out.String, func() int { return cmd.Process.Pid })
+	return cmd, out
 }
 
 // TestRankZeroOutputFails: rank 0's -loss-log (or -metrics) on a full
