@@ -373,10 +373,17 @@ func (e *EvalSet) Err() error { return e.sets.Err() }
 // this node, for the memory budget. A data set that does not fit the
 // network is a usage error naming both.
 func (t *Trained) OpenEval(dc data.Config, testLimit, ranks int, warn func(string)) (*EvalSet, error) {
+	od := dc // what is opened
 	if err := dc.Validate(); err != nil {
-		return nil, cli.Usage(err)
+		// The run's normalisation has a value for each of the network's
+		// channels: where it does not fit this data set, the reason is the
+		// data set's shape, said below once it is read.
+		od.Mean, od.Std = nil, nil
+		if len(dc.Mean) != t.Net.In.C || od.Validate() != nil {
+			return nil, cli.Usage(err)
+		}
 	}
-	sets, err := openTest(dc, data.OpenOptions{Limit: t.Config.Limit, TestLimit: testLimit, Budget: data.NewBudget(ranks), Warn: warn})
+	sets, err := openTest(od, data.OpenOptions{Limit: t.Config.Limit, TestLimit: testLimit, Budget: data.NewBudget(ranks), Warn: warn})
 	if err != nil {
 		if errors.As(err, new(*data.MemoryError)) || errors.Is(err, fs.ErrNotExist) {
 			err = cli.Usage(err)
