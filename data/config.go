@@ -1,15 +1,13 @@
 package data
 
 import (
-	"bytes"
 	"errors"
 	"flag"
 	"fmt"
 	"math"
+	"sort"
 	"strconv"
 	"strings"
-
-	"github.com/BurntSushi/toml"
 
 	"hpctrain/internal/cli"
 )
@@ -318,19 +316,9 @@ func (a *Augment) UnmarshalTOML(v any) error {
 		}
 		return nil
 	case map[string]any:
-		// Round-trip the table through TOML into TransformConfig, so that
-		// its keys and types are checked by the same decoder as the file.
-		var buf bytes.Buffer
-		if err := toml.NewEncoder(&buf).Encode(v); err != nil {
-			return fmt.Errorf("augment: %w", err)
-		}
-		var tc TransformConfig
-		md, err := toml.Decode(buf.String(), &tc)
+		tc, err := transformTable(v)
 		if err != nil {
-			return fmt.Errorf("augment: %w", err)
-		}
-		if un := md.Undecoded(); len(un) > 0 {
-			return fmt.Errorf("augment: unknown key %s (keys: resize, center_crop, crop_pad, crop, rotate_deg, flip, blur_sigma, interp)", un[0])
+			return err
 		}
 		ts, err := tc.Transforms()
 		if err != nil {
@@ -340,6 +328,65 @@ func (a *Augment) UnmarshalTOML(v any) error {
 		return nil
 	}
 	return fmt.Errorf("augment: %T, want a string (\"crop_pad=4,flip\") or a table", v)
+}
+
+// transformTable reads an [augment] table's values, each checked for its
+// key's type, into a TransformConfig. Errors name the key.
+func transformTable(t map[string]any) (TransformConfig, error) {
+	var c TransformConfig
+	keys := make([]string, 0, len(t))
+	for k := range t {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys) // the first bad key is the same every run
+	for _, k := range keys {
+		v := t[k]
+		var err error
+		switch k {
+		case "resize":
+			err = c.Resize.UnmarshalTOML(v)
+		case "center_crop":
+			err = c.CenterCrop.UnmarshalTOML(v)
+		case "crop":
+			err = c.Crop.UnmarshalTOML(v)
+		case "crop_pad":
+			n, ok := v.(int64)
+			if !ok || n < 0 || n > 1024 {
+				err = fmt.Errorf("%v: want an integer 0 to 1024", v)
+			}
+			c.CropPad = int(n)
+		case "flip":
+			var ok bool
+			if c.Flip, ok = v.(bool); !ok {
+				err = fmt.Errorf("%v: want true or false", v)
+			}
+		case "rotate_deg":
+			c.RotateDeg, err = tableFloat(v)
+		case "blur_sigma":
+			c.BlurSigma, err = tableFloat(v)
+		case "interp":
+			var ok bool
+			if c.Interp, ok = v.(string); !ok {
+				err = fmt.Errorf("%v: want \"bilinear\" or \"nearest\"", v)
+			}
+		default:
+			return c, fmt.Errorf("augment: unknown key %s (keys: resize, center_crop, crop_pad, crop, rotate_deg, flip, blur_sigma, interp)", k)
+		}
+		if err != nil {
+			return c, fmt.Errorf("augment.%s: %w", k, err)
+		}
+	}
+	return c, nil
+}
+
+func tableFloat(v any) (float64, error) {
+	switch v := v.(type) {
+	case int64:
+		return float64(v), nil
+	case float64:
+		return v, nil
+	}
+	return 0, fmt.Errorf("%v: want a number", v)
 }
 
 // Transforms parses the chain.

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/BurntSushi/toml"
+
 	"hpctrain/internal/cli"
 )
 
@@ -388,5 +390,40 @@ func TestMeanStdChannels(t *testing.T) {
 	c.Mean, c.Std = []float64{0.5, 0.5, 0.5}, []float64{0.2, 0.2, 0.2}
 	if err := c.ValidateRecord(); err != nil {
 		t.Errorf("3 values for 3 channels: %v", err)
+	}
+}
+
+// TestAugmentTable: the [augment] table as a TOML file gives it. A size is
+// [H, W] or one integer (as the documentation shows), and a value of the
+// wrong type is named by its key, without the line of a re-encoded copy of
+// the table.
+func TestAugmentTable(t *testing.T) {
+	for _, c := range []struct{ table, want string }{
+		{"resize = 32", "resize=32x32"},
+		{"resize = [36, 40]\ncenter_crop = [32]\nflip = true", "resize=36x40,center_crop=32x32,flip"},
+		{"crop_pad = 4\ncrop = 28\nrotate_deg = 10\nblur_sigma = 0.5\ninterp = \"nearest\"", "crop_pad=4:28x28,rotate_deg=10:nearest,blur_sigma=0.5"},
+	} {
+		var v struct{ Augment Augment }
+		if _, err := toml.Decode("[augment]\n"+c.table, &v); err != nil || string(v.Augment) != c.want {
+			t.Errorf("[augment] %q: %q, %v; want %q", c.table, v.Augment, err, c.want)
+		}
+	}
+	for _, c := range []struct{ table, want string }{
+		{"flip = 3", "augment.flip: 3: want true or false"},
+		{"resize = \"a\"", "augment.resize: a: want [H, W] or one size"},
+		{"resize = [32, \"a\"]", "augment.resize: [32 a]: want integers"},
+		{"resize = 99999999999999", "augment.resize: 99999999999999: want sizes 1 to 8192"},
+		{"crop_pad = 1.5", "augment.crop_pad: 1.5: want an integer 0 to 1024"},
+		{"crop_pad = -99999999999", "augment.crop_pad: -99999999999: want an integer 0 to 1024"},
+		{"interp = 3", "augment.interp: 3: want \"bilinear\" or \"nearest\""},
+		{"blur_sigma = \"x\"", "augment.blur_sigma: x: want a number"},
+		{"resize = [1, 2, 3]", "augment.resize: [1 2 3], want [H, W] or [size]"},
+		{"bogus = 1", "augment: unknown key bogus"},
+	} {
+		var v struct{ Augment Augment }
+		_, err := toml.Decode("# the table starts on line 3\n\n[augment]\n"+c.table, &v)
+		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "line 1") {
+			t.Errorf("[augment] %q: %v, want %q", c.table, err, c.want)
+		}
 	}
 }

@@ -22,10 +22,10 @@ import (
 // Transforms apply in the fixed order of the lines above. The zero value
 // is no augmentation.
 type TransformConfig struct {
-	Resize     []int   `toml:"resize"`
-	CenterCrop []int   `toml:"center_crop"`
+	Resize     Sizes   `toml:"resize"`
+	CenterCrop Sizes   `toml:"center_crop"`
 	CropPad    int     `toml:"crop_pad"`
-	Crop       []int   `toml:"crop"`
+	Crop       Sizes   `toml:"crop"`
 	Flip       bool    `toml:"flip"`
 	RotateDeg  float64 `toml:"rotate_deg"`
 	BlurSigma  float64 `toml:"blur_sigma"`
@@ -81,6 +81,35 @@ func (c TransformConfig) Transforms() ([]Transform, error) {
 		ts = append(ts, Blur(c.BlurSigma))
 	}
 	return ts, nil
+}
+
+// Sizes is an image size as TOML gives it: [H, W], or one integer (or a
+// one-element array) for a square.
+type Sizes []int
+
+// UnmarshalTOML takes an integer or an array of integers; their count and
+// range are checked by TransformConfig.Transforms.
+func (s *Sizes) UnmarshalTOML(v any) error {
+	if n, ok := v.(int64); ok {
+		v = []any{n}
+	}
+	a, ok := v.([]any)
+	if !ok {
+		return fmt.Errorf("%v: want [H, W] or one size", v)
+	}
+	out := make(Sizes, len(a))
+	for i, e := range a {
+		n, ok := e.(int64)
+		if !ok {
+			return fmt.Errorf("%v: want integers, [H, W] or one size", v)
+		}
+		if n < 1 || n > MaxSide {
+			return fmt.Errorf("%d: want sizes 1 to %d", n, MaxSide)
+		}
+		out[i] = int(n)
+	}
+	*s = out
+	return nil
 }
 
 // MaxSide is the largest height or width of a sample shape or of a
