@@ -98,6 +98,25 @@ func (c *Config) CheckDataDir() error {
 	return nil
 }
 
+// CheckFolderKeys refuses folder_resize and bad_input other than their
+// defaults for a data set that is not an image folder, where nothing reads
+// them: a new run's settings, so that a key set for the wrong data set is
+// not taken in silence. (Records of older runs may hold such settings, so
+// ValidateRecord does not check this.)
+func (c *Config) CheckFolderKeys() error {
+	if c.Dataset == "folder" {
+		return nil
+	}
+	d := Defaults()
+	switch {
+	case c.FolderResize != d.FolderResize:
+		return fmt.Errorf("config: folder_resize = %q applies to dataset folder only (dataset is %s)", c.FolderResize, c.Dataset)
+	case c.BadInput != d.BadInput:
+		return fmt.Errorf("config: bad_input = %q applies to dataset folder only (dataset is %s)", c.BadInput, c.Dataset)
+	}
+	return nil
+}
+
 // ValidateRecord checks every key's domain and the keys' consistency, and
 // names the key at fault: what a configuration recorded in a checkpoint
 // must pass before anything is built from it. It reads no file; where the

@@ -637,6 +637,9 @@ func (c *Config) Validate() error {
 	if spec.Off && c.Device == "cuda" {
 		return fmt.Errorf("config: device = \"cuda\" and gpus = \"none\" contradict each other: give the ranks GPUs, or use -device cpu")
 	}
+	if err := c.DataConfig.CheckFolderKeys(); err != nil {
+		return err
+	}
 	return c.DataConfig.Validate()
 }
 

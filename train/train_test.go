@@ -637,6 +637,8 @@ func TestDataConfig(t *testing.T) {
 		{"image_shape = \"32x32x3\"\n", "image_shape applies"},
 		{"dataset = \"folder\"\nval_split = 0.1\nfolder_resize = \"cubic\"\n", "folder_resize = \"cubic\""},
 		{"lazy = true\n", "lazy applies to dataset folder only"},
+		{"folder_resize = \"none\"\n", "folder_resize = \"none\" applies to dataset folder only (dataset is fashion-mnist)"},
+		{"dataset = \"synthetic\"\nbad_input = \"skip\"\n", "bad_input = \"skip\" applies to dataset folder only (dataset is synthetic)"},
 	} {
 		os.WriteFile(p, []byte(c.file), 0o644)
 		if _, _, err := Parse([]string{"-config", p}, io.Discard); err == nil || !strings.Contains(err.Error(), c.want) {
