@@ -429,6 +429,9 @@ func TestBadDataInput(t *testing.T) {
 	write(at("cut", "bee", "cut.png"), pngOf(8, 8, 5)[:60]) // passes the lazy header check
 	tree("other")
 	os.Rename(at("other", "bee"), at("other", "cat"))
+	tree("stray") // a file of another format, and images one level too deep
+	write(at("stray", "ant", "0.bmp"), []byte("BM"))
+	write(at("stray", "bee", "more", "0.png"), pngOf(8, 8, 1))
 	for _, cls := range []string{"ant", "bee", "cow"} { // one image a class: no validation image
 		write(at("lone", cls, "0.png"), pngOf(8, 8, 9))
 	}
@@ -506,6 +509,8 @@ func TestBadDataInput(t *testing.T) {
 	}{
 		{folder(at("corrupt"), "-val-split", "0.25", "-bad-input", "skip"), "1 bad images skipped at load"},
 		{folder(at("good"), "-test-dir", at("cut"), "-lazy", "-bad-input", "skip", "-epochs", "2"), "read as zeros in this epoch"},
+		// Entries the data set leaves out are said, not passed over.
+		{folder(at("stray"), "-val-split", "0.25"), "2 entries of the class directories not read (only .png, .jpg, .jpeg and .gif files directly inside are): 1 .bmp file, 1 sub-directory; the first is " + at("stray", "ant", "0.bmp")},
 	} {
 		for _, np := range []int{0, 2} {
 			// Under 2 ranks each reads its own shard lazily: the rank

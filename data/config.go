@@ -478,8 +478,11 @@ type Sets struct {
 	// (whatever -limit or -val-split made of its sets); nil for data sets
 	// that do not name their classes.
 	ClassNames []string
-	lazy       []*Folder
-	skipBad    bool
+	// Notes are lines worth a warning at start-up: an image folder's
+	// entries that are not read (Folder.Ignored).
+	Notes   []string
+	lazy    []*Folder
+	skipBad bool
 }
 
 // Open reads the configured data set. Every error names the file or the
@@ -588,6 +591,9 @@ func (c *Config) openFolders(s *Sets, opts OpenOptions) (train, test Dataset, er
 		}
 		if err == nil && c.Lazy {
 			s.lazy = append(s.lazy, f)
+		}
+		if err == nil && f.Ignored() != "" {
+			s.Notes = append(s.Notes, f.Ignored())
 		}
 		return f, err
 	}

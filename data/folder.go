@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"sort"
 	"strings"
 	"sync"
 
@@ -56,8 +57,9 @@ const MaxImagePixels = 1 << 26
 // Folder is a data set of image files laid out one sub-directory per class,
 // root/<class>/<image>, as torchvision's ImageFolder. Classes are the
 // sub-directories sorted by name; label k is the k-th. Files ending .png,
-// .jpg, .jpeg or .gif (any case) are images; other files and names
-// beginning with a dot are ignored.
+// .jpg, .jpeg or .gif (any case) directly inside a class directory are
+// images; names beginning with a dot are ignored, and other files and
+// sub-directories are not read (Ignored counts them, for a warning).
 //
 // Images are converted to shape.C channels (1: ITU-R BT.601 luma as
 // image/color.GrayModel; 3: RGB; alpha is composited over black) and
@@ -72,6 +74,10 @@ type Folder struct {
 	pix     []byte   // (N, H, W, C) when eager; nil when lazy
 	skipped int
 	loose   int // entries of root, not dot names, that are not directories
+	// Entries of class directories, not dot names, that are not images:
+	// counts by kind (an extension, "sub-directory"), and the first path.
+	passed      map[string]int
+	passedFirst string
 
 	mu       sync.Mutex // guards lazyErr and Warn calls
 	lazyErr  error
@@ -144,12 +150,15 @@ func LoadImageFolder(root string, shape Shape, opts FolderOptions) (*Folder, err
 		}
 		var ps []string
 		for _, fe := range files {
-			if strings.HasPrefix(fe.Name(), ".") || !isImageName(fe.Name()) {
+			if strings.HasPrefix(fe.Name(), ".") {
 				continue
 			}
-			switch m := modeOf(dir, fe); {
-			case m.IsDir():
+			m := modeOf(dir, fe)
+			if m.IsDir() || !isImageName(fe.Name()) {
+				f.pass(filepath.Join(dir, fe.Name()), m.IsDir())
 				continue
+			}
+			switch {
 			case !m.IsRegular():
 				// A FIFO would block the decoder for ever.
 				return nil, fmt.Errorf("image folder: %s is %s, not an image file", filepath.Join(dir, fe.Name()), cli.NotRegular(m))
@@ -191,6 +200,62 @@ func LoadImageFolder(root string, shape Shape, opts FolderOptions) (*Folder, err
 		}
 	}
 	return f, nil
+}
+
+// pass notes an entry of a class directory that is not read: a
+// sub-directory (torchvision's ImageFolder would look inside) or a file of
+// another kind.
+func (f *Folder) pass(path string, dir bool) {
+	kind := "/" // a sub-directory
+	if !dir {
+		kind = strings.ToLower(filepath.Ext(path)) // "" for none
+	}
+	if f.passed == nil {
+		f.passed, f.passedFirst = map[string]int{}, path
+	}
+	f.passed[kind]++
+}
+
+// Ignored says which entries of the class directories were not read, for
+// a warning at start-up: "" if none. Dot names are left out of it, as they
+// are out of the data set.
+func (f *Folder) Ignored() string {
+	if len(f.passed) == 0 {
+		return ""
+	}
+	kinds := make([]string, 0, len(f.passed))
+	n := 0
+	for k, c := range f.passed {
+		n += c
+		kinds = append(kinds, k)
+	}
+	sort.Slice(kinds, func(i, j int) bool { // most first, then by name
+		if a, b := f.passed[kinds[i]], f.passed[kinds[j]]; a != b {
+			return a > b
+		}
+		return kinds[i] < kinds[j]
+	})
+	for i, k := range kinds {
+		c := f.passed[k]
+		switch {
+		case k == "/":
+			kinds[i] = plural(c, "sub-directory", "sub-directories")
+		case k == "":
+			kinds[i] = plural(c, "file without extension", "files without extension")
+		default:
+			kinds[i] = plural(c, k+" file", k+" files")
+		}
+	}
+	return fmt.Sprintf("image folder %s: %s of the class directories not read (only .png, .jpg, .jpeg and .gif files directly inside are): %s; the first is %s",
+		f.root, plural(n, "entry", "entries"), strings.Join(kinds, ", "), f.passedFirst)
+}
+
+// plural is "1 one" or "n many".
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }
 
 // ignored says how many entries of the root were ignored for not being

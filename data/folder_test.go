@@ -149,6 +149,34 @@ func TestImageFolder(t *testing.T) {
 	}
 }
 
+// TestImageFolderIgnored: the entries of class directories that are not
+// read (other formats, sub-directories, which torchvision's ImageFolder
+// would search) are counted by kind for a warning; dot names are not.
+func TestImageFolderIgnored(t *testing.T) {
+	root := folderFixture(t) // emu/notes.txt, emu/.hidden.png
+	p := func(s string) string { return filepath.Join(root, s) }
+	writeImage(t, p("cat/deeper/g.png"), rgbaImage(8, 8))
+	os.WriteFile(p("dog/h.bmp"), []byte("BM"), 0o644)
+	os.WriteFile(p("dog/i.BMP"), []byte("BM"), 0o644)
+	os.WriteFile(p("dog/LICENSE"), []byte("text"), 0o644)
+	f, err := LoadImageFolder(root, Shape{8, 8, 3}, FolderOptions{Lazy: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "image folder " + root + ": 5 entries of the class directories not read (only .png, .jpg, .jpeg and .gif files directly inside are): " +
+		"2 .bmp files, 1 file without extension, 1 .txt file, 1 sub-directory; the first is " + p("cat/deeper")
+	if f.Len() != 6 || f.Ignored() != want {
+		t.Errorf("%d images, ignored:\n%s\nwant\n%s", f.Len(), f.Ignored(), want)
+	}
+	clean := t.TempDir()
+	writeImage(t, filepath.Join(clean, "a", "0.png"), rgbaImage(8, 8))
+	writeImage(t, filepath.Join(clean, "b", "0.png"), rgbaImage(8, 8))
+	os.WriteFile(filepath.Join(clean, "a", ".DS_Store"), nil, 0o644)
+	if f, err := LoadImageFolder(clean, Shape{8, 8, 3}, FolderOptions{}); err != nil || f.Ignored() != "" {
+		t.Errorf("a folder of images only: %q, %v", f.Ignored(), err)
+	}
+}
+
 func TestImageFolderBadInput(t *testing.T) {
 	root := folderFixture(t)
 	p := func(s string) string { return filepath.Join(root, s) }

@@ -266,6 +266,9 @@ func start(cfg Config, comm mpi.Comm, out, errOut io.Writer) (r *run, err error)
 	r.log("hpctrain: model %s, %d parameters, %d ranks x %d threads (%s), batch %d per rank (%d global), %d steps per epoch, %s lr %g (%s schedule)",
 		cfg.Model, len(r.net.Params), c.Size(), r.pl.plan.Threads, describeDevice(r.dev, r.cfg.Precision, r.net), cfg.Batch, cfg.Batch*c.Size(), r.steps, r.opt.Name(), r.lr, cfg.ScheduleConfig.Name)
 	r.log("hpctrain: %s", r.pipe.desc)
+	for _, n := range r.pipe.sets.Notes {
+		r.log("hpctrain: warning: %s", n)
+	}
 	for _, w := range cfg.inert() {
 		r.log("hpctrain: warning: %s", w)
 	}

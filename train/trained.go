@@ -390,6 +390,11 @@ func (t *Trained) OpenEval(dc data.Config, testLimit, ranks int, warn func(strin
 		}
 		return nil, err
 	}
+	for _, n := range sets.Notes {
+		if warn != nil {
+			warn(n)
+		}
+	}
 	test := sets.Test
 	if test.Classes() != t.Net.Classes {
 		return nil, cli.Usage(fmt.Errorf("data set %s (%s) has %d classes, the network %d", dc.Dataset, dc.DataDir, test.Classes(), t.Net.Classes))
