@@ -469,19 +469,21 @@ func TestBadDataInput(t *testing.T) {
 		name string
 		args []string
 		want []string
+		code int // a data set's fault 1, the settings' 2
 	}{
-		{"corrupt image", folder(at("corrupt"), "-val-split", "0.25"), []string{at("corrupt", "ant", "bad.png"), "-bad-input skip"}},
-		{"unreadable image", folder(at("unreadable"), "-val-split", "0.25"), []string{at("unreadable", "bee", "gone.png")}},
-		{"empty class", folder(at("empty"), "-val-split", "0.25"), []string{at("empty", "cow"), "no .png"}},
-		{"wrong image size", folder(at("big"), "-val-split", "0.25", "-folder-resize", "none"), []string{at("big", "ant", "big.png"), "resizing is off"}},
-		{"corrupt in test tree", folder(at("good"), "-test-dir", at("corrupt")), []string{at("corrupt", "ant", "bad.png")}},
-		{"test tree of other classes", folder(at("good"), "-test-dir", at("other")), []string{at("other"), "same class directories"}},
-		{"lazy, cut short", folder(at("good"), "-test-dir", at("cut"), "-lazy"), []string{"reading images", at("cut", "bee", "cut.png")}},
+		{"corrupt image", folder(at("corrupt"), "-val-split", "0.25"), []string{at("corrupt", "ant", "bad.png"), "-bad-input skip"}, 1},
+		{"unreadable image", folder(at("unreadable"), "-val-split", "0.25"), []string{at("unreadable", "bee", "gone.png")}, 1},
+		{"empty class", folder(at("empty"), "-val-split", "0.25"), []string{at("empty", "cow"), "no .png"}, 1},
+		{"wrong image size", folder(at("big"), "-val-split", "0.25", "-folder-resize", "none"), []string{at("big", "ant", "big.png"), "resizing is off"}, 1},
+		{"corrupt in test tree", folder(at("good"), "-test-dir", at("corrupt")), []string{at("corrupt", "ant", "bad.png")}, 1},
+		{"test tree of other classes", folder(at("good"), "-test-dir", at("other")), []string{at("other"), "same class directories"}, 1},
+		{"lazy, cut short", folder(at("good"), "-test-dir", at("cut"), "-lazy"), []string{"reading images", at("cut", "bee", "cut.png")}, 1},
+		{"folder that is a file", folder(at("cifar", "test_batch.bin"), "-val-split", "0.25"), []string{at("cifar", "test_batch.bin") + " is a file, not a directory"}, 2},
 		// Said at start-up (exit 2), not after an epoch's training.
-		{"empty validation split", folder(at("lone"), "-val-split", "0.5", "-loss-log", at("lone.log")), []string{"val_split = 0.5 holds out no image"}},
-		{"CIFAR batch size", []string{"-dataset", "cifar10", "-data-dir", at("cifar")}, []string{at("cifar", "data_batch_3.bin"), "not a whole number"}},
-		{"test images of another shape", []string{"-dataset", "mnist", "-data-dir", at("idx")}, []string{at("idx"), "32x32x1", "28x28x1"}},
-		{"augmentation too large", []string{"-dataset", "synthetic", "-limit", "64", "-augment", "crop_pad=4:40x40"}, []string{"crop_pad=4:40x40"}},
+		{"empty validation split", folder(at("lone"), "-val-split", "0.5", "-loss-log", at("lone.log")), []string{"val_split = 0.5 holds out no image"}, 2},
+		{"CIFAR batch size", []string{"-dataset", "cifar10", "-data-dir", at("cifar")}, []string{at("cifar", "data_batch_3.bin"), "not a whole number"}, 1},
+		{"test images of another shape", []string{"-dataset", "mnist", "-data-dir", at("idx")}, []string{at("idx"), "32x32x1", "28x28x1"}, 1},
+		{"augmentation too large", []string{"-dataset", "synthetic", "-limit", "64", "-augment", "crop_pad=4:40x40"}, []string{"crop_pad=4:40x40"}, 2},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			args := append([]string{"train", "-model", "mlp", "-batch", "4", "-progress", "0", "-threads", "1"}, c.args...)
@@ -489,6 +491,9 @@ func TestBadDataInput(t *testing.T) {
 			lines := errorLines(t, r)
 			if len(lines) != 1 {
 				t.Fatalf("%d error lines, want 1:\n%s", len(lines), r.out)
+			}
+			if r.code != c.code {
+				t.Errorf("exit %d, want %d", r.code, c.code)
 			}
 			if _, err := os.Stat(at("lone.log")); err == nil {
 				t.Errorf("a step was trained before the refusal (the loss log was written)")

@@ -126,6 +126,14 @@ func LoadImageFolder(root string, shape Shape, opts FolderOptions) (*Folder, err
 	if shape.H < 1 || shape.W < 1 || (shape.C != 1 && shape.C != 3) {
 		return nil, fmt.Errorf("image folder %s: shape %v, want H, W >= 1 and C 1 or 3", root, shape)
 	}
+	if fi, err := os.Stat(root); err == nil && !fi.IsDir() {
+		// A path of the wrong kind, as a misspelt one: the settings' fault.
+		kind := "a file"
+		if !fi.Mode().IsRegular() {
+			kind = cli.NotRegular(fi.Mode())
+		}
+		return nil, cli.Usage(fmt.Errorf("image folder %s is %s, not a directory (want root/<class>/<image>)", root, kind))
+	}
 	ents, err := os.ReadDir(root)
 	if err != nil {
 		return nil, fmt.Errorf("image folder: %w", err)
