@@ -919,10 +919,23 @@ func (r *run) finish() (Result, error) {
 		if r.st.red.Buckets() == 1 {
 			buckets = "bucket"
 		}
-		r.log("communication: all-reduce %.1f ms per step on the MPI thread; the step waited %.1f ms for it after backward (%.0f%%, hand-offs included); %d %s",
-			1e3*res.CommSeconds/float64(done), 1e3*res.CommWaitSeconds/float64(done), 100*res.CommWaitSeconds/max(res.CommSeconds, 1e-9), r.st.red.Buckets(), buckets)
+		r.log("communication: all-reduce %.1f ms per step on the MPI thread; %s; %d %s",
+			1e3*res.CommSeconds/float64(done), waited(res.CommSeconds, res.CommWaitSeconds, done), r.st.red.Buckets(), buckets)
 	}
 	return res, r.tl.write(r.cfg.Timeline)
+}
+
+// waited says how long the steps waited for the all-reduce after backward,
+// of comm seconds it took on the MPI thread, over steps. The wait also
+// counts the hand-offs to and from that thread, so where nothing overlaps
+// it is longer than the all-reduce: said as such, not as a share above
+// 100%.
+func waited(comm, wait float64, steps int) string {
+	per := func(s float64) float64 { return 1e3 * s / float64(steps) }
+	if wait <= comm {
+		return fmt.Sprintf("the step waited %.1f ms for it after backward (%.0f%% of it)", per(wait), 100*wait/max(comm, 1e-9))
+	}
+	return fmt.Sprintf("the step waited %.1f ms for it after backward (all of it, and %.1f ms of hand-offs to and from the MPI thread)", per(wait), per(wait-comm))
 }
 
 // close releases what start acquired, last first.

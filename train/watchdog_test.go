@@ -191,3 +191,21 @@ func TestWatchdogSuspended(t *testing.T) {
 		t.Errorf("aborted %v after the resume, want the rest of the 0.6 s wait (0.5 s):\n%s", d, out.String())
 	}
 }
+
+// TestWaited: the communication line gives the wait as a share of the
+// all-reduce only where it is one; a longer wait (the hand-offs to the MPI
+// thread, with nothing to overlap) is said as such, not as 201%.
+func TestWaited(t *testing.T) {
+	for _, c := range []struct {
+		comm, wait float64
+		want       string
+	}{
+		{0.2, 0.05, "the step waited 2.5 ms for it after backward (25% of it)"},
+		{0.2, 0.2, "the step waited 10.0 ms for it after backward (100% of it)"},
+		{0.002, 0.006, "the step waited 0.3 ms for it after backward (all of it, and 0.2 ms of hand-offs to and from the MPI thread)"},
+	} {
+		if got := waited(c.comm, c.wait, 20); got != c.want {
+			t.Errorf("waited(%g, %g, 20) = %q, want %q", c.comm, c.wait, got, c.want)
+		}
+	}
+}
