@@ -170,6 +170,44 @@ func TestNoDevice(t *testing.T) {
 	run(t, []string{"HPCTRAIN_CUDAEMU_DEVICES=0"}, emutest, "nodevice")
 }
 
+// TestVisibleDevices: CUDA_VISIBLE_DEVICES hides and reorders the
+// emulated devices as the driver does, so that what hpctrain does with
+// it (-device auto on the CPU where it hides every GPU) is tested: the
+// listed devices in the order listed, up to the first entry naming none;
+// an empty value, -1 or Slurm's NoDevFiles leave no device, and cuInit
+// fails with CUDA_ERROR_NO_DEVICE.
+func TestVisibleDevices(t *testing.T) {
+	_, emutest, _ := setup(t)
+	for _, c := range []struct{ value, want string }{
+		{"", "NODEVICE"},
+		{"-1", "NODEVICE"},
+		{"NoDevFiles", "NODEVICE"},
+		{"GPU-8c5e8b1a", "NODEVICE"}, // no emulated device has a UUID
+		{"3", "NODEVICE"},
+		{"0", "BUS 1"},
+		{"2,0", "BUS 3 BUS 1"},
+		{" 1 , 2 ", "BUS 2 BUS 3"},
+		{"1,", "BUS 2"},
+		{"0,2,-1,1", "BUS 1 BUS 3"}, // the CUDA guide's own example
+		{"1,1,2", "BUS 2"},
+		{"1,x,2", "BUS 2"},
+	} {
+		out := run(t, []string{"HPCTRAIN_CUDAEMU_DEVICES=3", "CUDA_VISIBLE_DEVICES=" + c.value}, emutest, "visible")
+		var got []string
+		for _, l := range strings.Split(out, "\n") {
+			if l == "NODEVICE" || strings.HasPrefix(l, "BUS ") {
+				got = append(got, l)
+			}
+		}
+		if g := strings.Join(got, " "); g != c.want {
+			t.Errorf("CUDA_VISIBLE_DEVICES=%q: %q, want %q", c.value, g, c.want)
+		}
+	}
+	if out := run(t, []string{"HPCTRAIN_CUDAEMU_DEVICES=2"}, emutest, "visible"); !strings.Contains(out, "BUS 1\nBUS 2\n") {
+		t.Errorf("without CUDA_VISIBLE_DEVICES: not both devices:\n%s", out)
+	}
+}
+
 // bf16 is float_to_bf16 of gpu/kernels/prelude.cuh restated: round to
 // nearest even, NaN kept quiet.
 func bf16(f float32) uint16 {

@@ -87,7 +87,8 @@ struct emu_function {
 // Everything below is guarded by mu.
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static int initialized;
-static int ndevices;
+static int ndevices;        // the devices CUDA_VISIBLE_DEVICES leaves
+static int phys[MAX_DEVICES]; // ordinal -> emulated device (its PCI bus is phys + 1)
 static int cc_major = 8, cc_minor = 0;
 static size_t total_mem = (size_t)16 << 30;
 static size_t used_mem;
@@ -259,6 +260,35 @@ static CUresult check_copy(const char *call, CUstream s, uint64_t dst, int dst_d
 
 // ---- initialisation and devices
 
+// visible_devices applies CUDA_VISIBLE_DEVICES as the driver does: the
+// devices listed, in the order listed, renumbered from 0; the list ends at
+// the first entry that names no device (a negative or too large index, one
+// listed before, or anything else: the emulated devices have no UUIDs),
+// and an empty value shows none. With no device left cuInit fails with
+// CUDA_ERROR_NO_DEVICE, as on a GPU node with CUDA_VISIBLE_DEVICES=-1.
+static void visible_devices(void) {
+	const char *v = getenv("CUDA_VISIBLE_DEVICES");
+	if (!v)
+		return;
+	int n = 0, seen[MAX_DEVICES] = {0};
+	for (const char *p = v;;) {
+		char *end;
+		while (*p == ' ' || *p == '\t')
+			p++;
+		long i = strtol(p, &end, 10);
+		while (*end == ' ' || *end == '\t')
+			end++;
+		if (end == p || (*end && *end != ',') || i < 0 || i >= ndevices || seen[i])
+			break;
+		seen[i] = 1;
+		phys[n++] = (int)i;
+		if (!*end)
+			break;
+		p = end + 1;
+	}
+	ndevices = n;
+}
+
 static int parse_env(void) {
 	const char *d = getenv("HPCTRAIN_CUDAEMU_DEVICES");
 	ndevices = 1;
@@ -271,6 +301,9 @@ static int parse_env(void) {
 		}
 		ndevices = (int)v;
 	}
+	for (int i = 0; i < ndevices; i++)
+		phys[i] = i;
+	visible_devices();
 	const char *cc = getenv("HPCTRAIN_CUDAEMU_CC");
 	if (cc && *cc) {
 		int maj, min;
@@ -403,7 +436,7 @@ EMU_EXPORT CUresult cuDeviceGetAttribute(int *pi, int attrib, CUdevice dev) {
 		*pi = 4;
 		break;
 	case 33: // PCI_BUS_ID
-		*pi = dev + 1;
+		*pi = phys[dev] + 1;
 		break;
 	case 34: // PCI_DEVICE_ID
 	case 50: // PCI_DOMAIN_ID

@@ -221,6 +221,29 @@ static void mode_nodevice(void) {
 	CHECK(s && strcmp(s, "CUDA_ERROR_NO_DEVICE") == 0, "%s", s);
 }
 
+// mode_visible prints what cuInit left visible: "NODEVICE" when it failed
+// with CUDA_ERROR_NO_DEVICE, else "BUS b" for each ordinal's PCI bus (the
+// emulated device i is on bus i + 1).
+static void mode_visible(void) {
+	CUresult r = cuInit(0);
+	if (r == 100) {
+		printf("NODEVICE\n");
+		return;
+	}
+	EQ(r, 0);
+	int n = -1;
+	EQ(cuDeviceGetCount(&n), 0);
+	for (int i = 0; i < n; i++) {
+		CUdevice dev;
+		int bus = -1;
+		EQ(cuDeviceGet(&dev, i), 0);
+		EQ(cuDeviceGetAttribute(&bus, 33, dev), 0);
+		printf("BUS %d\n", bus);
+	}
+	CUdevice dev;
+	EQ(cuDeviceGet(&dev, n), 101); // CUDA_ERROR_INVALID_DEVICE past the last
+}
+
 // ---- kernels
 
 static char *read_file(const char *path) {
@@ -769,6 +792,8 @@ int main(int argc, char **argv) {
 		mode_mem();
 	else if (strcmp(m, "nodevice") == 0)
 		mode_nodevice();
+	else if (strcmp(m, "visible") == 0)
+		mode_visible();
 	else if (strcmp(m, "convert") == 0 && argc == 3)
 		mode_convert(argv[2]);
 	else if (strcmp(m, "launch") == 0)
