@@ -380,3 +380,28 @@ func TestCUDACheckpointMoves(t *testing.T) {
 		t.Errorf("the GPU run does not read the CPU's final checkpoint:\n%s", r.out)
 	}
 }
+
+// TestCUDAVisibleDevices: CUDA_VISIBLE_DEVICES that hides every GPU
+// (empty, -1, Slurm's NoDevFiles) keeps -device auto on the CPU, as on a
+// GPU node, and makes -device cuda one line on every rank naming the
+// variable, exit 2 (the user's setting, as placement's refusal of an
+// entry naming no GPU); a value naming one GPU of two trains on it.
+func TestCUDAVisibleDevices(t *testing.T) {
+	args := []string{"train", "-model", "mlp", "-limit", "512", "-test-limit", "200", "-steps", "2", "-progress", "0"}
+	for _, v := range []string{"", "-1", "NoDevFiles"} {
+		env := append(emuEnv(t), "CUDA_VISIBLE_DEVICES="+v)
+		r := hpctrainEnv(t, 0, 2*time.Minute, env, append(args, "-device", "auto")...)
+		if r.code != 0 || !strings.Contains(r.out, "(cpu, ") {
+			t.Errorf("CUDA_VISIBLE_DEVICES=%q -device auto: exit %d, want a run on the CPU:\n%s", v, r.code, r.out)
+		}
+		r = hpctrainEnv(t, 2, 2*time.Minute, env, append(args, "-device", "cuda")...)
+		want := fmt.Sprintf("CUDA_VISIBLE_DEVICES=%q leaves CUDA no GPU; unset it or list the GPUs to use, or use -device cpu", v)
+		if r.code != 2 || strings.Count(r.out, want) != 2 || strings.Contains(r.out, "goroutine ") {
+			t.Errorf("CUDA_VISIBLE_DEVICES=%q -device cuda: exit %d, want 2 and %q on each rank:\n%s", v, r.code, want, r.out)
+		}
+	}
+	r := hpctrainEnv(t, 0, 2*time.Minute, append(emuEnv(t), "CUDA_VISIBLE_DEVICES=1"), append(args, "-device", "auto")...)
+	if r.code != 0 || !strings.Contains(r.out, "(cuda:0 cudaemu") {
+		t.Errorf("CUDA_VISIBLE_DEVICES=1 -device auto: exit %d, want a run on cuda:0:\n%s", r.code, r.out)
+	}
+}

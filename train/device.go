@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -247,6 +248,16 @@ func cudaPresent() bool {
 // placement does, more local ranks (of localSize) than devices needs
 // gpu_share.
 func openCUDA(gpu, localRank, localSize int, cfg Config) (*device, error) {
+	d, err := openCUDADevice(gpu, localRank, localSize, cfg)
+	if v, set := os.LookupEnv("CUDA_VISIBLE_DEVICES"); set && cuda.NoDevice(err) {
+		// The user's own setting hid the GPUs: bad input, as
+		// placement's refusal of a CUDA_VISIBLE_DEVICES naming no GPU.
+		return nil, cli.Usage(fmt.Errorf("%w: CUDA_VISIBLE_DEVICES=%q leaves CUDA no GPU; unset it or list the GPUs to use, or use -device cpu", err, v))
+	}
+	return d, err
+}
+
+func openCUDADevice(gpu, localRank, localSize int, cfg Config) (*device, error) {
 	mode := collective.NCCL
 	if cfg.Collective == "mpi" {
 		mode = collective.MPI

@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 )
@@ -59,6 +60,21 @@ func (e *LoadError) Error() string {
 }
 
 func (e *LoadError) Unwrap() error { return e.Err }
+
+// NoDevice reports whether err says the driver loaded and sees no device
+// (cuInit's CUDA_ERROR_NO_DEVICE, or a count of 0): what a node without
+// a GPU, or CUDA_VISIBLE_DEVICES hiding every GPU, gives.
+func NoDevice(err error) bool {
+	var le *LoadError
+	if !errors.As(err, &le) || le.What != "no CUDA device" {
+		return false
+	}
+	var ce *Error
+	return le.Err == nil || errors.As(le.Err, &ce) && ce.Code == errNoDevice
+}
+
+// errNoDevice is CUDA_ERROR_NO_DEVICE.
+const errNoDevice = 100
 
 // errNotLoaded is returned by calls made before their library is loaded:
 // a call through an unset function pointer would crash the process.

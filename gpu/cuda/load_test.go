@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -164,5 +165,25 @@ func TestLoadErrorUnwrap(t *testing.T) {
 	}
 	if got, want := err.Error(), "cuda: no CUDA device: cuInit: CUDA_ERROR_NO_DEVICE (100)"; got != want {
 		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
+// NoDevice tells a driver that sees no device (what CUDA_VISIBLE_DEVICES
+// hiding every GPU gives) from other failures of cuInit and of loading.
+func TestNoDevice(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{&LoadError{What: "no CUDA device", Err: &Error{Call: "cuInit", Code: 100, Name: "CUDA_ERROR_NO_DEVICE"}}, true},
+		{fmt.Errorf("opening: %w", &LoadError{What: "no CUDA device", Reason: "cuDeviceGetCount: 0 devices"}), true},
+		{&LoadError{What: "no CUDA device", Err: &Error{Call: "cuInit", Code: 1, Name: "CUDA_ERROR_INVALID_VALUE"}}, false},
+		{&LoadError{What: "the CUDA driver", Tried: []string{"libcuda.so.1"}}, false},
+		{&Error{Call: "cuInit", Code: 100, Name: "CUDA_ERROR_NO_DEVICE"}, false},
+		{nil, false},
+	} {
+		if got := NoDevice(c.err); got != c.want {
+			t.Errorf("NoDevice(%v) = %v, want %v", c.err, got, c.want)
+		}
 	}
 }
