@@ -2,9 +2,12 @@ package main
 
 import (
 	"bufio"
+	"context"
+	"errors"
 	"fmt"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -13,6 +16,7 @@ import (
 	"time"
 
 	"hpctrain/internal/cudaemu"
+	"hpctrain/internal/mpitest"
 )
 
 // The GPU path, end to end, on the emulated device: the real binary under
@@ -403,5 +407,27 @@ func TestCUDAVisibleDevices(t *testing.T) {
 	r := hpctrainEnv(t, 0, 2*time.Minute, append(emuEnv(t), "CUDA_VISIBLE_DEVICES=1"), append(args, "-device", "auto")...)
 	if r.code != 0 || !strings.Contains(r.out, "(cuda:0 cudaemu") {
 		t.Errorf("CUDA_VISIBLE_DEVICES=1 -device auto: exit %d, want a run on cuda:0:\n%s", r.code, r.out)
+	}
+}
+
+// TestCUDADeviceDiffers: with -device auto, a rank that sees no GPU
+// (CUDA_VISIBLE_DEVICES=-1 on rank 1 alone) while rank 0 has one stops
+// both ranks in one line that says what each has; it said two hashes.
+func TestCUDADeviceDiffers(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	args := []string{bin, "train", "-model", "mlp", "-limit", "512", "-test-limit", "200", "-steps", "2", "-progress", "0"}
+	all := append([]string{"--oversubscribe", "--bind-to", "none", "-np", "1"}, args...)
+	all = append(append(all, ":", "-np", "1", "-x", "CUDA_VISIBLE_DEVICES=-1"), args...)
+	cmd := exec.CommandContext(ctx, "mpirun", all...)
+	cmd.Env = append(mpitest.Env(), emuEnv(t)...)
+	b, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("mpirun %v did not end (hang):\n%s", all, b)
+	}
+	var ee *exec.ExitError
+	want := "device, collective and precision differs from rank 0's (cuda with nccl, fp32): rank 1 has cpu, fp32; give every rank a GPU"
+	if !errors.As(err, &ee) || ee.ExitCode() != 2 || strings.Count(string(b), want) != 2 {
+		t.Errorf("rank 1 without a GPU: %v, want exit 2 and %q on each rank:\n%s", err, want, b)
 	}
 }

@@ -1,8 +1,6 @@
 package train
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -128,14 +126,18 @@ func (r *run) openDevice() (*device, error) {
 		d.close()
 		return nil, err
 	}
-	// Every rank must sum gradients alike, in the same precision.
+	// Every rank must sum gradients alike, in the same precision. The
+	// text itself is compared, so that a rank that found no GPU is named
+	// with what it has ("rank 1 has cpu, fp32").
 	kind := "cpu"
 	if d != nil {
-		kind = "cuda/" + d.mode.String()
+		kind = "cuda with " + d.mode.String()
 	}
-	kind = fmt.Sprintf("%s/%s/%g/%d", kind, cfg.Precision, cfg.LossScale, cfg.LossScaleInterval)
-	sum := sha256.Sum256([]byte(kind))
-	if err := agreeHash(c, "device, collective and precision", hex.EncodeToString(sum[:8]), "give every rank a GPU, or none (-device cpu), and the same -precision"); err != nil {
+	kind += ", " + cfg.Precision
+	if cfg.Precision == "fp16" {
+		kind += fmt.Sprintf(", loss scale %g every %d steps", cfg.LossScale, cfg.LossScaleInterval)
+	}
+	if err := agreeText(c, "device, collective and precision", kind, "give every rank a GPU, or none (-device cpu), and the same -precision"); err != nil {
 		d.close()
 		return nil, err
 	}
