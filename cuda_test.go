@@ -431,3 +431,20 @@ func TestCUDADeviceDiffers(t *testing.T) {
 		t.Errorf("rank 1 without a GPU: %v, want exit 2 and %q on each rank:\n%s", err, want, b)
 	}
 }
+
+// TestBF16RefusedAlike: -precision bf16 where the rank computes on a CPU
+// without bf16 dot products (oneDNN held to AVX2) is refused as on a GPU
+// without bf16 tensor cores: one line on every rank with what to use,
+// exit 2, with -device cpu and with -device auto kept off the emulated
+// GPU; it was the model's error, exit 1, without a hint.
+func TestBF16RefusedAlike(t *testing.T) {
+	env := append(emuEnv(t), "DNNL_MAX_CPU_ISA=AVX2")
+	args := []string{"train", "-model", "mlp", "-limit", "512", "-test-limit", "200", "-steps", "2", "-progress", "0", "-precision", "bf16"}
+	for _, dev := range [][]string{{"-device", "cpu"}, {"-device", "auto", "-gpus", "none"}} {
+		r := hpctrainEnv(t, 2, 2*time.Minute, env, append(args, dev...)...)
+		want := "precision bf16 needs AVX512-BF16 or AMX-BF16 on the CPU: oneDNN's effective ISA is avx2"
+		if r.code != 2 || strings.Count(r.out, want) != 2 || !strings.Contains(r.out, "; use -precision fp32 or auto") {
+			t.Errorf("%v: exit %d, want 2 and %q with a hint on each rank:\n%s", dev, r.code, want, r.out)
+		}
+	}
+}

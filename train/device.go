@@ -113,10 +113,19 @@ func (r *run) openDevice() (*device, error) {
 	// bf16 and tf32 products are the tensor cores' of compute capability
 	// 8.0 on: older GPUs would refuse bf16, or compute tf32 in plain fp32
 	// while the run said tf32.
+	// A CPU without bf16 dot products is refused alike, here rather than
+	// by the model's kernels later (exit 1, no hint).
 	var why string
-	if d != nil && (cfg.Precision == "bf16" || cfg.Precision == "tf32") {
+	switch {
+	case d != nil && (cfg.Precision == "bf16" || cfg.Precision == "tf32"):
 		if why = bf16Missing(d, cfg.CPUKernels); why != "" {
 			why = fmt.Sprintf("precision %s: %s; use -precision fp32, fp16 or auto", cfg.Precision, strings.Replace(why, "bf16", cfg.Precision, 1))
+		}
+	case d == nil && cfg.Precision == "bf16":
+		if k, err := CPUKernelsOf(cfg.CPUKernels, "fp32"); err == nil && k.DNNL {
+			if ok, missing := cpuBF16(); !ok {
+				why = fmt.Sprintf("precision bf16 needs AVX512-BF16 or AMX-BF16 on the CPU: %s; use -precision fp32 or auto", missing)
+			}
 		}
 	}
 	if why != "" {
