@@ -231,7 +231,7 @@ func TestCUDADevicesPerRank(t *testing.T) {
 	args := []string{"train", "-model", "mlp", "-limit", "640", "-test-limit", "100", "-steps", "2", "-progress", "0"}
 	one := append(emuEnv(t), "HPCTRAIN_CUDAEMU_DEVICES=1")
 	r := hpctrainEnv(t, 2, 5*time.Minute, one, append(args, "-device", "cuda")...)
-	if want := "2 local ranks but CUDA sees 1 devices: each rank needs a GPU of its own; use -gpu-share"; r.code != 2 || !strings.Contains(r.out, want) {
+	if want := "2 local ranks but CUDA sees 1 device: each rank needs a GPU of its own; use -gpu-share to let ranks share GPUs (MPS), -device cpu, or start at most 1 per node"; r.code != 2 || !strings.Contains(r.out, want) {
 		t.Errorf("2 ranks on 1 device: exit %d, want 2 and %q:\n%s", r.code, want, r.out)
 	}
 	r = hpctrainEnv(t, 2, 5*time.Minute, one, append(args, "-device", "cuda", "-gpu-share")...)

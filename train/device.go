@@ -279,7 +279,11 @@ func openCUDADevice(gpu, localRank, localSize int, cfg Config) (*device, error) 
 			return nil, err
 		}
 		if n > 0 && localSize > n && !cfg.GPUShare {
-			return nil, cli.Usage(fmt.Errorf("%d local ranks but CUDA sees %d devices: each rank needs a GPU of its own; use -gpu-share to let ranks share GPUs (MPS), -device cpu, or start at most %d ranks per node", localSize, n, n))
+			devices := fmt.Sprintf("%d devices", n)
+			if n == 1 {
+				devices = "1 device"
+			}
+			return nil, cli.Usage(fmt.Errorf("%d local ranks but CUDA sees %s: each rank needs a GPU of its own; use -gpu-share to let ranks share GPUs (MPS), -device cpu, or start at most %d per node", localSize, devices, n))
 		}
 		if gpu, err = cuda.LocalDevice(localRank); err != nil {
 			return nil, err
