@@ -221,6 +221,7 @@ func TestVisible(t *testing.T) {
 		{" 3 , 1 ", true, []int{3, 1}},
 		{"", true, nil},            // empty: no GPU
 		{"-1", true, nil},          // the usual way to hide them all
+		{"NoDevFiles", true, nil},  // SLURM's, for a job given no GPU
 		{"2,-1,5", true, []int{2}}, // CUDA stops at the first negative index
 		{"5,", true, []int{5}},
 		{"GPU-1405e000-0000-4000-8000-000000000004,0", true, []int{4, 0}},

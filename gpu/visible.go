@@ -14,7 +14,8 @@ import (
 // An entry is a device index (in PCI bus order, CUDA's order with
 // CUDA_DEVICE_ORDER=PCI_BUS_ID) or a UUID or unique UUID prefix starting
 // "GPU-". As in CUDA, an empty value shows no GPU, and the list ends at a
-// negative index: "-1" is the usual way to hide every GPU. Where CUDA
+// negative index: "-1" is the usual way to hide every GPU, and SLURM's
+// "NoDevFiles" (a job given no GPU on a GPU node) shows none too. Where CUDA
 // silently drops an entry naming no device and every entry after it, this
 // returns an error naming the entry: an index past the last device, a
 // UUID no device has or several have, a device listed twice, a MIG
@@ -30,6 +31,10 @@ func (t *Topology) Visible(value string, set bool) (*Topology, error) {
 		return nil, fmt.Errorf("CUDA_VISIBLE_DEVICES=%q: entry %q %s", value, entry, why)
 	}
 	entries := strings.Split(value, ",")
+	if strings.TrimSpace(value) == "NoDevFiles" {
+		// Not an index or a UUID: CUDA finds no device by it.
+		entries = nil
+	}
 	var pick []int
 	seen := make(map[int]bool)
 	for k, raw := range entries {

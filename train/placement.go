@@ -97,6 +97,10 @@ func place(cfg Config, c mpi.Comm, log func(string, ...any)) (*placement, error)
 	return p, nil
 }
 
+// discoverGPUs finds this node's GPUs (a variable, for tests to give a
+// node of GPUs where there is none).
+var discoverGPUs = func() *gpu.Topology { return gpu.Discover("/") }
+
 // chooseGPU finds the node's GPUs (none is not an error: the CPU path runs
 // as on a node without them), applies CUDA_VISIBLE_DEVICES and assigns
 // every local rank its GPU. Every local rank computes the same assignment.
@@ -105,10 +109,12 @@ func chooseGPU(cfg Config, c mpi.Comm) (gpuChoice, error) {
 	if err != nil {
 		return gpuChoice{}, fmt.Errorf("config: gpus = %q: %w", cfg.GPUs, err)
 	}
-	if spec.Off {
+	if spec.Off || cfg.Device == "cpu" {
+		// -device cpu on a GPU node: the GPUs are not this run's, so
+		// neither their count nor CUDA_VISIBLE_DEVICES can refuse it.
 		return gpuChoice{}, nil
 	}
-	top, err := gpu.Discover("/").Visible(os.LookupEnv("CUDA_VISIBLE_DEVICES"))
+	top, err := discoverGPUs().Visible(os.LookupEnv("CUDA_VISIBLE_DEVICES"))
 	if err != nil {
 		return gpuChoice{}, err
 	}
