@@ -446,11 +446,97 @@ func (k key) decode(md *toml.MetaData, p toml.Primitive) error {
 	case k.field.Type.Kind() == reflect.Uint64:
 		return md.PrimitiveDecode(p, &uintTOML{k.name, ptr.(*uint64)})
 	}
-	return md.PrimitiveDecode(p, ptr)
+	err := md.PrimitiveDecode(p, ptr)
+	if err != nil && strings.Contains(err.Error(), "incompatible types") {
+		// The decoder's "TOML value has type int64; destination has
+		// type string" said as the key's value and what it takes.
+		var v any
+		if md.PrimitiveDecode(p, &v) == nil {
+			return typeError{line: errorLine(err), msg: fmt.Sprintf("%s = %s: %s", k.name, tomlText(v), wantOf(k.field.Type, v))}
+		}
+	}
+	return err
+}
+
+// typeError is a key's value of the wrong TOML type, on line (0: unknown).
+type typeError struct {
+	line int
+	msg  string
+}
+
+func (e typeError) Error() string { return e.msg }
+
+// errorLine is the line a TOML decoder's message names ("toml: line 3
+// (last key ...)"), or 0.
+func errorLine(err error) int {
+	var n int
+	if _, err := fmt.Sscanf(err.Error(), "toml: line %d", &n); err != nil {
+		return 0
+	}
+	return n
+}
+
+// tomlText is a decoded TOML value as it would be written.
+func tomlText(v any) string {
+	switch v := v.(type) {
+	case string:
+		return strconv.Quote(v)
+	case []any:
+		parts := make([]string, len(v))
+		for i, e := range v {
+			parts[i] = tomlText(e)
+		}
+		return "[" + strings.Join(parts, ", ") + "]"
+	case map[string]any:
+		return "a table"
+	}
+	return fmt.Sprint(v)
+}
+
+// wantOf says what a key of Go type t takes; a scalar given for a string
+// key is shown quoted, the likeliest fix.
+func wantOf(t reflect.Type, v any) string {
+	switch t.Kind() {
+	case reflect.String:
+		switch v := v.(type) {
+		case int64, float64, bool:
+			return fmt.Sprintf("want a string, in quotes (%q)", fmt.Sprint(v))
+		case []any: // gpus = [0, 1]: the list is one string, "0,1"
+			parts := make([]string, len(v))
+			for i, e := range v {
+				parts[i] = fmt.Sprint(e)
+			}
+			return fmt.Sprintf("want a string, in quotes (%q)", strings.Join(parts, ","))
+		}
+		return "want a string, in quotes"
+	case reflect.Bool:
+		return "want true or false"
+	case reflect.Int, reflect.Int64, reflect.Int32:
+		return "want an integer"
+	case reflect.Float64, reflect.Float32:
+		return "want a number"
+	case reflect.Slice:
+		switch t.Elem().Kind() {
+		case reflect.Float64, reflect.Float32:
+			return "want an array of numbers"
+		case reflect.Int, reflect.Int64, reflect.Int32:
+			return "want an array of integers"
+		case reflect.String:
+			return "want an array of strings, in quotes"
+		}
+	}
+	return "want a " + t.Kind().String()
 }
 
 // tomlError is err about the file at path, with its line when known.
 func tomlError(path string, err error) error {
+	var te typeError
+	if errors.As(err, &te) {
+		if te.line > 0 {
+			return fmt.Errorf("config %s: line %d: %s", path, te.line, te.msg)
+		}
+		return fmt.Errorf("config %s: %s", path, te.msg)
+	}
 	var pe toml.ParseError
 	if errors.As(err, &pe) && pe.Position.Line > 0 {
 		return fmt.Errorf("config %s: line %d: %s", path, pe.Position.Line, pe.Message)

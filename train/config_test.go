@@ -228,6 +228,29 @@ func TestDurationKeys(t *testing.T) {
 
 // TestSeedNotWrapped: seed = -1 in a file is refused, as the flag refuses
 // it, instead of becoming 18446744073709551615.
+// TestTypeErrors: a key's value of the wrong TOML type is said as the key,
+// its value and what it takes, on its line, instead of the decoder's
+// "incompatible types: TOML value has type int64; destination has type
+// string"; a scalar or list for a string key is shown quoted.
+func TestTypeErrors(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "c.toml")
+	for file, msg := range map[string]string{
+		"# gpus\ngpus = 0\n":         `line 2: gpus = 0: want a string, in quotes ("0")`,
+		"gpus = [0, 1]\n":            `line 1: gpus = [0, 1]: want a string, in quotes ("0,1")`,
+		"lr = 0.1\nepochs = 1.5\n":   "line 2: epochs = 1.5: want an integer",
+		"lr = \"fast\"\n":            `line 1: lr = "fast": want a number`,
+		"mean = [\"a\"]\n":           `line 1: mean = ["a"]: want an array of numbers`,
+		"sync_bn = \"yes\"\n":        `line 1: sync_bn = "yes": want true or false`,
+		"model = {name = \"cnn\"}\n": "line 1: model = a table: want a string, in quotes",
+	} {
+		os.WriteFile(p, []byte(file), 0o644)
+		_, _, err := Parse([]string{"-config", p}, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), msg) || strings.Contains(err.Error(), "destination") {
+			t.Errorf("%q: %v, want %q", file, err, msg)
+		}
+	}
+}
+
 func TestSeedNotWrapped(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "job.toml")
 	os.WriteFile(p, []byte("seed = -1\n"), 0o644)
