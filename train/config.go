@@ -633,6 +633,9 @@ func parseSeconds(v string) (time.Duration, error) {
 // cosine schedule's length) is checked by checkRun.
 func (c *Config) Validate() error {
 	bad := func(key string, v any, want string) error {
+		if s, ok := v.(string); ok {
+			v = strconv.Quote(s) // as TOML writes it: "" and "cuda " show
+		}
 		return fmt.Errorf("config: %s = %v: must be %s", key, v, want)
 	}
 	if _, err := parseEvery(c.CheckpointEvery); err != nil {

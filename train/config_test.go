@@ -541,3 +541,18 @@ func TestConfigLayered(t *testing.T) {
 		t.Errorf("-config \"\": %v, want an error naming -config", err)
 	}
 }
+
+// TestBadStringQuoted: a string key's bad value is shown as TOML writes it,
+// so that an empty value or a trailing space can be seen.
+func TestBadStringQuoted(t *testing.T) {
+	for _, c := range []struct{ flag, value, want string }{
+		{"-device", "", `device = "": must be cpu, cuda, auto`},
+		{"-device", "cuda ", `device = "cuda ": must be`},
+		{"-precision", "", `precision = "": must be`},
+	} {
+		_, _, err := Parse([]string{c.flag, c.value}, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s %q: %v, want %q", c.flag, c.value, err, c.want)
+		}
+	}
+}
