@@ -759,6 +759,15 @@ func (c *Config) inert() []string {
 	if c.CheckpointDir == "" && (c.CheckpointEvery != "" || c.Keep != 0) {
 		ws = append(ws, "checkpoint_every and keep apply with checkpoint_dir, and none is given: this run writes no checkpoint")
 	}
+	// Settings of one precision or device, given to another (auto may
+	// choose fp16 on a GPU: no warning there).
+	d := Defaults()
+	if (c.LossScale != d.LossScale || c.LossScaleInterval != d.LossScaleInterval) && c.Precision != "fp16" && c.Precision != "auto" {
+		ws = append(ws, fmt.Sprintf("loss_scale and loss_scale_interval apply to precision fp16 only, and this run uses %s: they have no effect", c.Precision))
+	}
+	if c.CPUKernels != d.CPUKernels && c.Device == "cuda" {
+		ws = append(ws, "cpu_kernels applies to device cpu only, and this run uses cuda: it has no effect")
+	}
 	return ws
 }
 

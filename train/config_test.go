@@ -445,6 +445,12 @@ func TestInertSettings(t *testing.T) {
 		{"-schedule constant -min-lr 0.001", "min_lr applies to cosine only"},
 		{"-checkpoint-every 5", "this run writes no checkpoint"},
 		{"-optimizer sgd -nesterov -schedule multistep -milestones 2,4", ""},
+		{"-loss-scale 1024", "loss_scale and loss_scale_interval apply to precision fp16 only, and this run uses fp32"},
+		{"-precision bf16 -loss-scale-interval 100", "this run uses bf16: they have no effect"},
+		{"-precision fp16 -loss-scale 1024", ""},
+		{"-precision auto -loss-scale 1024", ""},
+		{"-device cuda -cpu-kernels blas", "cpu_kernels applies to device cpu only, and this run uses cuda"},
+		{"-device cpu -cpu-kernels blas", ""},
 	} {
 		cfg, _, err := Parse(strings.Fields(c.args), io.Discard)
 		if err != nil {
