@@ -89,8 +89,16 @@ Flags:
 			enc.SetIndent("", "  ")
 			return enc.Encode(g)
 		}
-		if err := g.Write(stdout); err != nil || len(g.Devices) == 0 {
+		if err := g.Write(stdout); err != nil {
 			return err
+		}
+		if len(g.Devices) == 0 {
+			// -gpus naming GPUs this node has not: refused as train
+			// refuses it (exit 2), not a plan of none.
+			if _, err := g.Assign(*np, spec); err != nil {
+				return cli.Usage(err)
+			}
+			return nil
 		}
 		fmt.Fprintln(stdout)
 		return g.WritePlans(stdout, topo, mask, *np, req, spec)

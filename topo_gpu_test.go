@@ -51,6 +51,11 @@ func TestGPUPlacement(t *testing.T) {
 	if r.code != 2 || !strings.Contains(r.out, "gpus = 0: no GPU found (NVML: ") || strings.Contains(r.out, "goroutine ") {
 		t.Errorf("-gpus 0 without a GPU: %d\n%s", r.code, r.out)
 	}
+	// topo's GPU plan refuses it alike (it printed "no GPU found", exit 0).
+	r = hpctrain(t, 0, 20*time.Second, "topo", "-gpu", "-gpus", "0")
+	if r.code != 2 || !strings.Contains(r.out, "hpctrain: gpus = 0: no GPU found (NVML: ") {
+		t.Errorf("topo -gpu -gpus 0 without a GPU: %d\n%s", r.code, r.out)
+	}
 	// Without a GPU, CUDA_VISIBLE_DEVICES and -gpu-share change nothing.
 	r = hpctrain(t, 0, time.Minute, "train", "-model", "mlp", "-limit", "640", "-epochs", "1", "-progress", "0", "-gpu-share", "-report-bindings")
 	if r.code != 0 || strings.Contains(r.out, "gpu") {
