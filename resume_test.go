@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -221,5 +222,36 @@ func TestInitFromCheckpoint(t *testing.T) {
 	r = hpctrain(t, 2, 3*time.Minute, append(ft, "-steps", "3")...)
 	if r.code != 0 || !strings.Contains(r.out, "hpctrain: -init "+a+" not read: the run goes on from its own checkpoint") || strings.Contains(r.out, "starting from") {
 		t.Errorf("requeued -init run: exit %d, want 0, resuming without reading -init\n%s", r.code, r.out)
+	}
+}
+
+// immutable makes dir unwritable even for root (chattr +i), or skips t
+// where the file system or the tools cannot; the test's cleanup undoes it.
+func immutable(t *testing.T, dir string) {
+	t.Helper()
+	if out, err := exec.Command("chattr", "+i", dir).CombinedOutput(); err != nil {
+		t.Skipf("chattr +i %s: %v %s", dir, err, out)
+	}
+	t.Cleanup(func() { exec.Command("chattr", "-i", dir).Run() })
+}
+
+// TestCheckpointDirNotWritable: a -checkpoint-dir the run cannot write
+// in stops it at start-up, exit 2, one line naming the directory, before
+// any training. Before, it trained to the first checkpoint (here the end
+// of the run) and failed there, exit 1, the training lost.
+func TestCheckpointDirNotWritable(t *testing.T) {
+	ck := filepath.Join(t.TempDir(), "ck")
+	if err := os.Mkdir(ck, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	immutable(t, ck)
+	r := hpctrain(t, 2, 2*time.Minute, with("-steps", "6", "-checkpoint-dir", ck, "-resume", "auto")...)
+	lines := errorLines(t, r)
+	want := "checkpoint dir " + ck + ": not writable: operation not permitted"
+	if r.code != 2 || len(lines) != 2 || !strings.Contains(lines[0]+lines[1], want) {
+		t.Errorf("exit %d, want 2 and a line per rank, one saying %q:\n%s", r.code, want, r.out)
+	}
+	if strings.Contains(r.out, "epoch 1") {
+		t.Errorf("the run trained before it stopped:\n%s", r.out)
 	}
 }

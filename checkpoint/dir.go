@@ -95,6 +95,25 @@ func Save(dir string, s *State, keep int) (path string, err error) {
 	return final, nil
 }
 
+// Writable checks that Save can write in dir, an existing directory: it
+// creates a temporary file there as Save does, and removes it. A run calls
+// it at its start, so that a directory it cannot write (no permission, a
+// read-only mount) stops it before the training rather than at its first
+// checkpoint, hours in. The error is Save's: "checkpoint dir /x: not
+// writable: permission denied". A probe left by a crash is a ckpt-*.tmp
+// file, removed by the next Save.
+func Writable(dir string) error {
+	f, err := os.CreateTemp(dir, "ckpt-probe-*.tmp")
+	if err != nil {
+		return notWritable(dir, err)
+	}
+	f.Close()
+	if err := os.Remove(f.Name()); err != nil {
+		return notWritable(dir, err)
+	}
+	return nil
+}
+
 // notWritable words a failure to create or write in dir.
 func notWritable(dir string, err error) error {
 	var pe *fs.PathError

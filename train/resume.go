@@ -235,6 +235,11 @@ func newCheckpointer(cfg Config, c mpi.Comm, net *model.Net, opt optim.Optimizer
 			if cp.unlock, err = checkpoint.Lock(cfg.CheckpointDir); err != nil {
 				return nil, err
 			}
+			// Found now, not at the first save after hours of training.
+			if err := checkpoint.Writable(cfg.CheckpointDir); err != nil {
+				cp.unlock()
+				return nil, cli.Usage(err)
+			}
 			cp.locked, _ = os.Stat(cfg.CheckpointDir)
 		}
 		CatchStopSignals()
