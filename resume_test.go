@@ -255,3 +255,25 @@ func TestCheckpointDirNotWritable(t *testing.T) {
 		t.Errorf("the run trained before it stopped:\n%s", r.out)
 	}
 }
+
+// TestCheckpointDirLocked: a run whose -checkpoint-dir another job holds
+// (here this test, by checkpoint.Lock) is refused at start-up with exit 2,
+// as a directory of another run's checkpoints is, in one line naming the
+// directory, and writes nothing there. Before, the exit was 1.
+func TestCheckpointDirLocked(t *testing.T) {
+	ck := filepath.Join(t.TempDir(), "ck")
+	release, err := checkpoint.Lock(ck)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	r := hpctrain(t, 2, 2*time.Minute, with("-steps", "2", "-checkpoint-dir", ck, "-resume", "auto")...)
+	lines := errorLines(t, r)
+	want := "checkpoint dir " + ck + " in use: another job is writing checkpoints there now"
+	if r.code != 2 || len(lines) != 2 || !strings.Contains(lines[0]+lines[1], want) {
+		t.Errorf("exit %d, want 2 and a line per rank, one saying %q:\n%s", r.code, want, r.out)
+	}
+	if files := dirFiles(t, ck); len(files) != 0 {
+		t.Errorf("files written in a directory another job holds: %v", files)
+	}
+}

@@ -233,6 +233,9 @@ func newCheckpointer(cfg Config, c mpi.Comm, net *model.Net, opt optim.Optimizer
 			// The writer holds the directory for the whole run: a second
 			// job there (resuming too) would remove this one's files.
 			if cp.unlock, err = checkpoint.Lock(cfg.CheckpointDir); err != nil {
+				if errors.Is(err, checkpoint.ErrInUse) {
+					err = cli.Usage(err) // as CheckFresh's "in use": exit 2
+				}
 				return nil, err
 			}
 			// Found now, not at the first save after hours of training.
