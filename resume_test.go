@@ -277,3 +277,20 @@ func TestCheckpointDirLocked(t *testing.T) {
 		t.Errorf("files written in a directory another job holds: %v", files)
 	}
 }
+
+// TestResumeFromDirectory: -resume naming a directory (the checkpoint
+// directory instead of a file in it) is one line per rank saying so and
+// what to write instead, exit 2, before any training. Before, it was
+// "load checkpoint: read ck: is a directory", exit 1.
+func TestResumeFromDirectory(t *testing.T) {
+	ck := filepath.Join(t.TempDir(), "ck")
+	if r := hpctrain(t, 2, 2*time.Minute, with("-steps", "2", "-checkpoint-dir", ck)...); r.code != 0 {
+		t.Fatalf("first run: %d\n%s", r.code, r.out)
+	}
+	r := hpctrain(t, 2, 2*time.Minute, with("-checkpoint-dir", ck, "-resume", ck)...)
+	lines := errorLines(t, r)
+	want := `resume = "` + ck + `": a directory (name a checkpoint file, or use -checkpoint-dir ` + ck + ` -resume auto for its newest)`
+	if r.code != 2 || len(lines) != 2 || !strings.Contains(lines[0]+lines[1], want) {
+		t.Errorf("exit %d, want 2 and a line per rank, one saying %q:\n%s", r.code, want, r.out)
+	}
+}

@@ -412,6 +412,9 @@ func (cp *checkpointer) load() (*checkpoint.State, error) {
 		}
 	} else {
 		path = cfg.Resume
+		if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+			return nil, cli.Usage(fmt.Errorf("resume = %q: a directory (name a checkpoint file, or use -checkpoint-dir %s -resume auto for its newest)", path, path))
+		}
 		if st, err = checkpoint.Load(path); err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
 				err = cli.Usage(fmt.Errorf("resume = %q: %w (name a checkpoint file, or use -resume auto)", path, err))
