@@ -294,3 +294,25 @@ func TestResumeFromDirectory(t *testing.T) {
 		t.Errorf("exit %d, want 2 and a line per rank, one saying %q:\n%s", r.code, want, r.out)
 	}
 }
+
+// TestResumeOptimizerDefaults: a setting left to the optimizer's default
+// and the same value given (-lr 0.001 -weight-decay 0.01 -beta1 0.9 for
+// adamw) are the same run: the resumption is accepted. Another value is
+// refused naming the values the runs had, not 0 for "default". Before,
+// "it was written with lr = 0; this run has lr = 0.001" refused it.
+func TestResumeOptimizerDefaults(t *testing.T) {
+	ck := filepath.Join(t.TempDir(), "ck")
+	if r := hpctrain(t, 2, 2*time.Minute, with("-optimizer", "adamw", "-steps", "2", "-checkpoint-dir", ck)...); r.code != 0 {
+		t.Fatalf("first run: %d\n%s", r.code, r.out)
+	}
+	r := hpctrain(t, 2, 2*time.Minute, with("-optimizer", "adamw", "-lr", "0.001", "-weight-decay", "0.01", "-beta1", "0.9", "-steps", "4", "-checkpoint-dir", ck, "-resume", "auto")...)
+	if r.code != 0 || !strings.Contains(r.out, "resuming from "+filepath.Join(ck, checkpoint.FileName(2))) {
+		t.Fatalf("resume with adamw's defaults given: exit %d\n%s", r.code, r.out)
+	}
+	r = hpctrain(t, 2, 2*time.Minute, with("-optimizer", "adamw", "-lr", "0.002", "-steps", "6", "-checkpoint-dir", ck, "-resume", "auto")...)
+	lines := errorLines(t, r)
+	want := "it was written with lr = 0.001; this run has lr = 0.002"
+	if r.code != 2 || len(lines) != 2 || !strings.Contains(lines[0]+lines[1], want) {
+		t.Errorf("resume with another lr: exit %d, want 2 and a line per rank, one saying %q:\n%s", r.code, want, r.out)
+	}
+}

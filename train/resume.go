@@ -124,6 +124,62 @@ func resumeConfig(cfg Config) (json.RawMessage, error) {
 	return json.Marshal(m) // keys sorted: the same settings give the same bytes
 }
 
+// optimDefaults returns the settings of a resumeConfig record with the
+// optimizer's hyperparameters that were left to its default (0 or absent:
+// optim.Config.WithDefaults) set to that default, so that records compare
+// by the values the optimizer ran with: lr = 0 and lr = 0.001 are the same
+// adamw. Records kept as given in the files, and where they were written
+// before WithDefaults knew a default the comparison still holds. A record
+// that is not a JSON object, or whose optimizer keys do not read as
+// optim.Config's, is returned as it is.
+func optimDefaults(conf json.RawMessage) json.RawMessage {
+	d := json.NewDecoder(bytes.NewReader(conf))
+	d.UseNumber() // the other keys keep their text: a uint64 seed stays exact
+	var m map[string]any
+	if d.Decode(&m) != nil || m == nil {
+		return conf
+	}
+	sub := map[string]any{}
+	t := reflect.TypeFor[optim.Config]()
+	for i := 0; i < t.NumField(); i++ {
+		k := strings.Split(t.Field(i).Tag.Get("toml"), ",")[0]
+		switch v := m[k].(type) {
+		case json.Number:
+			f, err := v.Float64()
+			if err != nil {
+				return conf
+			}
+			sub[k] = f
+		case string, bool:
+			sub[k] = v
+		}
+	}
+	var buf bytes.Buffer
+	if toml.NewEncoder(&buf).Encode(sub) != nil {
+		return conf
+	}
+	var oc optim.Config
+	if _, err := toml.Decode(buf.String(), &oc); err != nil {
+		return conf
+	}
+	buf.Reset()
+	if toml.NewEncoder(&buf).Encode(oc.WithDefaults()) != nil {
+		return conf
+	}
+	var filled map[string]any
+	if _, err := toml.Decode(buf.String(), &filled); err != nil {
+		return conf
+	}
+	for k, v := range filled {
+		m[k] = v
+	}
+	out, err := json.Marshal(m)
+	if err != nil {
+		return conf
+	}
+	return out
+}
+
 // everyPolicy says when to write periodic checkpoints: every Steps steps
 // or every Period of wall time (rank 0's clock; only rank 0 writes).
 type everyPolicy struct {
@@ -456,7 +512,12 @@ func (cp *checkpointer) load() (*checkpoint.State, error) {
 
 // fits checks that st is of this run and that its tensors fit this model.
 func (cp *checkpointer) fits(st *checkpoint.State) error {
-	if err := st.Check(cp.identity()); err != nil {
+	// Settings left to the optimizer's default are compared as that
+	// default: a run of -optimizer adamw resumed with -lr 0.001 (its
+	// default) is the same run.
+	run, was := cp.identity(), *st
+	run.Config, was.Config = optimDefaults(run.Config), optimDefaults(st.Config)
+	if err := was.Check(run); err != nil {
 		return err
 	}
 	if n := len(st.Lookup("params")); n != len(cp.net.Params) {
