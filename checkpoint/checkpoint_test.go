@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -488,4 +489,29 @@ func FuzzLoad(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestSaveMode: a checkpoint's mode is 0644 less the umask, as the
+// shell's files are, so that a colleague (or a job under another
+// account of the group) can evaluate it; os.CreateTemp's 0600 did not
+// let them.
+func TestSaveMode(t *testing.T) {
+	for _, c := range []struct {
+		umask int
+		want  os.FileMode
+	}{{0o022, 0o644}, {0o027, 0o640}, {0o077, 0o600}} {
+		old := syscall.Umask(c.umask)
+		path, err := Save(t.TempDir(), testState(1), 0)
+		syscall.Umask(old)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fi, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fi.Mode().Perm(); got != c.want {
+			t.Errorf("umask %03o: mode %v, want %v", c.umask, got, c.want)
+		}
+	}
 }

@@ -1,6 +1,8 @@
 package checkpoint
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -60,7 +62,7 @@ func Save(dir string, s *State, keep int) (path string, err error) {
 	if err := replaceable(final, s.RunID); err != nil {
 		return "", err
 	}
-	tmp, err := os.CreateTemp(dir, fmt.Sprintf("ckpt-%012d-*.tmp", s.Step))
+	tmp, err := createTemp(dir, s.Step)
 	if err != nil {
 		return "", notWritable(dir, err)
 	}
@@ -112,6 +114,22 @@ func Writable(dir string) error {
 		return notWritable(dir, err)
 	}
 	return nil
+}
+
+// createTemp creates a new ckpt-<step>-<random>.tmp in dir, with mode
+// 0644 less the process's umask, as torch.save's files and the shell's
+// are: os.CreateTemp's 0600 would keep the checkpoints from the group
+// (eval, export by a colleague; a job run under another account).
+func createTemp(dir string, step int64) (*os.File, error) {
+	for {
+		var b [8]byte
+		rand.Read(b[:]) // never fails (crypto/rand)
+		name := filepath.Join(dir, fmt.Sprintf("ckpt-%012d-%s.tmp", step, hex.EncodeToString(b[:])))
+		f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+		if !errors.Is(err, fs.ErrExist) {
+			return f, err
+		}
+	}
 }
 
 // notWritable words a failure to create or write in dir.
