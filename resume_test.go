@@ -316,3 +316,30 @@ func TestResumeOptimizerDefaults(t *testing.T) {
 		t.Errorf("resume with another lr: exit %d, want 2 and a line per rank, one saying %q:\n%s", r.code, want, r.out)
 	}
 }
+
+// TestResumeScheduleLength: a cosine run resumed with the length it was
+// started with goes on without a word; one resumed with -epochs or -steps
+// changed (here a 10-step run extended to 40) is warned, on rank 0, that
+// its schedule spans other steps and at which rate the next step trains,
+// both rates named. Before, the learning rate jumped (0 to 0.0854) in
+// silence.
+func TestResumeScheduleLength(t *testing.T) {
+	dir := t.TempDir()
+	same, longer := filepath.Join(dir, "same"), filepath.Join(dir, "longer")
+	cosine := with("-schedule", "cosine", "-lr", "0.1")
+	if r := hpctrainEnv(t, 2, 2*time.Minute, []string{"HPCTRAIN_FAULT=usr1@0:10"}, append(cosine, "-checkpoint-dir", same)...); r.code != 85 {
+		t.Fatalf("run stopped at step 10: exit %d, want 85\n%s", r.code, r.out)
+	}
+	r := hpctrain(t, 2, 2*time.Minute, append(cosine, "-checkpoint-dir", same, "-resume", "auto")...)
+	if r.code != 0 || !strings.Contains(r.out, "resuming from") || strings.Contains(r.out, "schedule spans") {
+		t.Errorf("resumed with its own length: exit %d, want 0 and no warning\n%s", r.code, r.out)
+	}
+	if r := hpctrain(t, 2, 2*time.Minute, append(cosine, "-steps", "10", "-checkpoint-dir", longer)...); r.code != 0 {
+		t.Fatalf("10-step run: exit %d\n%s", r.code, r.out)
+	}
+	r = hpctrain(t, 2, 2*time.Minute, append(cosine, "-checkpoint-dir", longer, "-resume", "auto")...)
+	want := "hpctrain: warning: the cosine schedule spans 40 steps in this run, 10 in the run that wrote the checkpoint (-epochs or -steps changed): step 11 trains at lr 0.0853553 where that run's schedule gives 0; resume with its -epochs and -steps to continue it as it was"
+	if r.code != 0 || strings.Count(r.out, want) != 1 {
+		t.Errorf("resumed with -steps raised: exit %d, want 0 and once %q\n%s", r.code, want, r.out)
+	}
+}

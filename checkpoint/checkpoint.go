@@ -69,6 +69,12 @@ type State struct {
 	// run, so the network's own record is what evaluation and prediction
 	// read. Nil for other data sets and in files of older builds.
 	ClassNames []string
+	// TotalSteps is the number of steps the run that wrote the file was
+	// to take (its -epochs and -steps, which a resumption may change):
+	// a schedule over the run's length (cosine) gives another learning
+	// rate at the same step when it changes. 0 where files of older
+	// builds have none.
+	TotalSteps int64
 	// Final is the run's final result (a JSON object, opaque here) in the
 	// checkpoint written when the run completed; nil in every other one.
 	Final    json.RawMessage
@@ -127,6 +133,7 @@ type header struct {
 	EpochLoss  *EpochLoss      `json:"epoch_loss,omitempty"`
 	Data       string          `json:"data,omitempty"`
 	ClassNames []string        `json:"class_names,omitempty"`
+	TotalSteps int64           `json:"total_steps,omitempty"`
 	Final      json.RawMessage `json:"final,omitempty"`
 	Sections   []sectionHeader `json:"sections"`
 }
@@ -135,6 +142,9 @@ type header struct {
 func (h *header) check() error {
 	if h.Step < 0 {
 		return fmt.Errorf("negative step %d", h.Step)
+	}
+	if h.TotalSteps < 0 {
+		return fmt.Errorf("negative total_steps %d", h.TotalSteps)
 	}
 	if l := h.EpochLoss; l != nil && (!(l.Sum >= 0) || l.Steps < 0) {
 		return fmt.Errorf("epoch_loss %+v: a sum of losses over a count of steps, neither negative", *l)
@@ -157,7 +167,7 @@ func (h *header) state(version int) *State {
 	return &State{
 		Model: h.Model, Desc: h.Desc, ConfigHash: h.ConfigHash, Config: nullIsNil(h.Config),
 		RunID: h.RunID, Optimizer: h.Optimizer, WorldSize: h.WorldSize,
-		Epoch: h.Epoch, Step: h.Step, EpochLoss: h.EpochLoss, Data: h.Data, ClassNames: h.ClassNames, Final: nullIsNil(h.Final), Version: version,
+		Epoch: h.Epoch, Step: h.Step, EpochLoss: h.EpochLoss, Data: h.Data, ClassNames: h.ClassNames, TotalSteps: h.TotalSteps, Final: nullIsNil(h.Final), Version: version,
 	}
 }
 
@@ -198,6 +208,9 @@ func checkState(s *State) {
 	if s.Step < 0 {
 		panic("checkpoint: negative Step")
 	}
+	if s.TotalSteps < 0 {
+		panic("checkpoint: negative TotalSteps")
+	}
 	if s.RunID == "" {
 		panic("checkpoint: empty RunID")
 	}
@@ -227,7 +240,7 @@ func encode(w io.Writer, s *State) error {
 	h := header{
 		Model: s.Model, Desc: s.Desc, ConfigHash: s.ConfigHash, Config: s.Config,
 		RunID: s.RunID, Optimizer: s.Optimizer, WorldSize: s.WorldSize,
-		Epoch: s.Epoch, Step: s.Step, EpochLoss: s.EpochLoss, Data: s.Data, ClassNames: s.ClassNames, Final: s.Final,
+		Epoch: s.Epoch, Step: s.Step, EpochLoss: s.EpochLoss, Data: s.Data, ClassNames: s.ClassNames, TotalSteps: s.TotalSteps, Final: s.Final,
 		Sections: make([]sectionHeader, len(s.Sections)),
 	}
 	for i, sec := range s.Sections {

@@ -35,19 +35,20 @@
 //	{"model": "cnn", "desc": "[[layer]]\n…", "config_hash": "…",
 //	 "config": {"batch": 64, "lr": 0.01, …}, "run_id": "9f2c…",
 //	 "optimizer": "adamw", "world_size": 4, "epoch": 3, "step": 12000,
-//	 "epoch_loss": 431.27, "final": {"test_accuracy": 0.91, …},
+//	 "epoch_loss": 431.27, "total_steps": 18750, "final": {"test_accuracy": 0.91, …},
 //	 "sections": [{"name": "params", "len": 431080},
 //	              {"name": "optim.0", "len": 431080}, …]}
 //
-// desc, config, run_id, epoch_loss, data, class_names and final are left
-// out when empty. epoch_loss (the training losses of the epoch's steps so
+// desc, config, run_id, epoch_loss, data, class_names, total_steps and
+// final are left out when empty. epoch_loss (the training losses of the epoch's steps so
 // far, summed over the ranks, in a checkpoint written within an epoch),
 // data (what the run read: "60000 training and 10000 test samples of
 // 28x28x1, 10 classes", which a resumed run compares with its own and
 // warns if it differs) and class_names (an image folder's class
 // directories, output k's name; evaluation and prediction read them
-// rather than the folder, which may have changed since) came later within
-// version 2: a build that does not know them ignores them, as every build
+// rather than the folder, which may have changed since) and total_steps
+// (the steps the run was to take, which a resumed run with a schedule over
+// its length compares with its own) came later within version 2: a build that does not know them ignores them, as every build
 // did before. JSON was chosen
 // over a fixed binary header because the header is small next to the
 // tensors, it can be read with `head -c` and jq when debugging, and fields

@@ -256,6 +256,11 @@ type checkpointer struct {
 	// far, all ranks'), nil if it has none; epochLoss is what the next
 	// save records (nil: none), set by the run for a save within an epoch.
 	resumedLoss, epochLoss *checkpoint.EpochLoss
+	// total is the steps this run is to take (set by complete), recorded
+	// in every checkpoint; resumedTotal is the checkpoint's (0: none
+	// recorded), rank 0's.
+	total        int
+	resumedTotal int64
 	// data is what this run reads (pipeline.identity), recorded in every
 	// checkpoint and compared on resume.
 	data string
@@ -486,6 +491,7 @@ func (cp *checkpointer) load() (*checkpoint.State, error) {
 		cp.runID = checkpoint.NewRunID()
 		cp.log("hpctrain: %s is of format version %d: continuing it as run %s (its files stay: only the run's own are pruned)", path, st.Version, cp.runID)
 	}
+	cp.resumedTotal = st.TotalSteps
 	cp.log("hpctrain: resuming from %s (step %d, epoch %d)", path, st.Step, st.Epoch)
 	if cfg.CheckpointDir != "" {
 		// Later checkpoints there are a future this run gives up (a
@@ -588,14 +594,47 @@ func (cp *checkpointer) plan(st *checkpoint.State) resumePlan {
 // (total: the steps of the whole run), and if so prints on rank 0 that the
 // run is already complete and returns its recorded result. A run whose
 // -epochs or -steps were raised is not complete: it continues from there.
+//
+// It also records total for the checkpoints this run writes and, when
+// resuming a run that was to take another number of steps changes the
+// learning rate of the steps to come (a cosine schedule spans the run),
+// warns on rank 0 with both rates.
 func (cp *checkpointer) complete(total int) (Result, bool) {
+	cp.total = total
 	if cp.final == nil || cp.resumedStep < total {
+		cp.warnSchedule()
 		return Result{}, false
 	}
 	r := *cp.final
 	cp.log("hpctrain: run already complete at step %d (epoch %d, %d ranks): test accuracy %.2f%%, test loss %.4f; nothing to train (raise -epochs or -steps to continue it)",
 		r.Step, r.Epoch, r.WorldSize, 100*r.TestAccuracy, r.TestLoss)
 	return r, true
+}
+
+// warnSchedule warns, on rank 0, when the learning rate of the resumed
+// run's next step differs from the one the checkpoint's run would have
+// given it: the schedule spans the run (cosine) and -epochs or -steps
+// changed its length. The resumed run is then neither the interrupted one
+// continued nor a fresh run of the new length; the user may mean it (a
+// warm restart), but should know.
+func (cp *checkpointer) warnSchedule() {
+	was, now := int(cp.resumedTotal), cp.total
+	if !cp.resumed || was <= 0 || was == now {
+		return
+	}
+	cfg := cp.cfg
+	lr, err := optim.ScaleLR(cfg.Config.WithDefaults().LR, cfg.Batch*cp.comm.Size(), cfg.BaseBatch, cfg.LRScaling)
+	if err != nil {
+		return // the run's own set-up reports it
+	}
+	a, errA := optim.NewSchedule(cfg.ScheduleConfig, lr, was)
+	b, errB := optim.NewSchedule(cfg.ScheduleConfig, lr, now)
+	step := cp.resumedStep
+	if errA != nil || errB != nil || a.LR(step) == b.LR(step) {
+		return
+	}
+	cp.log("hpctrain: warning: the %s schedule spans %d steps in this run, %d in the run that wrote the checkpoint (-epochs or -steps changed): step %d trains at lr %.6g where that run's schedule gives %.6g; resume with its -epochs and -steps to continue it as it was",
+		cfg.ScheduleConfig.Name, now, was, step+1, b.LR(step), a.LR(step))
 }
 
 // save writes the state after global step on rank 0.
@@ -629,7 +668,7 @@ func (cp *checkpointer) write(step, epoch int, final json.RawMessage) error {
 	st := &checkpoint.State{
 		Model: cp.cfg.Model, Desc: cp.desc, Config: cp.config, ConfigHash: resumeHash(cp.cfg),
 		RunID: cp.runID, Optimizer: cp.opt.Name(), WorldSize: cp.comm.Size(),
-		Epoch: epoch, Step: int64(step), Final: final, EpochLoss: cp.epochLoss, Data: cp.data, ClassNames: cp.classNames,
+		Epoch: epoch, Step: int64(step), Final: final, EpochLoss: cp.epochLoss, Data: cp.data, ClassNames: cp.classNames, TotalSteps: int64(cp.total),
 		Sections: []checkpoint.Section{{Name: "params", Data: cp.net.Params}},
 	}
 	if len(cp.buffers) > 0 {
