@@ -343,3 +343,21 @@ func TestResumeScheduleLength(t *testing.T) {
 		t.Errorf("resumed with -steps raised: exit %d, want 0 and once %q\n%s", r.code, want, r.out)
 	}
 }
+
+// TestCheckpointDirDanglingLink: a -checkpoint-dir that is a symbolic
+// link to a directory not there (a scratch file system not mounted, a
+// directory removed) is one line naming the link and its target, exit 2.
+// Before: "checkpoint dir ck: mkdir ck: file exists", exit 1.
+func TestCheckpointDirDanglingLink(t *testing.T) {
+	dir := t.TempDir()
+	ck, to := filepath.Join(dir, "ck"), filepath.Join(dir, "gone")
+	if err := os.Symlink(to, ck); err != nil {
+		t.Fatal(err)
+	}
+	r := hpctrain(t, 2, 2*time.Minute, with("-steps", "2", "-checkpoint-dir", ck, "-resume", "auto")...)
+	lines := errorLines(t, r)
+	want := "checkpoint dir " + ck + ": a symbolic link to " + to + ", which does not exist: make that directory, or mend the link"
+	if r.code != 2 || len(lines) != 2 || !strings.Contains(lines[0]+lines[1], want) {
+		t.Errorf("exit %d, want 2 and a line per rank, one saying %q:\n%s", r.code, want, r.out)
+	}
+}

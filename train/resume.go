@@ -288,6 +288,12 @@ func newCheckpointer(cfg Config, c mpi.Comm, net *model.Net, opt optim.Optimizer
 		desc: string(net.Desc.TOML()), buffers: net.Buffers}
 	if cfg.CheckpointDir != "" {
 		if c.Rank() == 0 {
+			if to, err := os.Readlink(cfg.CheckpointDir); err == nil {
+				if _, err := os.Stat(cfg.CheckpointDir); errors.Is(err, fs.ErrNotExist) {
+					// MkdirAll would say "file exists".
+					return nil, cli.Usage(fmt.Errorf("checkpoint dir %s: a symbolic link to %s, which does not exist: make that directory, or mend the link", cfg.CheckpointDir, to))
+				}
+			}
 			if err := os.MkdirAll(cfg.CheckpointDir, 0o755); err != nil {
 				return nil, outputErr("checkpoint dir "+cfg.CheckpointDir, err) // a file in the path, no permission: exit 2
 			}
