@@ -515,3 +515,35 @@ func TestSaveMode(t *testing.T) {
 		}
 	}
 }
+
+// TestLinkedCheckpoint: a checkpoint name that is a symbolic link (a file
+// of another directory linked in) is a checkpoint of the directory:
+// Latest takes it, CheckFresh counts it, and a link to nothing is a file
+// that does not load. A link to a directory is not one. Before, links
+// were passed over: -resume auto started afresh beside a linked
+// checkpoint and then failed at its step, whose name the link held.
+func TestLinkedCheckpoint(t *testing.T) {
+	other, dir := t.TempDir(), t.TempDir()
+	target, err := Save(other, testState(6), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Save(dir, testState(2), 0); err != nil {
+		t.Fatal(err)
+	}
+	os.Symlink(target, filepath.Join(dir, FileName(6)))
+	os.Symlink(other, filepath.Join(dir, FileName(9)))
+	s, path, err := Latest(dir, nil)
+	if err != nil || s == nil || s.Step != 6 || path != filepath.Join(dir, FileName(6)) {
+		t.Fatalf("Latest = %q, %v; want the linked step 6", path, err)
+	}
+	if err := CheckFresh(dir, identity()); err == nil || !strings.Contains(err.Error(), "steps 2-6") {
+		t.Errorf("CheckFresh: %v, want steps 2-6 named", err)
+	}
+	os.Symlink(filepath.Join(other, "gone"), filepath.Join(dir, FileName(8)))
+	var warnings []string
+	s, _, _ = Latest(dir, func(m string) { warnings = append(warnings, m) })
+	if s == nil || s.Step != 6 || len(warnings) != 1 || !strings.Contains(warnings[0], FileName(8)) {
+		t.Errorf("Latest with a link to nothing: found %v, warnings %q", s != nil, warnings)
+	}
+}

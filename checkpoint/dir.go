@@ -172,7 +172,10 @@ type candidate struct {
 	step int64
 }
 
-// list returns the *.hpck files of dir, newest step first.
+// list returns the *.hpck files of dir, newest step first. A symbolic
+// link of such a name is one too (a checkpoint linked in from another
+// directory is resumed, and its name is taken), unless it names a
+// directory; one to nothing is a file that does not load.
 func list(dir string) ([]candidate, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -180,9 +183,19 @@ func list(dir string) ([]candidate, error) {
 	}
 	var cs []candidate
 	for _, e := range entries {
-		if step, ok := parseName(e.Name()); ok && e.Type().IsRegular() {
-			cs = append(cs, candidate{filepath.Join(dir, e.Name()), step})
+		step, ok := parseName(e.Name())
+		if !ok {
+			continue
 		}
+		path := filepath.Join(dir, e.Name())
+		if e.Type()&fs.ModeSymlink != 0 {
+			if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+				continue
+			}
+		} else if !e.Type().IsRegular() {
+			continue
+		}
+		cs = append(cs, candidate{path, step})
 	}
 	sort.Slice(cs, func(i, j int) bool { return cs[i].step > cs[j].step })
 	return cs, nil

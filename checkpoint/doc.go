@@ -72,6 +72,10 @@
 // never a half-written .hpck; stray .tmp files are ignored by [Latest] and
 // removed by the next Save.
 //
+// A symbolic link of a checkpoint's name (a file of another directory
+// linked in) is a checkpoint of the directory like a file: it is resumed,
+// counted and pruned (the link, never its target).
+//
 // A directory belongs to the runs whose checkpoints it holds. The rules:
 //
 //   - A run that starts without resuming needs a directory without
