@@ -10,9 +10,11 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"io/fs"
 	"math"
 	"os"
 	"strings"
+	"syscall"
 )
 
 // Magic opens every checkpoint file; Version is the format written.
@@ -277,7 +279,15 @@ func encode(w io.Writer, s *State) error {
 // check failed and wraps ErrFormat, ErrTruncated or ErrChecksum:
 // "load checkpoint ckpt/ckpt-000000001200.hpck: truncated: 1234 of 5678 bytes".
 func Load(path string) (*State, error) {
-	b, err := os.ReadFile(path)
+	f, err := openRegular(path)
+	if errors.Is(err, ErrFormat) {
+		return nil, fmt.Errorf("load checkpoint %s: %w", path, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("load checkpoint: %w", err)
+	}
+	b, err := io.ReadAll(f)
+	f.Close()
 	if err != nil {
 		return nil, fmt.Errorf("load checkpoint: %w", err)
 	}
@@ -363,6 +373,32 @@ func decode(b []byte) (*State, error) {
 	return s, nil
 }
 
+// openRegular opens path (links followed) for reading if it is a
+// regular file. Anything else is an ErrFormat error saying what it is: a
+// device would be read for ever (/dev/zero, until memory runs out), a
+// named pipe would block the open until a writer came.
+func openRegular(path string) (*os.File, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		what := "not a regular file"
+		switch t := fi.Mode().Type(); {
+		case t&fs.ModeDir != 0:
+			return nil, &fs.PathError{Op: "read", Path: path, Err: syscall.EISDIR}
+		case t&fs.ModeNamedPipe != 0:
+			what = "a named pipe (FIFO), not a file"
+		case t&fs.ModeDevice != 0:
+			what = "a device, not a file"
+		case t&fs.ModeSocket != 0:
+			what = "a socket, not a file"
+		}
+		return nil, fmt.Errorf("%w: %s", ErrFormat, what)
+	}
+	return os.Open(path)
+}
+
 // maxHeaderLen bounds the header peek reads (64 MiB), against a length
 // field that bit rot made huge.
 const maxHeaderLen = 1 << 26
@@ -371,14 +407,17 @@ const maxHeaderLen = 1 << 26
 // and without verifying the checksum: enough to tell whose file it is and
 // which step it holds, at the cost of a few kilobytes per file.
 func peek(path string) (*State, error) {
-	f, err := os.Open(path)
+	fail := func(err error) (*State, error) {
+		return nil, fmt.Errorf("read checkpoint header %s: %w", path, err)
+	}
+	f, err := openRegular(path)
+	if errors.Is(err, ErrFormat) {
+		return fail(err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("read checkpoint header: %w", err)
 	}
 	defer f.Close()
-	fail := func(err error) (*State, error) {
-		return nil, fmt.Errorf("read checkpoint header %s: %w", path, err)
-	}
 	var pre [16]byte
 	n, err := io.ReadFull(f, pre[:])
 	switch {

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // testState returns a small State whose values depend on step.
@@ -545,5 +546,43 @@ func TestLinkedCheckpoint(t *testing.T) {
 	s, _, _ = Latest(dir, func(m string) { warnings = append(warnings, m) })
 	if s == nil || s.Step != 6 || len(warnings) != 1 || !strings.Contains(warnings[0], FileName(8)) {
 		t.Errorf("Latest with a link to nothing: found %v, warnings %q", s != nil, warnings)
+	}
+}
+
+// TestLoadNotAFile: a device or a named pipe given as a checkpoint is one
+// error saying what it is, at once, and a link to one in a directory is
+// passed over. Before, Load read /dev/zero until memory ran out and
+// waited for ever on a FIFO's writer.
+func TestLoadNotAFile(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo.hpck")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Skip(err)
+	}
+	os.Symlink(fifo, filepath.Join(dir, FileName(3)))
+	for _, c := range []struct{ path, want string }{
+		{"/dev/zero", "load checkpoint /dev/zero: not a checkpoint: a device, not a file"},
+		{fifo, "load checkpoint " + fifo + ": not a checkpoint: a named pipe (FIFO), not a file"},
+	} {
+		done := make(chan error, 1)
+		go func() { _, err := Load(c.path); done <- err }()
+		select {
+		case err := <-done:
+			if err == nil || err.Error() != c.want || !errors.Is(err, ErrFormat) {
+				t.Errorf("Load(%s): %v, want %q", c.path, err, c.want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("Load(%s) did not return within 10 s", c.path)
+		}
+	}
+	done := make(chan error, 1)
+	go func() { _, _, err := Latest(dir, nil); done <- err }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Latest beside a link to a FIFO: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Latest beside a link to a FIFO did not return within 10 s")
 	}
 }

@@ -174,8 +174,9 @@ type candidate struct {
 
 // list returns the *.hpck files of dir, newest step first. A symbolic
 // link of such a name is one too (a checkpoint linked in from another
-// directory is resumed, and its name is taken), unless it names a
-// directory; one to nothing is a file that does not load.
+// directory is resumed, and its name is taken), unless it names
+// something other than a file (a directory, a named pipe, a device); one
+// to nothing is a file that does not load.
 func list(dir string) ([]candidate, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -189,7 +190,7 @@ func list(dir string) ([]candidate, error) {
 		}
 		path := filepath.Join(dir, e.Name())
 		if e.Type()&fs.ModeSymlink != 0 {
-			if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+			if fi, err := os.Stat(path); err == nil && !fi.Mode().IsRegular() {
 				continue
 			}
 		} else if !e.Type().IsRegular() {
