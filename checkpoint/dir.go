@@ -2,9 +2,11 @@ package checkpoint
 
 import (
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -382,6 +384,23 @@ func plural(n int, noun string) string {
 	return fmt.Sprintf("%d %ss", n, noun)
 }
 
+// newerVersion returns the format version of the checkpoint file at path
+// and true if its magic is right and its version is newer than this build
+// reads.
+func newerVersion(path string) (uint32, bool) {
+	f, err := openRegular(path)
+	if err != nil {
+		return 0, false
+	}
+	defer f.Close()
+	var pre [12]byte
+	if _, err := io.ReadFull(f, pre[:]); err != nil || string(pre[:8]) != Magic {
+		return 0, false
+	}
+	v := binary.LittleEndian.Uint32(pre[8:])
+	return v, v > Version
+}
+
 // SetAside makes dir ready for a run that resumes from step of run (its
 // RunID): the checkpoint files of later steps there are of a future the
 // run has given up (it resumed from an earlier checkpoint: a roll-back)
@@ -392,7 +411,9 @@ func plural(n int, noun string) string {
 // taken) and returns its path and the names moved; "" and nil when there
 // were none. A later file of another run is left alone: SetAside moves
 // nothing and returns an ErrInUse error naming it, since this run's saves
-// would collide with that run's files or be passed over for them.
+// would collide with that run's files or be passed over for them; so is a
+// later file of a newer format version, which a newer build wrote and
+// this one cannot tell from its own.
 func SetAside(dir string, step int64, run string) (string, []string, error) {
 	cs, err := list(dir)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -408,6 +429,12 @@ func SetAside(dir string, step int64, run string) (string, []string, error) {
 		}
 		if h, err := peek(c.path); err == nil && h.RunID != run {
 			return "", nil, fmt.Errorf("checkpoint dir %s %w: %s is step %d of another run (%s), past step %d this run resumes from: it would be resumed for this run's newest, or its name taken; move it away, or use another -checkpoint-dir", dir, ErrInUse, filepath.Base(c.path), h.Step, runName(h), step)
+		}
+		// A file of a newer format is not damaged: a newer build wrote
+		// it (a job requeued under an older module), and going on from
+		// an earlier step would throw away its training.
+		if v, ok := newerVersion(c.path); ok {
+			return "", nil, fmt.Errorf("checkpoint dir %s %w: %s is of format version %d, written by a newer hpctrain (this build reads 1 to %d), past step %d this run resumes from: resume with that build, or move it away to go on from step %d", dir, ErrInUse, filepath.Base(c.path), v, Version, step, step)
 		}
 		later = append(later, c)
 	}

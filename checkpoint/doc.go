@@ -94,7 +94,8 @@
 //     roll-back to an earlier checkpoint, or a newest file that is
 //     damaged), and left in place [Latest] would take them for its newest
 //     and the pruning would remove the run's new files instead. A file
-//     after S of another run refuses the resumption.
+//     after S of another run, or of a newer format version (a newer build
+//     went further), refuses the resumption.
 //
 // # Invariants
 //

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"hash/crc32"
 	"math"
 	"os"
@@ -376,6 +377,32 @@ func TestSetAside(t *testing.T) {
 	_, _, err = SetAside(dir, 200, run)
 	if !errors.Is(err, ErrInUse) || !strings.Contains(err.Error(), "ckpt-000000000500.hpck is step 500 of another run") {
 		t.Errorf("another run's later file: %v", err)
+	}
+	if after := snapshot(t, dir); !reflect.DeepEqual(after, before) {
+		t.Error("a refused SetAside changed the directory")
+	}
+}
+
+// TestSetAsideNewerVersion: a later file of a newer format version (a
+// newer build went on past the step an older one resumes from) refuses
+// the roll-back with ErrInUse naming it and its version, and nothing
+// moves. Before, it was set aside as damaged and its training thrown away.
+func TestSetAsideNewerVersion(t *testing.T) {
+	dir := t.TempDir()
+	for _, step := range []int64{100, 200} {
+		if _, err := Save(dir, testState(step), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := filepath.Join(dir, FileName(200))
+	b, _ := os.ReadFile(p)
+	b[8] = Version + 1
+	os.WriteFile(p, b, 0o644)
+	before := snapshot(t, dir)
+	_, _, err := SetAside(dir, 100, testState(0).RunID)
+	want := fmt.Sprintf("ckpt-000000000200.hpck is of format version %d, written by a newer hpctrain", Version+1)
+	if !errors.Is(err, ErrInUse) || !strings.Contains(err.Error(), want) {
+		t.Errorf("SetAside: %v, want ErrInUse saying %q", err, want)
 	}
 	if after := snapshot(t, dir); !reflect.DeepEqual(after, before) {
 		t.Error("a refused SetAside changed the directory")
