@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"math"
 	"os"
 	"os/exec"
@@ -359,5 +360,40 @@ func TestCheckpointDirDanglingLink(t *testing.T) {
 	want := "checkpoint dir " + ck + ": a symbolic link to " + to + ", which does not exist: make that directory, or mend the link"
 	if r.code != 2 || len(lines) != 2 || !strings.Contains(lines[0]+lines[1], want) {
 		t.Errorf("exit %d, want 2 and a line per rank, one saying %q:\n%s", r.code, want, r.out)
+	}
+}
+
+// TestResumePastNewerVersion: -resume auto in a directory whose newest
+// file is of a newer format version (a newer build went on; the job was
+// requeued under an older one) is refused, exit 2, a line naming the file
+// and its version, nothing moved, and no "resuming from" said before it.
+// Before, the older build resumed the step before, set the newer file
+// aside and trained on, its progress thrown away.
+func TestResumePastNewerVersion(t *testing.T) {
+	ck := filepath.Join(t.TempDir(), "ck")
+	if r := hpctrain(t, 2, 2*time.Minute, with("-steps", "4", "-checkpoint-dir", ck, "-checkpoint-every", "2")...); r.code != 0 {
+		t.Fatalf("first run: %d\n%s", r.code, r.out)
+	}
+	newest := filepath.Join(ck, checkpoint.FileName(4))
+	b, err := os.ReadFile(newest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[8] = checkpoint.Version + 1
+	if err := os.WriteFile(newest, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	before := dirFiles(t, ck)
+	r := hpctrain(t, 2, 2*time.Minute, with("-checkpoint-dir", ck, "-resume", "auto")...)
+	lines := errorLines(t, r)
+	want := fmt.Sprintf("ckpt-000000000004.hpck is of format version %d, written by a newer hpctrain", checkpoint.Version+1)
+	if r.code != 2 || len(lines) != 2 || !strings.Contains(lines[0]+lines[1], want) {
+		t.Errorf("exit %d, want 2 and a line per rank, one saying %q:\n%s", r.code, want, r.out)
+	}
+	if strings.Contains(r.out, "resuming from") {
+		t.Errorf("a refused resumption said it was resuming:\n%s", r.out)
+	}
+	if after := dirFiles(t, ck); len(after) != len(before) || !bytes.Equal(after[checkpoint.FileName(4)], b) {
+		t.Errorf("the directory changed: %d files, before %d", len(after), len(before))
 	}
 }

@@ -498,7 +498,6 @@ func (cp *checkpointer) load() (*checkpoint.State, error) {
 		cp.log("hpctrain: %s is of format version %d: continuing it as run %s (its files stay: only the run's own are pruned)", path, st.Version, cp.runID)
 	}
 	cp.resumedTotal = st.TotalSteps
-	cp.log("hpctrain: resuming from %s (step %d, epoch %d)", path, st.Step, st.Epoch)
 	if cfg.CheckpointDir != "" {
 		// Later checkpoints there are a future this run gives up (a
 		// roll-back to an earlier one, or a newest file that does not
@@ -514,6 +513,8 @@ func (cp *checkpointer) load() (*checkpoint.State, error) {
 			cp.log("hpctrain: moved %s after step %d (%s) to %s: this run goes on from step %d in their place", plural(len(moved), "checkpoint file"), st.Step, listNames(moved), aside, st.Step)
 		}
 	}
+	// Said once nothing can refuse the resumption any more.
+	cp.log("hpctrain: resuming from %s (step %d, epoch %d)", path, st.Step, st.Epoch)
 	if st.Data != "" && cp.data != "" && st.Data != cp.data {
 		// The same settings, other data (files replaced, a link moved):
 		// it trains, but not as the interrupted run would have.
