@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -584,5 +585,35 @@ func TestLoadNotAFile(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Latest beside a link to a FIFO did not return within 10 s")
+	}
+}
+
+// TestSetAsideRelativeLink: a later checkpoint that is a relative symbolic
+// link (../x/ckpt-...) still leads to its file once set aside one
+// directory down; renamed as it was, it pointed nowhere.
+func TestSetAsideRelativeLink(t *testing.T) {
+	root := t.TempDir()
+	dir, other := filepath.Join(root, "ck"), filepath.Join(root, "x")
+	if _, err := Save(dir, testState(4), 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Save(other, testState(10), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join("..", "x", FileName(10)), filepath.Join(dir, FileName(10))); err != nil {
+		t.Fatal(err)
+	}
+	aside, moved, err := SetAside(dir, 4, testState(4).RunID)
+	if err != nil || len(moved) != 1 {
+		t.Fatalf("SetAside: %v, moved %v", err, moved)
+	}
+	if s, err := Load(filepath.Join(aside, FileName(10))); err != nil || s.Step != 10 {
+		t.Errorf("the set-aside link does not lead to step 10: %v", err)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, FileName(10))); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the link is still in the directory: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(other, FileName(10))); err != nil {
+		t.Errorf("the link's target moved or went: %v", err)
 	}
 }

@@ -401,6 +401,24 @@ func newerVersion(path string) (uint32, bool) {
 	return v, v > Version
 }
 
+// moveInto renames the file at from to to, one directory down. A symbolic
+// link with a relative target (../other/ckpt-...) would point nowhere from
+// there: it is made again at to, relative to its new place, and removed.
+func moveInto(from, to string) error {
+	target, err := os.Readlink(from)
+	if err != nil || filepath.IsAbs(target) {
+		return os.Rename(from, to) // not a link, or one that moves as it is
+	}
+	rel, err := filepath.Rel(filepath.Dir(to), filepath.Join(filepath.Dir(from), target))
+	if err != nil {
+		return err
+	}
+	if err := os.Symlink(rel, to); err != nil {
+		return err
+	}
+	return os.Remove(from)
+}
+
 // SetAside makes dir ready for a run that resumes from step of run (its
 // RunID): the checkpoint files of later steps there are of a future the
 // run has given up (it resumed from an earlier checkpoint: a roll-back)
@@ -456,7 +474,7 @@ func SetAside(dir string, step int64, run string) (string, []string, error) {
 	var moved []string
 	for _, c := range later {
 		name := filepath.Base(c.path)
-		if err := os.Rename(c.path, filepath.Join(aside, name)); err != nil {
+		if err := moveInto(c.path, filepath.Join(aside, name)); err != nil {
 			return aside, moved, fmt.Errorf("checkpoint dir %s: setting %s aside: %w", dir, name, err)
 		}
 		moved = append(moved, name)
