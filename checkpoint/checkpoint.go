@@ -286,16 +286,38 @@ func Load(path string) (*State, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load checkpoint: %w", err)
 	}
-	b, err := io.ReadAll(f)
-	f.Close()
-	if err != nil {
+	defer f.Close()
+	b, err := readFile(f)
+	if err != nil && !errors.Is(err, ErrFormat) && !errors.Is(err, ErrTruncated) {
 		return nil, fmt.Errorf("load checkpoint: %w", err)
 	}
-	s, err := decode(b)
+	var s *State
+	if err == nil {
+		s, err = decode(b)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("load checkpoint %s: %w", path, err)
 	}
 	return s, nil
+}
+
+// readFile reads a whole checkpoint file, its magic first: a large file of
+// something else (a misnamed archive) is refused, with decode's error,
+// without being read into memory.
+func readFile(f io.ReadSeeker) ([]byte, error) {
+	var head [8]byte
+	k, err := io.ReadFull(f, head[:])
+	switch {
+	case err == io.EOF || err == io.ErrUnexpectedEOF || err == nil && string(head[:]) != Magic:
+		_, err := decode(head[:k])
+		return nil, err
+	case err != nil:
+		return nil, err
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return nil, err
+	}
+	return io.ReadAll(f)
 }
 
 // decode parses and verifies a whole file held in b.

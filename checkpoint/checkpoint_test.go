@@ -617,3 +617,45 @@ func TestSetAsideRelativeLink(t *testing.T) {
 		t.Errorf("the link's target moved or went: %v", err)
 	}
 }
+
+// budgetReader is a file that fails a read past its first max bytes.
+type budgetReader struct {
+	*bytes.Reader
+	read, max int
+}
+
+func (r *budgetReader) Read(p []byte) (int, error) {
+	if r.read+len(p) > r.max {
+		p = p[:max(r.max-r.read, 0)]
+		if len(p) == 0 {
+			return 0, errors.New("read past the magic")
+		}
+	}
+	n, err := r.Reader.Read(p)
+	r.read += n
+	return n, err
+}
+
+// TestReadFileMagicFirst: a file that is not a checkpoint is refused on its
+// first 8 bytes, not read whole into memory first; a checkpoint is read
+// whole.
+func TestReadFileMagicFirst(t *testing.T) {
+	junk := append([]byte("PK\x03\x04junk"), make([]byte, 1<<20)...)
+	_, err := readFile(&budgetReader{Reader: bytes.NewReader(junk), max: 8})
+	if err == nil || !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), "bad magic") {
+		t.Errorf("a zip file: %v, want the bad magic, from its first 8 bytes", err)
+	}
+	for _, short := range []string{"", "\x89HP"} {
+		if _, err := readFile(bytes.NewReader([]byte(short))); !errors.Is(err, ErrTruncated) {
+			t.Errorf("%q: %v, want truncated", short, err)
+		}
+	}
+	var buf bytes.Buffer
+	if err := encode(&buf, testState(3)); err != nil {
+		t.Fatal(err)
+	}
+	b, err := readFile(bytes.NewReader(buf.Bytes()))
+	if err != nil || !bytes.Equal(b, buf.Bytes()) {
+		t.Errorf("a checkpoint: %d of %d bytes, %v", len(b), buf.Len(), err)
+	}
+}
