@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -19,13 +20,14 @@ import (
 // scripts/slurm/up.sh (root; installs packages if missing), runs a trivial
 // job and a script rendered by Render whose fake trainer is told to stop by
 // `scancel --signal=USR1 --batch`, checks that the script forwards the signal,
-// sees ExitRequeue and requeues the job, and stops the cluster with down.sh.
-// It takes about 10 s; -short skips it.
+// sees ExitRequeue and requeues the job, and stops the cluster with down.sh;
+// the same with the signal arriving before the trainer starts.
+// It takes about 20 s; -short skips it.
 func TestCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: not starting a SLURM cluster")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 55*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
 	c := startCluster(ctx, t, dir)
@@ -81,17 +83,62 @@ for i in $(seq 400); do sleep 0.1; done
 	waitFor(ctx, t, out, "requeueing job "+id)
 	// SLURM holds a requeued job for about two minutes (BeginTime) before
 	// rerunning it; seeing it pending with Restarts=1 is enough here.
+	waitJob(ctx, t, c, id, "JobState=PENDING", "Restarts=1")
+	run("scancel", id)
+
+	// Stopped before the trainer starts (here while a slow `module load`
+	// runs, the module command being an exported shell function as Lmod's
+	// is): the batch shell must not die of the signal, and the job is
+	// requeued without starting mpirun.
+	t.Run("stopped before the trainer starts", func(t *testing.T) {
+		slow := spec
+		slow.Modules = []string{"slow/1"}
+		script.Reset()
+		if err := Render(&script, slow); err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, filepath.Join(dir, "slow.sbatch"), 0o644, script.String())
+		cmd := exec.CommandContext(ctx, "sbatch", "--parsable", "-D", dir, filepath.Join(dir, "slow.sbatch"))
+		cmd.Env = append(slices.Clip(c.env), `BASH_FUNC_module%%=() {  echo "module $*: loading"; sleep 3; }`)
+		b, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("sbatch: %v\n%s", err, b)
+		}
+		id := strings.TrimSpace(string(b))
+		defer c.cancel(id)
+		out := filepath.Join(dir, "fake-"+id+".out")
+		waitFor(ctx, t, out, "module load slow/1: loading")
+		c.run(t, dir, "scancel", "--signal=USR1", "--batch", id)
+		waitJob(ctx, t, c, id, "JobState=PENDING", "Restarts=1")
+		waitFor(ctx, t, out, "requeueing job "+id)
+		if log, _ := os.ReadFile(out); bytes.Contains(log, []byte("of 2 started")) {
+			t.Errorf("the trainer was started after the job was told to stop:\n%s", log)
+		}
+	})
+}
+
+// waitJob polls `scontrol show job id` until it shows every one of want,
+// failing at once when the job has ended without showing them.
+func waitJob(ctx context.Context, t *testing.T, c *testCluster, id string, want ...string) {
+	t.Helper()
 	for {
-		show := run("scontrol", "show", "job", id)
-		if strings.Contains(show, "Restarts=1") && strings.Contains(show, "JobState=PENDING") {
-			break
+		show := c.run(t, c.dir, "scontrol", "show", "job", id)
+		all := true
+		for _, w := range want {
+			all = all && strings.Contains(show, w)
+		}
+		if all {
+			return
+		}
+		switch state := jobField(show, "JobState"); state {
+		case "FAILED", "CANCELLED", "COMPLETED", "TIMEOUT", "NODE_FAIL", "BOOT_FAIL", "OUT_OF_MEMORY":
+			t.Fatalf("job %s ended (%s), want %q:\n%s", id, state, want, show)
 		}
 		if ctx.Err() != nil {
-			t.Fatalf("job %s not requeued:\n%s", id, show)
+			t.Fatalf("job %s never showed %q:\n%s", id, want, show)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	run("scancel", id)
 }
 
 // testCluster is a one-host SLURM started for one test.
@@ -139,6 +186,14 @@ func (c *testCluster) run(t *testing.T, wd, name string, args ...string) string 
 		t.Fatalf("%s %s: %v\n%s%s", name, strings.Join(args, " "), err, out.String(), errb.String())
 	}
 	return out.String()
+}
+
+// cancel cancels job id if it is still there, ignoring scancel's error for
+// one that has ended.
+func (c *testCluster) cancel(id string) {
+	cmd := exec.Command("scancel", id)
+	cmd.Env = c.env
+	cmd.Run()
 }
 
 // diagnose returns what an administrator would look at when a job is stuck:

@@ -28,7 +28,11 @@
 // checkpoint. Any other exit status is passed through unchanged. SIGTERM
 // (scancel --batch, preemption) is forwarded as SIGUSR1 too: mpirun relays
 // USR1 to the ranks, but on TERM it kills them itself and exits 1, which
-// would skip the requeue.
+// would skip the requeue. The traps are set before anything else runs (a
+// slow `module load`): a signal that arrives before mpirun starts is
+// remembered, mpirun is not started and the job is requeued as if the
+// trainer had exited with ExitRequeue; one that arrives after mpirun has
+// exited is not sent on (its pid may be another process's by then).
 //
 // # Invariants
 //

@@ -77,13 +77,40 @@ const scriptText = `#!/bin/bash
 
 {{- if .Modules}}
 set -eo pipefail
+{{- else}}
+set -euo pipefail
+{{- end}}
+
+# Forward SIGUSR1 (time limit near) and SIGTERM (scancel, pre-emption) to
+# mpirun as SIGUSR1: Open MPI relays USR1 to every rank, whereas a TERM would
+# make mpirun kill the ranks itself and exit 1. The trainer then checkpoints
+# and exits with {{.ExitRequeue}}. Without this the signal would stop at this shell.
+# The traps come first: a signal while modules load would otherwise kill
+# this shell, and one before mpirun starts is remembered in stop, so that
+# the trainer is not started and the job is requeued.
+pid=
+stop=
+ended=
+forward() {
+	stop=$1
+	if [ -n "$pid" ]; then
+		echo "hpctrain.sbatch: got SIG$1, forwarding SIGUSR1 to mpirun (pid $pid)"
+		kill -s USR1 "$pid" 2>/dev/null || true
+	elif [ -n "$ended" ]; then
+		echo "hpctrain.sbatch: got SIG$1 after the trainer exited: nothing to forward"
+	else
+		echo "hpctrain.sbatch: got SIG$1 before the trainer started"
+	fi
+}
+trap 'forward USR1' USR1
+trap 'forward TERM' TERM
+{{- if .Modules}}
+
 # Modules are loaded before 'set -u': module's shell functions read unset variables.
 {{- range .Modules}}
 module load {{q .}}
 {{- end}}
 set -u
-{{- else}}
-set -euo pipefail
 {{- end}}
 
 # One OpenMP/Go worker thread per CPU SLURM gave each rank.
@@ -95,39 +122,38 @@ fi
 
 echo "hpctrain.sbatch: job ${SLURM_JOB_ID} run ${SLURM_RESTART_COUNT:-0} on ${SLURM_JOB_NODELIST} at $(date -Is)"
 
-# Forward SIGUSR1 (time limit near) and SIGTERM (scancel, pre-emption) to
-# mpirun as SIGUSR1: Open MPI relays USR1 to every rank, whereas a TERM would
-# make mpirun kill the ranks itself and exit 1. The trainer then checkpoints
-# and exits with {{.ExitRequeue}}. Without this the signal would stop at this shell.
-pid=
-forward() {
-	echo "hpctrain.sbatch: got SIG$1, forwarding SIGUSR1 to mpirun${pid:+ (pid $pid)}"
-	if [ -n "$pid" ]; then kill -s USR1 "$pid" 2>/dev/null || true; fi
-}
-trap 'forward USR1' USR1
-trap 'forward TERM' TERM
-
 # --bind-to none: hpctrain pins its own threads (package affinity) from
 # SLURM_CPUS_PER_TASK and its local rank; binding here as well would fight it.
 # The ppr mapping still places SLURM_NTASKS_PER_NODE ranks on each node with
 # PE=SLURM_CPUS_PER_TASK cores reserved for each.
-mpirun -np "${SLURM_NTASKS}" \
-	--map-by "ppr:${SLURM_NTASKS_PER_NODE}:node:PE=${SLURM_CPUS_PER_TASK}" \
-	--bind-to none {{- if .Oversubscribe}} --oversubscribe{{end}} {{- with .Mpirun}} {{words .}}{{end}} \
-	{{q .Binary}} train -config {{q .Config}} -checkpoint-dir {{q .CheckpointDir}} -resume auto {{- with .ExtraArgs}} {{words .}}{{end}} &
-pid=$!
-
-# wait returns early (status > 128) when a trapped signal arrives; keep
-# waiting while mpirun lives, then ask once more for its real exit status.
 rc=0
-wait "$pid" || rc=$?
-while kill -0 "$pid" 2>/dev/null; do
+if [ -n "$stop" ]; then
+	echo "hpctrain.sbatch: told to stop (SIG$stop) before the trainer started: not starting it"
+	rc={{.ExitRequeue}}
+else
+	mpirun -np "${SLURM_NTASKS}" \
+		--map-by "ppr:${SLURM_NTASKS_PER_NODE}:node:PE=${SLURM_CPUS_PER_TASK}" \
+		--bind-to none {{- if .Oversubscribe}} --oversubscribe{{end}} {{- with .Mpirun}} {{words .}}{{end}} \
+		{{q .Binary}} train -config {{q .Config}} -checkpoint-dir {{q .CheckpointDir}} -resume auto {{- with .ExtraArgs}} {{words .}}{{end}} &
+	pid=$!
+	# A signal that came between the test above and pid=$! found no pid.
+	if [ -n "$stop" ]; then kill -s USR1 "$pid" 2>/dev/null || true; fi
+
+	# wait returns early (status > 128) when a trapped signal arrives; keep
+	# waiting while mpirun lives, then ask once more for its real exit status.
+	wait "$pid" || rc=$?
+	while kill -0 "$pid" 2>/dev/null; do
+		rc=0
+		wait "$pid" || rc=$?
+	done
 	rc=0
 	wait "$pid" || rc=$?
-done
-rc=0
-wait "$pid" || rc=$?
-echo "hpctrain.sbatch: trainer exited with status $rc at $(date -Is)"
+	# mpirun is gone: a later signal (SLURM's TERM after the requeue below)
+	# must not be sent to whatever process has its pid now.
+	pid=
+	ended=1
+	echo "hpctrain.sbatch: trainer exited with status $rc at $(date -Is)"
+fi
 {{if .Requeue}}
 # {{.ExitRequeue}} (slurm.ExitRequeue) means "checkpointed because asked to stop": put
 # the job back in the queue; the rerun resumes with -resume auto.
