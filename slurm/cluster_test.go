@@ -21,7 +21,8 @@ import (
 // job and a script rendered by Render whose fake trainer is told to stop by
 // `scancel --signal=USR1 --batch`, checks that the script forwards the signal,
 // sees ExitRequeue and requeues the job, and stops the cluster with down.sh;
-// the same with the signal arriving before the trainer starts.
+// the same with the signal arriving before the trainer starts, and with
+// the requeue refused by SLURM.
 // It takes about 20 s; -short skips it.
 func TestCluster(t *testing.T) {
 	if testing.Short() {
@@ -114,6 +115,20 @@ for i in $(seq 400); do sleep 0.1; done
 		if log, _ := os.ReadFile(out); bytes.Contains(log, []byte("of 2 started")) {
 			t.Errorf("the trainer was started after the job was told to stop:\n%s", log)
 		}
+	})
+
+	// A job whose requeue SLURM refuses (sbatch --no-requeue overrides the
+	// script's --requeue) ends with the trainer's 85, saying so, not with
+	// scontrol's 1.
+	t.Run("requeue refused", func(t *testing.T) {
+		id := strings.TrimSpace(c.run(t, dir, "sbatch", "--parsable", "--no-requeue", "-D", dir, filepath.Join(dir, "job.sbatch")))
+		defer c.cancel(id)
+		out := filepath.Join(dir, "fake-"+id+".out")
+		waitFor(ctx, t, out, "rank 0 of 2 started")
+		waitFor(ctx, t, out, "rank 1 of 2 started")
+		c.run(t, dir, "scancel", "--signal=USR1", "--batch", id)
+		waitJob(ctx, t, c, id, "JobState=FAILED", "ExitCode="+strconv.Itoa(ExitRequeue)+":0")
+		waitFor(ctx, t, out, "scontrol requeue failed")
 	})
 }
 

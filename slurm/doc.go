@@ -25,7 +25,9 @@
 // a checkpoint (package checkpoint) and exit with [ExitRequeue] (85) on every
 // rank. The script then runs `scontrol requeue $SLURM_JOB_ID`; the rerun
 // starts `hpctrain train -resume auto`, which loads the newest valid
-// checkpoint. Any other exit status is passed through unchanged. SIGTERM
+// checkpoint. Should SLURM refuse the requeue (`sbatch --no-requeue`), the
+// job ends with ExitRequeue, not scontrol's status, and says so. Any other
+// exit status is passed through unchanged. SIGTERM
 // (scancel --batch, preemption) is forwarded as SIGUSR1 too: mpirun relays
 // USR1 to the ranks, but on TERM it kills them itself and exits 1, which
 // would skip the requeue. The traps are set before anything else runs (a

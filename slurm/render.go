@@ -159,8 +159,12 @@ fi
 # the job back in the queue; the rerun resumes with -resume auto.
 if [ "$rc" -eq {{.ExitRequeue}} ]; then
 	echo "hpctrain.sbatch: requeueing job ${SLURM_JOB_ID}"
-	scontrol requeue "${SLURM_JOB_ID}"
-	exit 0
+	if scontrol requeue "${SLURM_JOB_ID}"; then
+		exit 0
+	fi
+	# Refused (sbatch --no-requeue, or the job is ending): the job ends
+	# with the trainer's status, and the next sbatch resumes it.
+	echo "hpctrain.sbatch: scontrol requeue failed: the job ends with status $rc; submit this script again to resume from the checkpoint"
 fi
 {{- end}}
 exit "$rc"
