@@ -211,6 +211,10 @@ func timeSeconds(t string) (int, error) {
 		return 0, fmt.Errorf("empty; want M, H:M:S or D-H:M:S")
 	}
 	want := fmt.Errorf("%q: want M, M:S, H:M:S, D-H, D-H:M or D-H:M:S", t)
+	switch strings.ToUpper(t) {
+	case "UNLIMITED", "INFINITE", "-1":
+		return 0, fmt.Errorf("%q: no time limit, so SLURM has no time before which to send the warning signal (--signal=B:USR1@signal_grace); give a limit, e.g. 1-00:00:00", t)
+	}
 	num := func(s string, max int) (int, bool) {
 		if s == "" || len(s) > 9 {
 			return 0, false
@@ -259,7 +263,7 @@ func timeSeconds(t string) (int, error) {
 		total += 86400 * d
 	}
 	if total == 0 {
-		return 0, fmt.Errorf("%q: a zero time limit", t)
+		return 0, fmt.Errorf("%q: a zero time limit, which sbatch takes for no limit, so SLURM has no time before which to send the warning signal; give a limit, e.g. 1-00:00:00", t)
 	}
 	return total, nil
 }

@@ -69,6 +69,17 @@ func TestTimeSeconds(t *testing.T) {
 	}
 }
 
+// TestValidateTimeUnlimited: SLURM's spellings of no limit are refused for
+// what they are, not as a malformed time.
+func TestValidateTimeUnlimited(t *testing.T) {
+	for _, in := range []string{"UNLIMITED", "infinite", "-1", "0", "0:00:00"} {
+		err := ValidateTime(in)
+		if err == nil || !strings.Contains(err.Error(), "no time limit") && !strings.Contains(err.Error(), "zero time limit, which sbatch takes for no limit") {
+			t.Errorf("ValidateTime(%q) = %v, want it to say there would be no time limit", in, err)
+		}
+	}
+}
+
 func TestValidateTime(t *testing.T) {
 	for _, ok := range []string{"30", "90", "30:00", "02:00:00", "100:00:00", "1-12:00:00", "2-0", "1-23:59", "0-0:1"} {
 		if err := ValidateTime(ok); err != nil {
