@@ -10,6 +10,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"hpctrain/internal/cli"
 	"hpctrain/internal/tomlfile"
 )
 
@@ -41,7 +42,7 @@ type JobSpec struct {
 	Config        string   `toml:"config"`         // training TOML, passed as -config; required
 	CheckpointDir string   `toml:"checkpoint_dir"` // -checkpoint-dir; default "checkpoints"
 	ExtraArgs     []string `toml:"extra_args"`     // appended to `hpctrain train ...`
-	Mpirun        []string `toml:"mpirun"`         // extra mpirun options, before the binary
+	Mpirun        []string `toml:"mpirun"`         // extra mpirun options, before the binary; not the script's own (-np, --map-by, --bind-to, hosts)
 	// Oversubscribe adds --oversubscribe to mpirun: needed when ranks x
 	// threads exceed the cores SLURM gives (small test machines).
 	Oversubscribe bool     `toml:"oversubscribe"`
@@ -175,6 +176,9 @@ func (s JobSpec) Validate() error {
 			bad(key, "must not be empty%s", hint[key])
 		}
 	}
+	if a, _ := cli.OwnFlag(s.Mpirun, mpirunOwn...); a != "" {
+		bad("mpirun", "%q is the script's own: it runs mpirun -np $SLURM_NTASKS --map-by ppr:$SLURM_NTASKS_PER_NODE:node:PE=$SLURM_CPUS_PER_TASK --bind-to none on the allocation, and hpctrain pins its own threads; set nodes, tasks_per_node or cpus_per_task instead", a)
+	}
 	for _, m := range s.Modules {
 		if !sbatchValue.MatchString(m) {
 			bad("modules", "%q: only letters, digits and %s allowed", m, sbatchPunct)
@@ -190,6 +194,14 @@ func (s JobSpec) Validate() error {
 	}
 	return nil
 }
+
+// mpirunOwn are the mpirun options the script sets from the allocation.
+// Open MPI takes the last of a repeated option without a word, so
+// mpirun = ["-np", "1"] would run one rank in an allocation of many (a world
+// size the checkpoints then hold), and --bind-to core would bind the ranks
+// that hpctrain pins itself; the host options would leave the allocation.
+var mpirunOwn = []string{"np", "n", "c", "N", "npernode", "pernode", "npersocket", "map-by", "bind-to",
+	"cpus-per-proc", "cpus-per-rank", "host", "H", "hostfile", "machinefile", "default-hostfile"}
 
 var sbatchValue = regexp.MustCompile(`^[A-Za-z0-9._\-/%+:@=,]+$`)
 

@@ -46,6 +46,12 @@ func TestLoadJobSpecErrors(t *testing.T) {
 		{"config = \"c\"\noutput = \"x\\ny\"\n", "output"},
 		{"config = \"c\"\nextra_args = [\"a\\nb\"]\n", "extra_args"},
 		{"", "config: must not be empty"},
+		// mpirun would take the last -np (one rank in an allocation of
+		// many) or binding without a word.
+		{"config = \"c\"\nmpirun = [\"-np\", \"1\"]\n", `mpirun: "-np" is the script's own`},
+		{"config = \"c\"\nmpirun = [\"-x\", \"A\", \"--bind-to\", \"core\"]\n", `mpirun: "--bind-to" is the script's own`},
+		{"config = \"c\"\nmpirun = [\"-map-by=node\"]\n", `mpirun: "-map-by=node" is the script's own`},
+		{"config = \"c\"\nmpirun = [\"--hostfile\", \"h\"]\n", `mpirun: "--hostfile" is the script's own`},
 		{"config = \"c\"\nnodes = \"2\"\n", "nodes"},
 		// Several faults: every one named, on one line.
 		{"config = \"c\"\nnodes = -1\ntasks_per_node = 0\ntime = \"x\"\n",
