@@ -91,6 +91,7 @@ set -euo pipefail
 pid=
 stop=
 ended=
+# shellcheck disable=SC2317 # called from the traps below, not unreachable
 forward() {
 	stop=$1
 	if [ -n "$pid" ]; then

@@ -40,13 +40,23 @@ func TestRenderGolden(t *testing.T) {
 			if got := buf.String(); got != string(want) {
 				t.Errorf("%s differs from rendering (rerun with -update and review):\n%s", golden, lineDiff(string(want), got))
 			}
-			// The script must at least be valid bash.
+			// The script must at least be valid bash, and give shellcheck
+			// (where it is installed) nothing to say, info included.
 			if bash, err := exec.LookPath("bash"); err == nil {
 				cmd := exec.Command(bash, "-n")
-				cmd.Stdin = &buf
+				cmd.Stdin = bytes.NewReader(buf.Bytes())
 				if out, err := cmd.CombinedOutput(); err != nil {
 					t.Errorf("bash -n: %v\n%s", err, out)
 				}
+			}
+			if sc, err := exec.LookPath("shellcheck"); err == nil {
+				cmd := exec.Command(sc, "-S", "info", "-")
+				cmd.Stdin = bytes.NewReader(buf.Bytes())
+				if out, err := cmd.CombinedOutput(); err != nil {
+					t.Errorf("shellcheck: %v\n%s", err, out)
+				}
+			} else {
+				t.Log("shellcheck not installed: not run")
 			}
 		})
 	}
