@@ -8,6 +8,7 @@ import (
 	"math"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"hpctrain/data"
 	"hpctrain/internal/cli"
@@ -99,7 +100,11 @@ func namesText(names []string) string {
 		h.Write([]byte(n))
 		h.Write([]byte{0})
 	}
-	return fmt.Sprintf("%s... fnv %016x", t[:24], h.Sum64())
+	cut := 24
+	for cut > 0 && !utf8.RuneStart(t[cut]) {
+		cut-- // never half a character: the text is shown to people
+	}
+	return fmt.Sprintf("%s... fnv %016x", t[:cut], h.Sum64())
 }
 
 // loadData reads the configured data set and builds its loaders for rank

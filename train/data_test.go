@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"hpctrain/data"
 	"hpctrain/internal/cli"
@@ -108,5 +109,25 @@ func TestDataConfigOwnsData(t *testing.T) {
 	cfg.Dataset = "imagenet"
 	if err := cfg.Validate(); err == nil || err.Error() != cfg.DataConfig.Validate().Error() {
 		t.Errorf("train's validation of the data keys (%v) is not data's", err)
+	}
+}
+
+// TestNamesTextUTF8: long class names are cut to their start and a
+// digest, and the cut never falls inside a character: names with
+// accents or CJK came out with half a rune, which printed as U+FFFD.
+func TestNamesTextUTF8(t *testing.T) {
+	names := []string{"épée", "ça", "日本語のクラス", "ëëëëëëëëëëëëëëëëëëëëëëëëëëëëëë"}
+	for shift := 0; shift < 4; shift++ {
+		n := append([]string{strings.Repeat("a", shift)}, names...)
+		got := namesText(n)
+		if !utf8.ValidString(got) {
+			t.Errorf("namesText(%q) = %q: not valid UTF-8", n, got)
+		}
+		if !strings.Contains(got, "... fnv ") {
+			t.Errorf("namesText(%q) = %q: no digest", n, got)
+		}
+	}
+	if a, b := namesText([]string{strings.Repeat("é", 30), "x"}), namesText([]string{strings.Repeat("é", 30), "y"}); a == b {
+		t.Errorf("different names give the same text %q", a)
 	}
 }
