@@ -164,7 +164,9 @@ func TestEvalOtherData(t *testing.T) {
 	}
 }
 
-// TestEvalBadInput: one line each, exit 1 or 2, no plot file.
+// TestEvalBadInput: one line each, exit 1 or 2, no plot file. A file
+// that is no checkpoint is the wrong file named, exit 2 as a missing one
+// is; a damaged checkpoint is exit 1.
 func TestEvalBadInput(t *testing.T) {
 	dir := t.TempDir()
 	ck := zooCheckpoint(t, dir, "mlp")
@@ -178,12 +180,16 @@ func TestEvalBadInput(t *testing.T) {
 		writePNG(t, filepath.Join(five, fmt.Sprint(k), "a.png"), grey(imgs[0], 28, 28))
 	}
 	plot := filepath.Join(dir, "out", "cm.png")
+	notCk := filepath.Join(dir, "job.toml") // a file, but no checkpoint
+	os.WriteFile(notCk, []byte("model = \"mlp\"\n"), 0o644)
 	for _, c := range []struct {
 		args []string
 		code int
 		want string
 	}{
 		{[]string{"-checkpoint", corrupt}, 1, "truncated"},
+		{[]string{"-checkpoint", "/dev/zero"}, 2, "not a checkpoint: a device, not a file"},
+		{[]string{"-checkpoint", notCk}, 2, "not a checkpoint: bad magic"},
 		{[]string{"-checkpoint", ck, "-model", "cnn"}, 2, "of model mlp, not cnn"},
 		{[]string{"-checkpoint-dir", filepath.Join(dir, "none")}, 2, "none: no such directory"},
 		{[]string{"-checkpoint", dir}, 2, "a directory (use -checkpoint-dir for its newest checkpoint)"},

@@ -120,7 +120,7 @@ func TestExportBadInput(t *testing.T) {
 		want string
 	}{
 		{[]string{"-checkpoint", corrupt, "-o", o}, 1, "checksum mismatch"},
-		{[]string{"-checkpoint", future, "-o", o}, 1, "format version 7, this build reads 1 to 2"},
+		{[]string{"-checkpoint", future, "-o", o}, 2, "format version 7, this build reads 1 to 2"},
 		{[]string{"-checkpoint", ck, "-model", "cnn", "-o", o}, 2, "of model mlp, not cnn"},
 		{[]string{"-checkpoint", filepath.Join(dir, "nope.hpck"), "-o", o}, 2, "no such file"},
 		{[]string{"-checkpoint", ck, "-o", filepath.Join(notDir, "m.onnx")}, 2, "not a directory"},

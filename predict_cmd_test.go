@@ -220,7 +220,7 @@ func TestPredictBadInput(t *testing.T) {
 		{[]string{"-checkpoint", ck}, 2, "no inputs"},
 		{[]string{"-checkpoint", ck, "-top", "0", good}, 2, "-top 0"},
 		{[]string{"-checkpoint", ck, "-model", "lenet5", good}, 2, "of model mlp, not lenet5"},
-		{[]string{"-checkpoint", good, good}, 1, "bad magic"},
+		{[]string{"-checkpoint", good, good}, 2, "not a checkpoint: bad magic"}, // the wrong file named
 		{[]string{"-checkpoint", ck, fewer}, 1, "labels " + fl + ": dimensions [2], want one label for each of the 3 images"},
 		{[]string{"-checkpoint", ck, past}, 1, "labels " + pl + ": label 10 of image 1, but the network has 10 classes"},
 		{[]string{"-checkpoint", ck, good, "-top", "1"}, 2, "input -top: no such file (flags go before the inputs)"},

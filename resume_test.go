@@ -282,7 +282,8 @@ func TestCheckpointDirLocked(t *testing.T) {
 // TestResumeFromDirectory: -resume naming a directory (the checkpoint
 // directory instead of a file in it) is one line per rank saying so and
 // what to write instead, exit 2, before any training. Before, it was
-// "load checkpoint: read ck: is a directory", exit 1.
+// "load checkpoint: read ck: is a directory", exit 1. A file that is not
+// a checkpoint is exit 2 as well.
 func TestResumeFromDirectory(t *testing.T) {
 	ck := filepath.Join(t.TempDir(), "ck")
 	if r := hpctrain(t, 2, 2*time.Minute, with("-steps", "2", "-checkpoint-dir", ck)...); r.code != 0 {
@@ -293,6 +294,16 @@ func TestResumeFromDirectory(t *testing.T) {
 	want := `resume = "` + ck + `": a directory (name a checkpoint file, or use -checkpoint-dir ` + ck + ` -resume auto for its newest)`
 	if r.code != 2 || len(lines) != 2 || !strings.Contains(lines[0]+lines[1], want) {
 		t.Errorf("exit %d, want 2 and a line per rank, one saying %q:\n%s", r.code, want, r.out)
+	}
+
+	// A file that is no checkpoint (the job's TOML named by mistake) is
+	// the wrong input, exit 2 as a missing file is; it was exit 1.
+	job := filepath.Join(t.TempDir(), "job.toml")
+	os.WriteFile(job, []byte("model = \"mlp\"\n"), 0o644)
+	r = hpctrain(t, 2, 2*time.Minute, with("-checkpoint-dir", ck, "-resume", job)...)
+	lines = errorLines(t, r)
+	if want := "not a checkpoint: bad magic"; r.code != 2 || len(lines) != 2 || !strings.Contains(lines[0]+lines[1], want) {
+		t.Errorf("-resume %s: exit %d, want 2 and a line per rank, one saying %q:\n%s", job, r.code, want, r.out)
 	}
 }
 

@@ -483,8 +483,11 @@ func (cp *checkpointer) load() (*checkpoint.State, error) {
 			return nil, cli.Usage(fmt.Errorf("resume = %q: a directory (name a checkpoint file, or use -checkpoint-dir %s -resume auto for its newest)", path, path))
 		}
 		if st, err = checkpoint.Load(path); err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
+			switch {
+			case errors.Is(err, fs.ErrNotExist):
 				err = cli.Usage(fmt.Errorf("resume = %q: %w (name a checkpoint file, or use -resume auto)", path, err))
+			case errors.Is(err, checkpoint.ErrFormat):
+				err = cli.Usage(err) // the wrong file named; a damaged one stays exit 1
 			}
 			return nil, err
 		}

@@ -89,8 +89,14 @@ func LoadTrained(path string, opts LoadOptions) (*Trained, error) {
 	}
 	st, err := checkpoint.Load(path)
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
 			return nil, cli.Usage(fmt.Errorf("checkpoint %s: no such file (name a .hpck file, or use -checkpoint-dir)", path))
+		case errors.Is(err, checkpoint.ErrFormat):
+			// The wrong file named (a description, a device, a newer
+			// build's format): the user's input, as a missing file is. A
+			// damaged checkpoint (truncated, a bad checksum) stays exit 1.
+			return nil, cli.Usage(err)
 		}
 		return nil, err
 	}
