@@ -237,6 +237,7 @@ func slurmCmd(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&s.CPUsPerTask, "cpus-per-task", s.CPUsPerTask, "threads per rank")
 	fs.IntVar(&s.GPUsPerNode, "gpus-per-node", s.GPUsPerNode, "GPUs per node (0: CPU job)")
 	fs.StringVar(&s.Time, "time", s.Time, "time limit (SLURM format)")
+	fs.IntVar(&s.SignalGrace, "signal-grace", s.SignalGrace, "`seconds` before the time limit that SLURM warns the job to checkpoint and requeue")
 	fs.StringVar(&s.Config, "config", s.Config, "training TOML passed to hpctrain train -config")
 	fs.BoolVar(&s.Oversubscribe, "oversubscribe", s.Oversubscribe, "add --oversubscribe to mpirun")
 	if err := cli.Parse(fs, args[1:], stderr, false); err != nil {

@@ -277,6 +277,11 @@ func TestSlurmTemplateJobAndFlags(t *testing.T) {
 		{"nodes = 2\n", nil, []string{"config: must not be empty (the training TOML"}, 2, ""},
 		{"config = \"" + trainCk + "\"\n", nil, []string{"-checkpoint-dir mydir -resume auto"}, 0, ""},
 		{"config = \"" + trainCk + "\"\ncheckpoint_dir = \"ck9\"\n", nil, []string{"-checkpoint-dir ck9 -resume auto"}, 0, `the job's checkpoint_dir "ck9" replaces`},
+		// A short limit with the default warning 120 s before it is
+		// refused, naming signal_grace; -signal-grace lowers it (the hint
+		// named a key that had no flag).
+		{"config = \"" + train + "\"\n", []string{"-time", "00:03:00"}, []string{"signal_grace: 120 s is more than half the time limit"}, 2, ""},
+		{"config = \"" + train + "\"\n", []string{"-time", "00:03:00", "-signal-grace", "60"}, []string{"#SBATCH --time=00:03:00", "#SBATCH --signal=B:USR1@60"}, 0, ""},
 		{"config = \"" + train + "\"\nextra_args = [\"-epochs\", \"3\"]\n", nil, []string{"-resume auto -epochs 3"}, 0, ""},
 		{"config = \"" + train + "\"\nextra_args = [\"-lrr\", \"1\"]\n", nil, []string{"flag provided but not defined: -lrr"}, 2, ""},
 		{"config = \"" + train + "\"\nextra_args = [\"-epochs\", \"0\"]\n", nil, []string{"epochs = 0"}, 2, ""},
