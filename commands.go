@@ -313,12 +313,46 @@ func checkTrainArgs(s *slurm.JobSpec, jobDir bool, stderr io.Writer) error {
 		}
 		return fmt.Errorf("slurm template: -config %q: %w", s.Config, err)
 	}
+	if err := checkGPUsPerNode(*s, cfg, stderr); err != nil {
+		return err
+	}
 	switch {
 	case cfg.CheckpointDir == "" || cfg.CheckpointDir == s.CheckpointDir:
 	case !jobDir:
 		s.CheckpointDir = cfg.CheckpointDir
 	default:
 		fmt.Fprintf(stderr, "hpctrain: warning: the job's checkpoint_dir %q replaces %s's checkpoint_dir %q in the script\n", s.CheckpointDir, s.Config, cfg.CheckpointDir)
+	}
+	return nil
+}
+
+// checkGPUsPerNode checks the job's GPUs against the ranks that drive
+// them, as train would on each node once the job runs: more ranks per
+// node than GPUs (without gpu_share) or a gpus map of another length is
+// refused; GPUs the run leaves idle, and device = cuda in a job asking
+// for none, are warned of.
+func checkGPUsPerNode(s slurm.JobSpec, cfg train.Config, stderr io.Writer) error {
+	spec, err := gpu.ParseSpec(cfg.GPUs, cfg.GPUShare)
+	if err != nil {
+		return nil // train.Parse has refused it
+	}
+	uses := cfg.Device != "cpu" && !spec.Off
+	warn := func(format string, a ...any) {
+		fmt.Fprintf(stderr, "hpctrain: warning: "+format+"\n", a...)
+	}
+	switch {
+	case s.GPUsPerNode == 0:
+		if cfg.Device == "cuda" {
+			warn("gpus_per_node = 0 but %s has device = cuda: where GPUs are a SLURM resource (GRES) the job is given none and every rank stops at start-up; set gpus_per_node", s.Config)
+		}
+	case !uses:
+		warn("gpus_per_node = %d but %s uses no GPU (device = %s, gpus = %q): the GPUs would sit idle; set gpus_per_node = 0 for a CPU job", s.GPUsPerNode, s.Config, cfg.Device, cfg.GPUs)
+	case spec.Map != nil && len(spec.Map) != s.TasksPerNode:
+		return fmt.Errorf("slurm template: %s's gpus = %q maps %d local ranks but tasks_per_node = %d: give one GPU per rank of a node", s.Config, cfg.GPUs, len(spec.Map), s.TasksPerNode)
+	case s.TasksPerNode > s.GPUsPerNode && !spec.Share:
+		return fmt.Errorf("slurm template: tasks_per_node = %d but gpus_per_node = %d: each rank needs a GPU of its own, and train would stop on every node; set tasks_per_node = %d, or gpu_share = true in %s to let ranks share GPUs (MPS)", s.TasksPerNode, s.GPUsPerNode, s.GPUsPerNode, s.Config)
+	case s.TasksPerNode < s.GPUsPerNode && spec.Map == nil:
+		warn("tasks_per_node = %d drives %d of the %d GPUs per node: %d would sit idle; set tasks_per_node = %d (one rank per GPU)", s.TasksPerNode, s.TasksPerNode, s.GPUsPerNode, s.GPUsPerNode-s.TasksPerNode, s.GPUsPerNode)
 	}
 	return nil
 }

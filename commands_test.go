@@ -263,6 +263,10 @@ func TestSlurmTemplateJobAndFlags(t *testing.T) {
 		return p
 	}
 	train := write("train.toml", "model = \"mlp\"\n")
+	share := write("share.toml", "model = \"mlp\"\ngpu_share = true\n")
+	cuda := write("cuda.toml", "model = \"mlp\"\ndevice = \"cuda\"\n")
+	cpu := write("cpu.toml", "model = \"mlp\"\ndevice = \"cpu\"\n")
+	pair := write("pair.toml", "model = \"mlp\"\ngpus = \"0,1\"\n")
 	trainCk := write("train-ck.toml", "model = \"mlp\"\ncheckpoint_dir = \"mydir\"\n")
 	for _, c := range []struct {
 		job  string
@@ -282,6 +286,16 @@ func TestSlurmTemplateJobAndFlags(t *testing.T) {
 		// named a key that had no flag).
 		{"config = \"" + train + "\"\n", []string{"-time", "00:03:00"}, []string{"signal_grace: 120 s is more than half the time limit"}, 2, ""},
 		{"config = \"" + train + "\"\n", []string{"-time", "00:03:00", "-signal-grace", "60"}, []string{"#SBATCH --time=00:03:00", "#SBATCH --signal=B:USR1@60"}, 0, ""},
+		// GPUs per node against the ranks that drive them, as train
+		// checks them on each node once the job runs (before, a job of 8
+		// ranks on 4 GPUs waited in the queue to stop at start-up).
+		{"config = \"" + train + "\"\n", []string{"-gpus-per-node", "4", "-tasks-per-node", "8"}, []string{"tasks_per_node = 8 but gpus_per_node = 4: each rank needs a GPU of its own"}, 2, ""},
+		{"config = \"" + share + "\"\n", []string{"-gpus-per-node", "4", "-tasks-per-node", "8"}, []string{"#SBATCH --gpus-per-node=4"}, 0, ""},
+		{"config = \"" + train + "\"\n", []string{"-gpus-per-node", "4", "-tasks-per-node", "4"}, []string{"#SBATCH --gpus-per-node=4"}, 0, ""},
+		{"config = \"" + train + "\"\n", []string{"-gpus-per-node", "4", "-tasks-per-node", "2"}, []string{"#SBATCH --gpus-per-node=4"}, 0, "2 would sit idle"},
+		{"config = \"" + pair + "\"\n", []string{"-gpus-per-node", "4", "-tasks-per-node", "4"}, []string{`gpus = "0,1" maps 2 local ranks but tasks_per_node = 4`}, 2, ""},
+		{"config = \"" + cpu + "\"\n", []string{"-gpus-per-node", "2", "-tasks-per-node", "2"}, []string{"#SBATCH --gpus-per-node=2"}, 0, "uses no GPU (device = cpu"},
+		{"config = \"" + cuda + "\"\n", nil, []string{"#SBATCH --nodes=1"}, 0, "gpus_per_node = 0 but " + cuda + " has device = cuda"},
 		{"config = \"" + train + "\"\nextra_args = [\"-epochs\", \"3\"]\n", nil, []string{"-resume auto -epochs 3"}, 0, ""},
 		{"config = \"" + train + "\"\nextra_args = [\"-lrr\", \"1\"]\n", nil, []string{"flag provided but not defined: -lrr"}, 2, ""},
 		{"config = \"" + train + "\"\nextra_args = [\"-epochs\", \"0\"]\n", nil, []string{"epochs = 0"}, 2, ""},
