@@ -80,7 +80,7 @@ func CheckDisjoint(g Gatherer, cpus CPUSet) error {
 			}
 			if shared := sets[i].Intersect(sets[j]); !shared.IsEmpty() {
 				return fmt.Errorf("ranks %d and %d on host %s are both bound to cpus %s (rank %d: %s, rank %d: %s); "+
-					"hint: launch ranks so each knows its local rank, pass disjoint -cpus lists, or use -bind none",
+					"hint: launch ranks so each knows its local rank, give each rank its own -cpu-list, or use -bind none",
 					i, j, hosts[i], shared, i, sets[i], j, sets[j])
 			}
 		}

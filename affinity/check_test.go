@@ -95,6 +95,10 @@ func TestCheckDisjoint(t *testing.T) {
 	if msg := errs[0].Error(); !strings.Contains(msg, "ranks 2 and 3 on host n2 are both bound to cpus 3") {
 		t.Errorf("error %q does not name the ranks, host and shared cpus", msg)
 	}
+	// The hint names the flag train has (-cpu-list; there is no -cpus).
+	if msg := errs[0].Error(); !strings.Contains(msg, "its own -cpu-list") {
+		t.Errorf("error %q: the hint does not name -cpu-list", msg)
+	}
 
 	// Unbound ranks (policy none) never conflict.
 	errs = runRanks(hosts, func(g Gatherer) error { return CheckDisjoint(g, CPUSet{}) })
