@@ -540,15 +540,26 @@ func (t *Topology) PlanAll(mask CPUSet, r Request) ([]Plan, error) {
 // mask under a binding policy (and no CPU list) is not an error: as
 // mpirun --oversubscribe runs them, the ranks are planned unbound (policy
 // none, one thread unless r asks for more), with a warning saying so.
+//
+// A mask narrower than the online CPUs is most often not oversubscription
+// but a launcher that bound each rank itself (Open MPI binds every rank to
+// one core by default with two ranks or fewer): the warning then says so
+// and how to launch for hpctrain's placement.
 func (t *Topology) PlanOversubscribed(mask CPUSet, r Request) (Plan, error) {
 	if mask.IsEmpty() {
 		mask = t.Online // as Plan reads it
 	}
+	usable := mask.Intersect(t.Online)
 	if r.Policy == None || !r.CPUList.IsEmpty() || r.LocalSize <= mask.Len() {
 		return t.Plan(mask, r)
 	}
 	p, err := t.Plan(mask, Request{LocalRank: r.LocalRank, LocalSize: r.LocalSize, Threads: max(r.Threads, 1), Policy: None})
-	p.Warning = fmt.Sprintf("%d ranks on this node but %d cpus in the allowed mask %s: oversubscribed, so ranks are not bound (bind none); use fewer ranks for pinned runs", r.LocalSize, mask.Len(), mask)
+	if usable.Equal(t.Online) {
+		p.Warning = fmt.Sprintf("%d ranks on this node but %d cpus in the allowed mask %s: oversubscribed, so ranks are not bound (bind none); use fewer ranks for pinned runs", r.LocalSize, usable.Len(), usable)
+	} else {
+		p.Warning = fmt.Sprintf("%d ranks on this node but this rank may run only on cpus %s (%d of the %d online): the launcher bound it (mpirun binds each rank to a core unless given --bind-to none) or taskset or a cgroup narrowed it, so hpctrain binds nothing and runs %d thread(s) there; launch with mpirun --bind-to none for hpctrain's placement",
+			r.LocalSize, usable, usable.Len(), t.Online.Len(), p.Threads)
+	}
 	return p, err
 }
 

@@ -251,6 +251,17 @@ func TestPlanOversubscribed(t *testing.T) {
 			t.Errorf("rank %d: %+v", i, p)
 		}
 	}
+	// A mask narrower than the node (mpirun's default --bind-to core gives
+	// each of 2 ranks one core) is not called oversubscribed: the warning
+	// says the launcher bound the rank and how to launch instead.
+	for _, m := range []string{"1", "0"} {
+		p, err := topo.PlanOversubscribed(mustParse(t, m), Request{LocalSize: 2, LocalRank: 1, PreferNUMA: -1})
+		if err != nil || p.Policy != None || p.Threads != 1 || strings.Contains(p.Warning, "oversubscribed") ||
+			!strings.Contains(p.Warning, "may run only on cpus "+m+" (1 of the 2 online): the launcher bound it") ||
+			!strings.Contains(p.Warning, "--bind-to none") {
+			t.Errorf("2 ranks, mask %s: %+v, %v", m, p, err)
+		}
+	}
 	pairs := readFixture(t, "pairs4c8t")
 	mask := mustParse(t, "2,3,6,7")
 	if _, err := pairs.PlanAll(mask, Request{LocalSize: 3, Policy: Cores, PreferNUMA: -1}); err != nil {
