@@ -550,7 +550,7 @@ func (t *Topology) PlanOversubscribed(mask CPUSet, r Request) (Plan, error) {
 		mask = t.Online // as Plan reads it
 	}
 	usable := mask.Intersect(t.Online)
-	if r.Policy == None || !r.CPUList.IsEmpty() || r.LocalSize <= mask.Len() {
+	if r.Policy == None || !r.CPUList.IsEmpty() || r.LocalSize <= usable.Len() || usable.IsEmpty() {
 		return t.Plan(mask, r)
 	}
 	p, err := t.Plan(mask, Request{LocalRank: r.LocalRank, LocalSize: r.LocalSize, Threads: max(r.Threads, 1), Policy: None})

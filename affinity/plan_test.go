@@ -262,6 +262,12 @@ func TestPlanOversubscribed(t *testing.T) {
 			t.Errorf("2 ranks, mask %s: %+v, %v", m, p, err)
 		}
 	}
+	// Only online cpus count: a mask naming cpu 5 of a 2-cpu node holds 2
+	// usable cpus, too few for 3 ranks (Plan refused it).
+	if p, err := topo.PlanOversubscribed(mustParse(t, "0-1,5"), Request{LocalSize: 3, LocalRank: 2, PreferNUMA: -1}); err != nil || p.Policy != None ||
+		!strings.Contains(p.Warning, "3 ranks on this node but 2 cpus in the allowed mask 0-1: oversubscribed") {
+		t.Errorf("3 ranks, mask 0-1,5: %+v, %v", p, err)
+	}
 	pairs := readFixture(t, "pairs4c8t")
 	mask := mustParse(t, "2,3,6,7")
 	if _, err := pairs.PlanAll(mask, Request{LocalSize: 3, Policy: Cores, PreferNUMA: -1}); err != nil {
