@@ -3,7 +3,9 @@ package affinity
 import (
 	"fmt"
 	"io"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -545,13 +547,22 @@ func (t *Topology) PlanAll(mask CPUSet, r Request) ([]Plan, error) {
 // but a launcher that bound each rank itself (Open MPI binds every rank to
 // one core by default with two ranks or fewer): the warning then says so
 // and how to launch for hpctrain's placement.
+//
+// A bound plan's Warning also names OMP_NUM_THREADS or
+// OPENBLAS_NUM_THREADS when the environment sets them to another count:
+// the plan's count wins (Apply sets both), and the user's is not lost in
+// silence.
 func (t *Topology) PlanOversubscribed(mask CPUSet, r Request) (Plan, error) {
 	if mask.IsEmpty() {
 		mask = t.Online // as Plan reads it
 	}
 	usable := mask.Intersect(t.Online)
 	if r.Policy == None || !r.CPUList.IsEmpty() || r.LocalSize <= usable.Len() || usable.IsEmpty() {
-		return t.Plan(mask, r)
+		p, err := t.Plan(mask, r)
+		if err == nil && p.Policy != None {
+			p.Warning = joinWarnings(p.Warning, envNote(p.Threads, r.Threads, os.LookupEnv))
+		}
+		return p, err
 	}
 	p, err := t.Plan(mask, Request{LocalRank: r.LocalRank, LocalSize: r.LocalSize, Threads: max(r.Threads, 1), Policy: None})
 	if usable.Equal(t.Online) {
@@ -561,6 +572,36 @@ func (t *Topology) PlanOversubscribed(mask CPUSet, r Request) (Plan, error) {
 			r.LocalSize, usable, usable.Len(), t.Online.Len(), p.Threads)
 	}
 	return p, err
+}
+
+// ThreadEnv names the variables Apply sets to the plan's thread count.
+var ThreadEnv = []string{"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"}
+
+// envNote says which of ThreadEnv the environment sets to other than the
+// plan's threads: Apply replaces them, so the user's setting would be
+// lost in silence. asked is Request.Threads (0: automatic).
+func envNote(threads, asked int, lookup func(string) (string, bool)) string {
+	want := strconv.Itoa(threads)
+	var set []string
+	for _, name := range ThreadEnv {
+		if v, ok := lookup(name); ok && strings.TrimSpace(v) != want && v != "" {
+			set = append(set, fmt.Sprintf("%s=%s", name, v))
+		}
+	}
+	if len(set) == 0 {
+		return ""
+	}
+	if asked > 0 {
+		return fmt.Sprintf("environment %s overridden by -threads %d", strings.Join(set, ", "), threads)
+	}
+	return fmt.Sprintf("environment %s overridden by this plan's %d threads per rank (cores / ranks; -threads N sets the count)", strings.Join(set, ", "), threads)
+}
+
+func joinWarnings(a, b string) string {
+	if a == "" || b == "" {
+		return a + b
+	}
+	return a + "; " + b
 }
 
 // WritePlans prints, one line per local rank, the plans np ranks on this

@@ -411,3 +411,32 @@ func TestPlanNear(t *testing.T) {
 		t.Errorf("ReportLine with a device: %q", got)
 	}
 }
+
+// TestPlanThreadEnv: Apply replaces OMP_NUM_THREADS and
+// OPENBLAS_NUM_THREADS with the plan's thread count; a user's other value
+// is named in the plan's warning, not lost in silence.
+func TestPlanThreadEnv(t *testing.T) {
+	topo := readFixture(t, "server16c32t")
+	t.Setenv("OMP_NUM_THREADS", "4")
+	t.Setenv("OPENBLAS_NUM_THREADS", "8")
+	p, err := topo.PlanOversubscribed(CPUSet{}, Request{LocalSize: 2, PreferNUMA: -1})
+	if err != nil || p.Threads != 8 ||
+		p.Warning != "environment OMP_NUM_THREADS=4 overridden by this plan's 8 threads per rank (cores / ranks; -threads N sets the count)" {
+		t.Errorf("auto threads: %+v, %v", p, err)
+	}
+	p, err = topo.PlanOversubscribed(CPUSet{}, Request{LocalSize: 2, Threads: 2, PreferNUMA: -1})
+	if err != nil || p.Warning != "environment OMP_NUM_THREADS=4, OPENBLAS_NUM_THREADS=8 overridden by -threads 2" {
+		t.Errorf("-threads 2: %+v, %v", p, err)
+	}
+	// Policy none: Apply is not called, the environment stays; no note.
+	p, err = topo.PlanOversubscribed(CPUSet{}, Request{LocalSize: 2, Threads: 2, Policy: None, PreferNUMA: -1})
+	if err != nil || p.Warning != "" {
+		t.Errorf("-bind none: %+v, %v", p, err)
+	}
+	// The same count: nothing to say.
+	t.Setenv("OMP_NUM_THREADS", "16")
+	t.Setenv("OPENBLAS_NUM_THREADS", "16")
+	if p, err = topo.PlanOversubscribed(CPUSet{}, Request{LocalSize: 1, PreferNUMA: -1}); err != nil || p.Warning != "" {
+		t.Errorf("same count: %+v, %v", p, err)
+	}
+}
