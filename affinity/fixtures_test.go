@@ -22,6 +22,8 @@ type machine struct {
 	socket  func(cpu int) int
 	node    func(cpu int) int
 	noNodes bool
+	offline []int // cpus with only cpuN/online ("0"), left out of cpu/online
+	memOnly []int // NUMA nodes with memory and no cpu (an empty cpulist)
 }
 
 var machines = []machine{
@@ -52,18 +54,44 @@ var machines = []machine{
 		core: func(c int) int { return c }, coreID: func(c int) int { return c },
 		socket: func(int) int { return 0 }, node: func(int) int { return 0 },
 	},
+	{ // (f) (c) with cpus 4 and 5 offline (echo 0 > cpuN/online):
+		// cpu/online is 0-3,6-7 and cores 0 and 1 have lost a sibling
+		name: "offline4c8t", ncpu: 8, offline: []int{4, 5},
+		core: func(c int) int { return c % 4 }, coreID: func(c int) int { return c % 4 },
+		socket: func(int) int { return 0 }, node: func(int) int { return 0 },
+	},
+	{ // (g) 2 sockets of 2 NUMA nodes each (NPS2, sub-NUMA clustering),
+		// 4 cores a node, siblings N and N+16, and node 4 of memory alone
+		// (CXL, HBM in flat mode)
+		name: "snc2s4n", ncpu: 32, memOnly: []int{4},
+		core: func(c int) int { return c % 16 }, coreID: func(c int) int { return c % 8 },
+		socket: func(c int) int { return c % 16 / 8 }, node: func(c int) int { return c % 16 / 4 },
+	},
 }
 
 // files returns the fixture's sysfs files, path -> content.
 func (m machine) files() map[string]string {
 	f := map[string]string{}
 	cpuDir := "sys/devices/system/cpu"
-	f[cpuDir+"/online"] = fmt.Sprintf("0-%d\n", m.ncpu-1)
+	all := make([]int, m.ncpu)
+	for c := range all {
+		all[c] = c
+	}
+	online := NewCPUSet(all...).Minus(NewCPUSet(m.offline...))
+	f[cpuDir+"/online"] = online.String() + "\n"
 	nodes := map[int][]int{}
+	for _, n := range m.memOnly {
+		nodes[n] = nil
+	}
 	for c := range m.ncpu {
+		nodes[m.node(c)] = append(nodes[m.node(c)], c) // offline cpus too, as sysfs may list them
+		if !online.Contains(c) {
+			f[cpuDir+"/cpu"+strconv.Itoa(c)+"/online"] = "0\n" // no topology directory
+			continue
+		}
 		var sib []int
 		for s := range m.ncpu {
-			if m.core(s) == m.core(c) {
+			if m.core(s) == m.core(c) && online.Contains(s) {
 				sib = append(sib, s)
 			}
 		}
@@ -72,7 +100,6 @@ func (m machine) files() map[string]string {
 		f[d+"die_id"] = "0\n"
 		f[d+"physical_package_id"] = fmt.Sprintln(m.socket(c))
 		f[d+"thread_siblings_list"] = NewCPUSet(sib...).String() + "\n"
-		nodes[m.node(c)] = append(nodes[m.node(c)], c)
 	}
 	if !m.noNodes {
 		for n, cpus := range nodes {

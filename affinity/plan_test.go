@@ -38,6 +38,8 @@ func TestReadTopology(t *testing.T) {
 		{"laptop4c8t", 1, 1, 4, 8, true, "1,5"},
 		{"pairs4c8t", 1, 1, 4, 8, true, "4-5"},
 		{"vm2c", 1, 1, 2, 2, false, ""},
+		{"offline4c8t", 1, 1, 4, 6, true, ""},
+		{"snc2s4n", 2, 4, 16, 32, true, "5,21"},
 	} {
 		topo := readFixture(t, tc.name)
 		if len(topo.Sockets) != tc.sockets || len(topo.Nodes) != tc.nodes || len(topo.Cores) != tc.cores ||
@@ -438,5 +440,51 @@ func TestPlanThreadEnv(t *testing.T) {
 	t.Setenv("OPENBLAS_NUM_THREADS", "16")
 	if p, err = topo.PlanOversubscribed(CPUSet{}, Request{LocalSize: 1, PreferNUMA: -1}); err != nil || p.Warning != "" {
 		t.Errorf("same count: %+v, %v", p, err)
+	}
+}
+
+// TestPlanOddMachines: offline cpus and their lost siblings, and sub-NUMA
+// clustering with a memory-only node: plans take physical cores, never an
+// offline cpu, and spread ranks over NUMA nodes in blocks, one socket's
+// nodes before the next's.
+func TestPlanOddMachines(t *testing.T) {
+	for _, tc := range []struct {
+		fixture, mask string
+		r             Request
+		want          []string // each rank's plan
+	}{
+		// cores 0 and 1 lost siblings 4 and 5; 6 and 7 are 2's and 3's
+		{"offline4c8t", "", Request{LocalSize: 2},
+			[]string{"cores 0-1 numa 0 threads 2", "cores 2-3 numa 0 threads 2"}},
+		// with SMT, threads count logical cpus: 6 of them make 3 a rank
+		{"offline4c8t", "", Request{LocalSize: 2, UseSMT: true},
+			[]string{"cores 0-2 numa 0 threads 3", "cores 3,6-7 numa 0 threads 3"}},
+		// the mask names an offline cpu: only 6 and 7 are usable
+		{"offline4c8t", "4-7", Request{LocalSize: 2},
+			[]string{"cores 6 numa 0 threads 1", "cores 7 numa 0 threads 1"}},
+		// one rank per node; the memory-only node 4 gets none
+		{"snc2s4n", "", Request{LocalSize: 4},
+			[]string{"cores 0-3 numa 0 threads 4", "cores 4-7 numa 1 threads 4", "cores 8-11 numa 2 threads 4", "cores 12-15 numa 3 threads 4"}},
+		// a rank larger than a node takes a whole socket's two nodes
+		{"snc2s4n", "", Request{LocalSize: 2},
+			[]string{"cores 0-7 numa 0,1 threads 8", "cores 8-15 numa 2,3 threads 8"}},
+		// a non-contiguous mask of second siblings on two nodes
+		{"snc2s4n", "16-17,28-31", Request{LocalSize: 2, Threads: 2},
+			[]string{"cores 16-17 numa 0 threads 2", "cores 28-29 numa 3 threads 2"}},
+		{"snc2s4n", "16-17,28-31", Request{LocalSize: 3, Threads: 2},
+			[]string{"cores 16-17 numa 0 threads 2", "cores 28-29 numa 3 threads 2", "cores 30-31 numa 3 threads 2"}},
+	} {
+		topo := readFixture(t, tc.fixture)
+		tc.r.PreferNUMA = -1
+		plans, err := topo.PlanAll(mustParse(t, tc.mask), tc.r)
+		if err != nil {
+			t.Errorf("%s mask %q %+v: %v", tc.fixture, tc.mask, tc.r, err)
+			continue
+		}
+		for i, p := range plans {
+			if p.String() != tc.want[i] || p.Warning != "" {
+				t.Errorf("%s mask %q %+v rank %d: %s (warning %q), want %s", tc.fixture, tc.mask, tc.r, i, p, p.Warning, tc.want[i])
+			}
+		}
 	}
 }
