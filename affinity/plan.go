@@ -138,7 +138,9 @@ func (p Plan) String() string {
 // as the nodes hold them (ranks 0,1 on node 0 and 2,3 on node 1 for four
 // ranks on two nodes); within a node each rank takes the next Threads
 // CPUs, so its cores are compact. A rank that fits in no node's remainder
-// takes the CPUs left over, across nodes, in order.
+// takes the CPUs left over, across nodes, in order; when a node could
+// have held it, Warning says so and names the -threads that keeps every
+// rank in one node.
 //
 // When LocalSize*Threads exceeds the CPUs available the plan stays
 // disjoint and says so in Warning: first Threads shrinks to
@@ -324,6 +326,7 @@ func (t *Topology) planCores(nodes []avail, usable CPUSet, r Request) (Plan, err
 		}
 	} else {
 		mine = layoutBlocks(nodes, slotsOf, r, T)
+		warning = joinWarnings(warning, spanNote(nodes, slotsOf, r, T, t.nodesOf(NewCPUSet(mine...))))
 	}
 	p := Plan{Policy: Cores, LocalRank: r.LocalRank, LocalSize: L,
 		CPUs: NewCPUSet(mine...), WorkerCPUs: slices.Clone(mine), Threads: T, Warning: warning}
@@ -357,6 +360,39 @@ func layoutBlocks(nodes []avail, slotsOf func(avail) []int, r Request, T int) []
 		rest = append(rest, slots[i]...)
 	}
 	return rest[(r.LocalRank-rank)*T : (r.LocalRank-rank+1)*T]
+}
+
+// spanNote says when rank r.LocalRank's T slots span NUMA nodes
+// although a node could hold T: the other ranks took the rest. It names
+// the largest thread count that keeps every rank in one node.
+func spanNote(nodes []avail, slotsOf func(avail) []int, r Request, T int, spanned []int) string {
+	if len(spanned) < 2 {
+		return ""
+	}
+	caps := make([]int, len(nodes))
+	fitsOne := false
+	for i, a := range nodes {
+		caps[i] = len(slotsOf(a))
+		fitsOne = fitsOne || caps[i] >= T
+	}
+	if !fitsOne {
+		return "" // a rank of T threads spans nodes wherever it goes
+	}
+	fit := 0
+	for k := T - 1; k >= 1 && fit == 0; k-- {
+		per := make([]int, len(caps))
+		for i, c := range caps {
+			per[i] = c / k
+		}
+		if _, left := blocks(r.LocalSize, per); left == 0 {
+			fit = k
+		}
+	}
+	note := fmt.Sprintf("local rank %d's %d threads span numa nodes %s: they do not fit in one node beside the other ranks", r.LocalRank, T, joinInts(spanned, ","))
+	if fit > 0 {
+		note += fmt.Sprintf("; -threads %d keeps every rank in one node", fit)
+	}
+	return note
 }
 
 // nearThreads is the default thread count with r.Near: for every group of

@@ -119,8 +119,6 @@ func TestPlan(t *testing.T) {
 		{name: "b/L8", fixture: "dual2s64t", r: req(8, 0),
 			want: []string{"0-3", "4-7", "8-11", "12-15", "16-19", "20-23", "24-27", "28-31"}, threads: 4},
 		{name: "b/L2x4 spread over nodes", fixture: "dual2s64t", r: req(2, 4), want: []string{"0-3", "16-19"}, threads: 4},
-		{name: "b/L3 one rank spans nodes", fixture: "dual2s64t", r: req(3, 0),
-			want: []string{"0-9", "16-25", "10-15,26-29"}, threads: 10},
 		{name: "b/L2 smt", fixture: "dual2s64t", r: smt(req(2, 0)), want: []string{"0-15,32-47", "16-31,48-63"}, threads: 32},
 		{name: "b/L1x8 prefer node 1", fixture: "dual2s64t", r: Request{LocalSize: 1, Threads: 8, PreferNUMA: 1},
 			want: []string{"16-23"}, threads: 8},
@@ -452,27 +450,38 @@ func TestPlanOddMachines(t *testing.T) {
 		fixture, mask string
 		r             Request
 		want          []string // each rank's plan
+		warn          map[int]string
 	}{
 		// cores 0 and 1 lost siblings 4 and 5; 6 and 7 are 2's and 3's
 		{"offline4c8t", "", Request{LocalSize: 2},
-			[]string{"cores 0-1 numa 0 threads 2", "cores 2-3 numa 0 threads 2"}},
+			[]string{"cores 0-1 numa 0 threads 2", "cores 2-3 numa 0 threads 2"}, nil},
 		// with SMT, threads count logical cpus: 6 of them make 3 a rank
 		{"offline4c8t", "", Request{LocalSize: 2, UseSMT: true},
-			[]string{"cores 0-2 numa 0 threads 3", "cores 3,6-7 numa 0 threads 3"}},
+			[]string{"cores 0-2 numa 0 threads 3", "cores 3,6-7 numa 0 threads 3"}, nil},
 		// the mask names an offline cpu: only 6 and 7 are usable
 		{"offline4c8t", "4-7", Request{LocalSize: 2},
-			[]string{"cores 6 numa 0 threads 1", "cores 7 numa 0 threads 1"}},
+			[]string{"cores 6 numa 0 threads 1", "cores 7 numa 0 threads 1"}, nil},
+		// 3 ranks of 10 on 2 nodes of 16: rank 2 takes the rest of both
+		// (moved from TestPlan, which has one warning for all ranks)
+		{"dual2s64t", "", Request{LocalSize: 3},
+			[]string{"cores 0-9 numa 0 threads 10", "cores 16-25 numa 1 threads 10", "cores 10-15,26-29 numa 0,1 threads 10"},
+			map[int]string{2: "local rank 2's 10 threads span numa nodes 0,1: they do not fit in one node beside the other ranks; -threads 8 keeps every rank in one node"}},
 		// one rank per node; the memory-only node 4 gets none
 		{"snc2s4n", "", Request{LocalSize: 4},
-			[]string{"cores 0-3 numa 0 threads 4", "cores 4-7 numa 1 threads 4", "cores 8-11 numa 2 threads 4", "cores 12-15 numa 3 threads 4"}},
+			[]string{"cores 0-3 numa 0 threads 4", "cores 4-7 numa 1 threads 4", "cores 8-11 numa 2 threads 4", "cores 12-15 numa 3 threads 4"}, nil},
 		// a rank larger than a node takes a whole socket's two nodes
 		{"snc2s4n", "", Request{LocalSize: 2},
-			[]string{"cores 0-7 numa 0,1 threads 8", "cores 8-15 numa 2,3 threads 8"}},
+			[]string{"cores 0-7 numa 0,1 threads 8", "cores 8-15 numa 2,3 threads 8"}, nil},
 		// a non-contiguous mask of second siblings on two nodes
 		{"snc2s4n", "16-17,28-31", Request{LocalSize: 2, Threads: 2},
-			[]string{"cores 16-17 numa 0 threads 2", "cores 28-29 numa 3 threads 2"}},
+			[]string{"cores 16-17 numa 0 threads 2", "cores 28-29 numa 3 threads 2"}, nil},
 		{"snc2s4n", "16-17,28-31", Request{LocalSize: 3, Threads: 2},
-			[]string{"cores 16-17 numa 0 threads 2", "cores 28-29 numa 3 threads 2", "cores 30-31 numa 3 threads 2"}},
+			[]string{"cores 16-17 numa 0 threads 2", "cores 28-29 numa 3 threads 2", "cores 30-31 numa 3 threads 2"}, nil},
+		// 3 threads fit in node 3 but not beside the other rank: rank 1
+		// takes what is left on nodes 0 and 3, and says so
+		{"snc2s4n", "16-17,28-31", Request{LocalSize: 2},
+			[]string{"cores 28-30 numa 3 threads 3", "cores 16-17,31 numa 0,3 threads 3"},
+			map[int]string{1: "local rank 1's 3 threads span numa nodes 0,3: they do not fit in one node beside the other ranks; -threads 2 keeps every rank in one node"}},
 	} {
 		topo := readFixture(t, tc.fixture)
 		tc.r.PreferNUMA = -1
@@ -482,7 +491,7 @@ func TestPlanOddMachines(t *testing.T) {
 			continue
 		}
 		for i, p := range plans {
-			if p.String() != tc.want[i] || p.Warning != "" {
+			if p.String() != tc.want[i] || p.Warning != tc.warn[i] {
 				t.Errorf("%s mask %q %+v rank %d: %s (warning %q), want %s", tc.fixture, tc.mask, tc.r, i, p, p.Warning, tc.want[i])
 			}
 		}
