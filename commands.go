@@ -67,6 +67,9 @@ Flags:
 		return cli.Usage(fmt.Errorf("-gpus and -gpu-share apply with -gpu (the GPU plan) only"))
 	}
 	topo, err := affinity.ReadTopology(*sys)
+	if err != nil && *sys != "/" {
+		return cli.Usage(fmt.Errorf("-sysfs %s: %w", *sys, err)) // a fixture tree the user named: bad input
+	}
 	if err != nil {
 		return err
 	}

@@ -50,7 +50,7 @@ func TestTopoCommand(t *testing.T) {
 	}
 	// Refused before the topology is printed: one line each.
 	// -np 1000000000 ran the machine out of memory (a Go trace).
-	for _, args := range [][]string{{"-threads", "-1"}, {"-gpus", "0,1"}, {"-gpu-share"}, {"-np", "1000000000", "-json"}, {"-np", "4097"}} {
+	for _, args := range [][]string{{"-threads", "-1"}, {"-gpus", "0,1"}, {"-gpu-share"}, {"-np", "1000000000", "-json"}, {"-np", "4097"}, {"-sysfs", "/nonexistent"}} {
 		r = hpctrain(t, 0, 10*time.Second, append([]string{"topo"}, args...)...)
 		if r.code != 2 || strings.Count(r.out, "\n") != 1 {
 			t.Errorf("topo %v: exit %d, want 2 and one line:\n%s", args, r.code, r.out)
