@@ -23,7 +23,7 @@ type JobSpec struct {
 	Account      string `toml:"account"`        // --account; omitted when empty
 	Nodes        int    `toml:"nodes"`          // --nodes, >= 1
 	TasksPerNode int    `toml:"tasks_per_node"` // --ntasks-per-node (MPI ranks per node), >= 1
-	CPUsPerTask  int    `toml:"cpus_per_task"`  // --cpus-per-task: threads per rank (OMP_NUM_THREADS), >= 1
+	CPUsPerTask  int    `toml:"cpus_per_task"`  // --cpus-per-task: CPUs reserved per rank (its threads: hpctrain plans them), >= 1
 	GPUsPerNode  int    `toml:"gpus_per_node"`  // --gpus-per-node; 0 = CPU job, line omitted
 	// Time is the wall-clock limit in a SLURM form: "M", "M:S", "H:M:S",
 	// "D-H", "D-H:M" or "D-H:M:S", e.g. "30", "02:00:00", "1-12:00:00".

@@ -114,8 +114,6 @@ module load {{q .}}
 set -u
 {{- end}}
 
-# One OpenMP/Go worker thread per CPU SLURM gave each rank.
-export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-1}
 # Open MPI refuses to run as root unless told; only say so when we are root.
 if [ "$(id -u)" -eq 0 ]; then
 	export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -123,8 +121,9 @@ fi
 
 echo "hpctrain.sbatch: job ${SLURM_JOB_ID} run ${SLURM_RESTART_COUNT:-0} on ${SLURM_JOB_NODELIST} at $(date -Is)"
 
-# --bind-to none: hpctrain pins its own threads (package affinity) from
-# SLURM_CPUS_PER_TASK and its local rank; binding here as well would fight it.
+# --bind-to none: hpctrain pins its own threads (package affinity): each rank
+# takes its local rank's share of the physical cores the job has on its node,
+# and sets OMP_NUM_THREADS to match; binding here as well would fight it.
 # The ppr mapping still places SLURM_NTASKS_PER_NODE ranks on each node with
 # PE=SLURM_CPUS_PER_TASK cores reserved for each.
 rc=0
