@@ -80,14 +80,19 @@ func TestTrainDescriptionFile(t *testing.T) {
 	}
 }
 
-// TestBadPlacement: a -cpu-list outside the mask and -threads 0 with
-// explicit nonsense give one clear line, no hang.
+// TestBadPlacement: a -cpu-list outside the mask or shared by two ranks
+// and -threads 0 with explicit nonsense give one clear line, no hang.
 func TestBadPlacement(t *testing.T) {
 	// A request this node cannot meet is bad input (exit 2), found before
 	// the data is read (no data line).
 	r := hpctrain(t, 2, time.Minute, "train", "-model", "mlp", "-limit", "640", "-cpu-list", "4000")
 	if r.code != 2 || !strings.Contains(r.out, "4000") || strings.Contains(r.out, "goroutine ") || strings.Contains(r.out, "hpctrain: data ") {
 		t.Errorf("cpu-list outside mask: exit %d (want 2, before the data loads)\n%s", r.code, r.out)
+	}
+	// Both ranks given the same cpu: bad input too (it was exit 1).
+	r = hpctrain(t, 2, time.Minute, "train", "-model", "mlp", "-limit", "640", "-cpu-list", "0")
+	if r.code != 2 || !strings.Contains(r.out, "are both bound to cpus 0") || strings.Contains(r.out, "hpctrain: data ") {
+		t.Errorf("cpu-list 0 on 2 ranks: exit %d (want 2, before the data loads)\n%s", r.code, r.out)
 	}
 	r = hpctrain(t, 2, time.Minute, "train", "-model", "mlp", "-limit", "640", "-threads", "0")
 	if r.code != 2 || !strings.Contains(r.out, "threads = 0") {

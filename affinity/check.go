@@ -3,6 +3,7 @@ package affinity
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 )
 
@@ -79,9 +80,9 @@ func CheckDisjoint(g Gatherer, cpus CPUSet) error {
 				continue
 			}
 			if shared := sets[i].Intersect(sets[j]); !shared.IsEmpty() {
-				return fmt.Errorf("ranks %d and %d on host %s are both bound to cpus %s (rank %d: %s, rank %d: %s); "+
+				return overlapError{fmt.Errorf("ranks %d and %d on host %s are both bound to cpus %s (rank %d: %s, rank %d: %s); "+
 					"hint: launch ranks so each knows its local rank, give each rank its own -cpu-list, or use -bind none",
-					i, j, hosts[i], shared, i, sets[i], j, sets[j])
+					i, j, hosts[i], shared, i, sets[i], j, sets[j])}
 			}
 		}
 	}
@@ -108,3 +109,13 @@ func Report(g Gatherer, p Plan) ([]string, error) {
 	}
 	return lines, nil
 }
+
+// ErrOverlap is what CheckDisjoint's error is (errors.Is) when two ranks
+// on one host are bound to the same cpus: the launch's or the user's
+// doing (-cpu-list, taskset), where its other errors are failures of the
+// exchange itself.
+var ErrOverlap = errors.New("ranks bound to the same cpus")
+
+type overlapError struct{ error }
+
+func (overlapError) Is(target error) bool { return target == ErrOverlap }

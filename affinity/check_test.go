@@ -1,6 +1,7 @@
 package affinity
 
 import (
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -94,6 +95,9 @@ func TestCheckDisjoint(t *testing.T) {
 	}
 	if msg := errs[0].Error(); !strings.Contains(msg, "ranks 2 and 3 on host n2 are both bound to cpus 3") {
 		t.Errorf("error %q does not name the ranks, host and shared cpus", msg)
+	}
+	if !errors.Is(errs[0], ErrOverlap) {
+		t.Errorf("error %q is not ErrOverlap", errs[0])
 	}
 	// The hint names the flag train has (-cpu-list; there is no -cpus).
 	if msg := errs[0].Error(); !strings.Contains(msg, "its own -cpu-list") {

@@ -1,6 +1,7 @@
 package train
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -74,6 +75,9 @@ func place(cfg Config, c mpi.Comm, log func(string, ...any)) (*placement, error)
 	}
 	if plan.Policy == affinity.Cores {
 		if err := affinity.CheckDisjoint(c, plan.CPUs); err != nil {
+			if errors.Is(err, affinity.ErrOverlap) {
+				err = cli.Usage(err) // -cpu-list, taskset: bad input, exit 2
+			}
 			return nil, err
 		}
 	}
