@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"image/png"
+	"io"
 	"math"
 	"os"
 	"os/exec"
@@ -431,6 +432,89 @@ func TestScalingBindAsRun(t *testing.T) {
 		}
 		if !strings.Contains(out.String(), c.header) {
 			t.Errorf("-threads %d: the header does not say %q:\n%s", c.threads, c.header, out.String())
+		}
+	}
+}
+
+// TestScalingRowsFromDocs: every row of a real run (in-process, a job of
+// one) recomputed from the formulas of docs/scaling.md alone, in their
+// units (-link-gbps and -shm-gbps in Gbit/s, latencies in us), from the
+// measured profile the JSON reports: the three algorithms over N nodes x R
+// ranks, the cheapest per bucket, the buckets serialised after their
+// ready times, the exposed part after backward, samples/s and efficiency;
+// and the node-shared all-reduce, sum(n) + the cheapest all-reduce of n
+// over N nodes of one rank.
+func TestScalingRowsFromDocs(t *testing.T) {
+	single := func() (mpi.Comm, error) { return mpi.NewSingle(), nil }
+	const shmUS, shmGbps, netUS, netGbps = 2.0, 40.0, 5.0, 25.0
+	// rd_steps(q): lg q exchanges for a power of two, else floor(lg q) + 2.
+	rdSteps := func(q int) float64 {
+		if q <= 1 {
+			return 0
+		}
+		fl := math.Floor(math.Log2(float64(q)))
+		if math.Exp2(fl) == float64(q) {
+			return fl
+		}
+		return fl + 2
+	}
+	lgCeil := func(q int) float64 { return math.Ceil(math.Log2(float64(q))) }
+	// A message of n bytes over a link of us microseconds and gbps Gbit/s.
+	msg := func(n, us, gbps float64) float64 { return us*1e-6 + n*8/(gbps*1e9) }
+	mpiAllreduce := func(n float64, nodes, r int) float64 {
+		p := nodes * r
+		if p == 1 {
+			return 0
+		}
+		// ring: every step as slow as its slowest hop.
+		hopUS, hopG := shmUS, shmGbps
+		if nodes > 1 && r == 1 {
+			hopUS, hopG = netUS, netGbps
+		} else if nodes > 1 {
+			hopUS, hopG = math.Max(shmUS, netUS), math.Min(shmGbps, netGbps)
+		}
+		ring := 2 * float64(p-1) * msg(n/float64(p), hopUS, hopG)
+		rd := rdSteps(r)*msg(n, shmUS, shmGbps) + rdSteps(nodes)*msg(float64(r)*n, netUS, netGbps)
+		tree := 2*lgCeil(r)*msg(n, shmUS, shmGbps) + 2*lgCeil(nodes)*msg(n, netUS, netGbps)
+		return min(ring, rd, tree)
+	}
+	for _, coll := range []string{"mpi", "shm"} {
+		js := filepath.Join(t.TempDir(), "s.json")
+		if err := Scaling([]string{"-model", "lenet5", "-steps", "3", "-bucket-mb", "0.05", "-nodes", "1,3,8,256", "-ranks-per-node", "4",
+			"-collective", coll, "-link-gbps", fmt.Sprint(netGbps), "-alpha-us", fmt.Sprint(netUS),
+			"-shm-alpha-us", fmt.Sprint(shmUS), "-shm-gbps", fmt.Sprint(shmGbps), "-json", js, "-q"}, single, io.Discard); err != nil {
+			t.Fatal(err)
+		}
+		var rep ScalingReport
+		if b, err := os.ReadFile(js); err != nil || json.Unmarshal(b, &rep) != nil {
+			t.Fatalf("%s: report: %v", coll, err)
+		}
+		c := rep.Compute
+		compute := c.ForwardMS + c.BackwardMS + c.UpdateMS + c.OtherMS
+		if len(rep.Rows) != 4 || len(c.Buckets) < 2 {
+			t.Fatalf("%s: %d rows, %d buckets", coll, len(rep.Rows), len(c.Buckets))
+		}
+		for _, row := range rep.Rows {
+			var comm, end float64 // ms
+			for _, b := range c.Buckets {
+				n := float64(b.Bytes)
+				s := mpiAllreduce(n, row.Nodes, 4)
+				if coll == "shm" {
+					s = msg(n, shmUS, shmGbps) + mpiAllreduce(n, row.Nodes, 1)
+				}
+				comm += 1e3 * s
+				end = math.Max(b.ReadyMS, end) + 1e3*s
+			}
+			exposed := math.Max(0, end-c.BackwardMS)
+			step := compute + exposed
+			want := ScalingRow{Nodes: row.Nodes, RanksPerNode: 4, Ranks: 4 * row.Nodes, Link: "25G", LinkGbps: netGbps, AlphaUS: netUS,
+				Algorithm: row.Algorithm, StepMS: step, CommMS: comm, ExposedMS: exposed,
+				SamplesPerSecond: float64(4*row.Nodes*rep.Batch) / (step / 1e3), Efficiency: compute / step}
+			if row.Nodes != want.Nodes || row.Ranks != want.Ranks || row.Link != want.Link || row.LinkGbps != want.LinkGbps || row.AlphaUS != want.AlphaUS ||
+				!near(row.StepMS, want.StepMS) || !near(row.CommMS, want.CommMS) || !near(row.ExposedMS, want.ExposedMS) ||
+				!near(row.SamplesPerSecond, want.SamplesPerSecond) || !near(row.Efficiency, want.Efficiency) {
+				t.Errorf("%s, %d nodes x 4:\n got  %+v\n want %+v", coll, row.Nodes, row, want)
+			}
 		}
 	}
 }
