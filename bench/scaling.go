@@ -64,6 +64,7 @@ type ScalingReport struct {
 	Sweep       []SweepPoint `json:"sweep,omitempty"`
 	FitAUS      float64      `json:"fit_a_us,omitempty"`
 	FitBUSMB    float64      `json:"fit_b_us_per_mb,omitempty"`
+	FitOff      float64      `json:"fit_off_max,omitempty"` // the factor by which the sweep's worst point is off the fit (>= 1)
 	Intra       *Link        `json:"intra_node,omitempty"`
 	Measured    *Link        `json:"inter_node_measured,omitempty"`
 
@@ -335,6 +336,13 @@ func Scaling(args []string, connect func() (mpi.Comm, error), out io.Writer) (er
 			fmt.Fprintf(info, "# the all-reduce sweep does not fit (%v): measuring it again\n", err)
 		}
 		rep.FitAUS, rep.FitBUSMB = a*1e6, b*1e6*(1<<20)
+		var warning string
+		rep.FitOff, warning = fitOff(rep.Sweep, a, b)
+		defer func() { // under the table, where it is read; not on a run that fails
+			if warning != "" && rank0 && err == nil {
+				fmt.Fprintf(os.Stderr, "hpctrain: warning: %s\n", warning)
+			}
+		}()
 		what := "MPI_Allreduce"
 		if rep.SweepShared {
 			what = "node-shared all-reduce"
@@ -659,6 +667,36 @@ func sweepAllreduce(c mpi.Comm, sizes []int, buf []float32, between func()) ([]S
 		pts = append(pts, SweepPoint{Bytes: size, TimeUS: 1e6 * per[rounds/2]})
 	}
 	return pts, nil
+}
+
+// maxFitOff is how far (a factor) a sweep point may be off the fit before
+// bench scaling warns that the prediction rests on a line its own
+// measurements do not follow.
+const maxFitOff = 2
+
+// fitOff is the factor by which the sweep point furthest from the fit t =
+// a + b*bytes (seconds) is off it (measured / fitted or its inverse, >= 1)
+// and, where that is more than maxFitOff, a warning naming the point. The
+// fit weighs each point by 1/t^2, so a point measured far too slow (ranks
+// that share busy cores, other jobs) moves it little: a run on a busy
+// 2-core node fitted 1095 us at the gradients' 6.5 MB where it measured
+// 16826 us, and predicted from the fit in silence.
+func fitOff(pts []SweepPoint, a, b float64) (float64, string) {
+	worst, at := 1.0, -1
+	for i, p := range pts {
+		fit := 1e6 * (a + b*float64(p.Bytes))
+		if f := max(p.TimeUS/fit, fit/p.TimeUS); f > worst {
+			worst, at = f, i
+		}
+	}
+	if worst <= maxFitOff {
+		return worst, ""
+	}
+	p := pts[at]
+	return worst, fmt.Sprintf("the all-reduce sweep is off its fit by %.1fx at %d bytes (measured %.1f us, fitted %.1f us): "+
+		"the node was busy (other jobs, or ranks sharing cores), and the prediction rests on the fit; "+
+		"run again on a quieter node, or give the figures by flag (-shm-alpha-us and -shm-gbps, -alpha-us)",
+		worst, p.Bytes, p.TimeUS, 1e6*(a+b*float64(p.Bytes)))
 }
 
 // printScaling prints the prediction table.

@@ -518,3 +518,41 @@ func TestScalingRowsFromDocs(t *testing.T) {
 		}
 	}
 }
+
+// TestScalingFitOff: a sweep whose points follow its fit passes in silence;
+// one measured on a busy node (the points of a run under mpirun -np 2 on
+// 2 shared cores, where the fit gave 1095 us at the gradients' 6.5 MB
+// that took 16826 us) is warned about, naming the point.
+func TestScalingFitOff(t *testing.T) {
+	pts := func(us ...float64) []SweepPoint {
+		sizes := []int{4096, 16384, 65536, 262144, 1048576, 4194304, 6520360}
+		p := make([]SweepPoint, len(us))
+		for i := range us {
+			p[i] = SweepPoint{Bytes: sizes[i], TimeUS: us[i]}
+		}
+		return p
+	}
+	fit := func(p []SweepPoint) (float64, float64) {
+		x, ts := make([]float64, len(p)), make([]float64, len(p))
+		for i := range p {
+			x[i], ts[i] = float64(p[i].Bytes), p[i].TimeUS*1e-6
+		}
+		a, b, err := fitLine(x, ts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a, b
+	}
+	// docs/scaling.json's sweep: within 1.7x of its fit.
+	clean := pts(1.67, 4.27, 6.23, 18.42, 48.89, 256.13, 316.34)
+	a, b := fit(clean)
+	if off, w := fitOff(clean, a, b); w != "" || off < 1 || off > maxFitOff {
+		t.Errorf("a clean sweep: off %.2f, warning %q", off, w)
+	}
+	busy := pts(1265.9, 4726.8, 894.0, 826.5, 4398.5, 964.7, 16825.8)
+	a, b = fit(busy)
+	off, w := fitOff(busy, a, b)
+	if off < 10 || !strings.Contains(w, "at 6520360 bytes (measured 16825.8 us, fitted ") || !strings.Contains(w, "off its fit by") {
+		t.Errorf("a busy sweep: off %.2f, warning %q", off, w)
+	}
+}
