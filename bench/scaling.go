@@ -351,7 +351,7 @@ func Scaling(args []string, connect func() (mpi.Comm, error), out io.Writer) (er
 		for _, s := range rep.Sweep {
 			fmt.Fprintf(info, " %d B %.1f us;", s.Bytes, s.TimeUS)
 		}
-		fmt.Fprintf(info, "\n# fit time = %.1f us + %.2f us/MB x bytes -> ", rep.FitAUS, rep.FitBUSMB)
+		fmt.Fprintf(info, "\n# fit %s -> ", fitText(a, b))
 		switch {
 		case rep.SweepShared && rep.JobNodes == 1:
 			l := sumFromFit(a, b)
@@ -667,6 +667,14 @@ func sweepAllreduce(c mpi.Comm, sizes []int, buf []float32, between func()) ([]S
 		pts = append(pts, SweepPoint{Bytes: size, TimeUS: 1e6 * per[rounds/2]})
 	}
 	return pts, nil
+}
+
+// fitText is the fit t = a + b*bytes (seconds) as the report prints it, in
+// us and us per MB (2^20 bytes, as -bucket-mb's and -sweep-max-mb's): the
+// line said "us/MB x bytes", which read as written put 6.5 MB at 12.46 us
+// x 6520360.
+func fitText(a, b float64) string {
+	return fmt.Sprintf("time = %.1f us + %.2f us/MB x MB (MB = 2^20 bytes)", 1e6*a, 1e6*b*(1<<20))
 }
 
 // maxFitOff is how far (a factor) a sweep point may be off the fit before

@@ -556,3 +556,23 @@ func TestScalingFitOff(t *testing.T) {
 		t.Errorf("a busy sweep: off %.2f, warning %q", off, w)
 	}
 }
+
+// TestScalingFitText: the fit's line, read as printed (us, us/MB x MB),
+// gives the fitted time of a size.
+func TestScalingFitText(t *testing.T) {
+	a, b := 1017.6e-6, 12.46e-6/(1<<20) // seconds, seconds per byte
+	s := fitText(a, b)
+	var us, perMB float64
+	var per, times string
+	if _, err := fmt.Sscanf(s, "time = %g us + %g %s x %s", &us, &perMB, &per, &times); err != nil {
+		t.Fatalf("%q: %v", s, err)
+	}
+	unit := map[string]float64{"bytes": 1, "B": 1, "MB": 1 << 20}[times]
+	if per != "us/MB" || unit == 0 {
+		t.Fatalf("%q: the slope in %s, times %q", s, per, times)
+	}
+	const n = 6520360
+	if got, want := us+perMB*n/unit, 1e6*(a+b*n); math.Abs(got-want) > 0.01*want {
+		t.Errorf("%q at %d bytes: %.1f us as printed, fitted %.1f us", s, n, got, want)
+	}
+}
