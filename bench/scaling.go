@@ -725,6 +725,17 @@ func linkLabel(r ScalingRow) string {
 	return r.Link
 }
 
+// legendLabel is a link as the chart's legend names it: its bandwidth and
+// latency with their units ("25 Gbit/s, 5 us"; the table's "25G" left the
+// reader to guess bits or bytes, and the latency was on no chart).
+func legendLabel(r ScalingRow) string {
+	s := strconv.FormatFloat(r.LinkGbps, 'g', 4, 64) + " Gbit/s, " + strconv.FormatFloat(r.AlphaUS, 'g', 4, 64) + " us"
+	if r.Link == "measured" {
+		return "measured: " + s
+	}
+	return s
+}
+
 // scalingPNG draws efficiency and samples/s against nodes, one line per
 // link.
 func scalingPNG(path string, rep ScalingReport) error {
@@ -772,7 +783,7 @@ func scalingPNG(path string, rep ScalingReport) error {
 			line.LineStyle.Color = plotutil.Color(i)
 			pts.GlyphStyle = draw.GlyphStyle{Color: line.LineStyle.Color, Radius: vg.Points(2.5), Shape: draw.CircleGlyph{}}
 			ps.p.Add(line, pts)
-			ps.p.Legend.Add(l+" link", line)
+			ps.p.Legend.Add(legendLabel(rows[0]), line)
 		}
 	}
 	return savePanels(path, eff, rate)

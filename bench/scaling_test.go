@@ -400,6 +400,19 @@ func TestScalingLists(t *testing.T) {
 			t.Errorf("link %q: labelled %q, want %q", c.r.Link, got, c.want)
 		}
 	}
+	// The chart's legend states the units and the latency.
+	for _, c := range []struct {
+		r    ScalingRow
+		want string
+	}{
+		{ScalingRow{Link: "25G", LinkGbps: 25, AlphaUS: 5}, "25 Gbit/s, 5 us"},
+		{ScalingRow{Link: "0.2G", LinkGbps: 0.2, AlphaUS: 1047.6538871578025}, "0.2 Gbit/s, 1048 us"},
+		{ScalingRow{Link: "measured", LinkGbps: 9.8765, AlphaUS: 12.345}, "measured: 9.877 Gbit/s, 12.35 us"},
+	} {
+		if got := legendLabel(c.r); got != c.want {
+			t.Errorf("link %q: legend %q, want %q", c.r.Link, got, c.want)
+		}
+	}
 }
 
 // TestScalingBindAsRun: -bind cores with more threads than the mask has
