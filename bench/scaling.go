@@ -197,6 +197,13 @@ func Scaling(args []string, connect func() (mpi.Comm, error), out io.Writer) (er
 		// latency and bandwidth cannot stand for.
 		return cli.Usage(fmt.Errorf("-collective mpi in a job of %d nodes x %d ranks: the sweep mixes intra- and inter-node hops, which the model cannot tell apart; measure the network with one rank per node (mpirun --map-by ppr:1:node), or use -collective shm with -shm-alpha-us and -shm-gbps", jobNodes, c.LocalSize()))
 	}
+	if *coll == "shm" && jobNodes > 1 && c.LocalSize() > 1 && *shmAlpha <= 0 {
+		// The sweep would time the node's sum and the network together
+		// (as training's node-shared all-reduce runs), and only the
+		// node's sum, given, can be taken away: refused here, not after
+		// the compute steps and the sweep.
+		return cli.Usage(sharedNeedsSum(jobNodes))
+	}
 	rpn := *perNode
 	if rpn == 0 {
 		rpn = max(1, c.LocalSize())
@@ -361,7 +368,7 @@ func Scaling(args []string, connect func() (mpi.Comm, error), out io.Writer) (er
 		case rep.SweepShared:
 			sum := flagIntra()
 			if sum == nil {
-				return cli.Usage(fmt.Errorf("this job spans %d nodes and its ranks sum through shared memory: give the node's sum (-shm-alpha-us, -shm-gbps, as a one-node job of as many ranks measures it) to take it away from the network's figures, or use -collective mpi", rep.JobNodes))
+				return cli.Usage(sharedNeedsSum(rep.JobNodes))
 			}
 			l, err := interFromSharedFit(a, b, *sum, rep.JobNodes)
 			if err != nil {
@@ -449,6 +456,12 @@ func Scaling(args []string, connect func() (mpi.Comm, error), out io.Writer) (er
 		}
 	}
 	return nil
+}
+
+// sharedNeedsSum is the refusal of a job across nodes whose ranks sum
+// through shared memory and that is not given the node's sum.
+func sharedNeedsSum(nodes int) error {
+	return fmt.Errorf("this job spans %d nodes and its ranks sum through shared memory: give the node's sum (-shm-alpha-us, -shm-gbps, as a one-node job of as many ranks measures it) to take it away from the network's figures", nodes)
 }
 
 // bindText is the report's bind as the header line says it: what the

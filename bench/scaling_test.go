@@ -589,3 +589,40 @@ func TestScalingFitText(t *testing.T) {
 		t.Errorf("%q at %d bytes: %.1f us as printed, fitted %.1f us", s, n, got, want)
 	}
 }
+
+// TestScalingSharedAcrossNodesEarly: a job of 2 nodes x 2 ranks summing
+// through shared memory, predicting one rank per node without the node's
+// sum, is refused before it measures anything, on every rank, without
+// advice that is itself refused (-collective mpi across nodes of 2); it was
+// refused after the compute steps and the sweep, minutes on a slow link.
+func TestScalingSharedAcrossNodesEarly(t *testing.T) {
+	fakes := mpi.NewFake(4, 2)
+	type result struct {
+		err error
+		out string
+	}
+	res := make(chan result, len(fakes))
+	for _, f := range fakes {
+		go func() {
+			var out bytes.Buffer
+			err := Scaling([]string{"-model", "lenet5", "-steps", "1", "-threads", "1", "-bind", "none", "-ranks-per-node", "1", "-link-gbps", "10"},
+				func() (mpi.Comm, error) { return f, nil }, &out)
+			if err == nil {
+				f.Kill()
+			}
+			res <- result{err, out.String()}
+		}()
+	}
+	for range fakes {
+		select {
+		case r := <-res:
+			var ue cli.UsageError
+			if !errors.As(r.err, &ue) || !strings.Contains(r.err.Error(), "spans 2 nodes") || !strings.Contains(r.err.Error(), "-shm-alpha-us") ||
+				strings.Contains(r.err.Error(), "-collective mpi") || r.out != "" {
+				t.Errorf("err %v; output %q", r.err, r.out)
+			}
+		case <-time.After(time.Minute):
+			t.Fatal("a rank still running after a minute")
+		}
+	}
+}
