@@ -69,6 +69,8 @@ type ScalingReport struct {
 	Measured    *Link        `json:"inter_node_measured,omitempty"`
 
 	Rows []ScalingRow `json:"rows"`
+	// What makes the prediction less sure, as rank 0 warns of it.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // SweepPoint is one size of the all-reduce sweep.
@@ -274,6 +276,11 @@ func Scaling(args []string, connect func() (mpi.Comm, error), out io.Writer) (er
 		fmt.Fprintf(info, " %d B @ %.2f;", b.Bytes, b.ReadyMS)
 	}
 	fmt.Fprintln(info)
+	if c.LocalSize() > rpn {
+		rep.Warnings = append(rep.Warnings, fmt.Sprintf("the prediction is for %d rank(s) per node, but this job's %d ranks per node measured the compute step at once, "+
+			"%d thread(s) each: it is the step of a more crowded node than the prediction's; measure it in a job of %d rank(s) per node",
+			rpn, c.LocalSize(), rep.Threads, rpn))
+	}
 
 	// The node's sum given by flags: needed before the sweep of a job
 	// across nodes, to take it away.
@@ -344,12 +351,9 @@ func Scaling(args []string, connect func() (mpi.Comm, error), out io.Writer) (er
 		}
 		rep.FitAUS, rep.FitBUSMB = a*1e6, b*1e6*(1<<20)
 		var warning string
-		rep.FitOff, warning = fitOff(rep.Sweep, a, b)
-		defer func() { // under the table, where it is read; not on a run that fails
-			if warning != "" && rank0 && err == nil {
-				fmt.Fprintf(os.Stderr, "hpctrain: warning: %s\n", warning)
-			}
-		}()
+		if rep.FitOff, warning = fitOff(rep.Sweep, a, b); warning != "" {
+			rep.Warnings = append(rep.Warnings, warning)
+		}
 		what := "MPI_Allreduce"
 		if rep.SweepShared {
 			what = "node-shared all-reduce"
@@ -453,6 +457,9 @@ func Scaling(args []string, connect func() (mpi.Comm, error), out io.Writer) (er
 			if err := scalingPNG(*png, rep); err != nil {
 				return err
 			}
+		}
+		for _, w := range rep.Warnings { // under the table, where they are read
+			fmt.Fprintf(os.Stderr, "hpctrain: warning: %s\n", w)
 		}
 	}
 	return nil

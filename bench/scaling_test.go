@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -623,6 +624,49 @@ func TestScalingSharedAcrossNodesEarly(t *testing.T) {
 			}
 		case <-time.After(time.Minute):
 			t.Fatal("a rank still running after a minute")
+		}
+	}
+}
+
+// TestScalingCrowdedWarning: a job of 2 ranks on a node predicting one
+// rank per node measured its compute step with both ranks at once, each
+// with the threads of a node of one (under mpirun -np 2 on 2 cpus: 41 ms
+// where one process takes 23): the report warns that its step is that of
+// a more crowded node; with as many ranks as the prediction, no warning.
+func TestScalingCrowdedWarning(t *testing.T) {
+	for _, rpn := range []string{"1", "2"} {
+		js := filepath.Join(t.TempDir(), "s.json")
+		fakes := mpi.NewFake(2, 2)
+		errs := make(chan error, len(fakes))
+		for _, f := range fakes {
+			go func() {
+				err := Scaling([]string{"-model", "mlp", "-steps", "2", "-threads", "1", "-bind", "none", "-ranks-per-node", rpn, "-link-gbps", "10", "-collective", "mpi",
+					"-sweep-step=false", "-sweep-max-mb", "0.1", "-json", js, "-q"}, func() (mpi.Comm, error) { return f, nil }, io.Discard)
+				if err != nil {
+					f.Kill()
+				}
+				errs <- err
+			}()
+		}
+		for range fakes {
+			select {
+			case err := <-errs:
+				if err != nil {
+					t.Fatalf("-ranks-per-node %s: %v", rpn, err)
+				}
+			case <-time.After(time.Minute):
+				t.Fatal("a rank still running after a minute")
+			}
+		}
+		var rep ScalingReport
+		if b, err := os.ReadFile(js); err != nil || json.Unmarshal(b, &rep) != nil {
+			t.Fatalf("-ranks-per-node %s: report: %v", rpn, err)
+		}
+		crowded := slices.ContainsFunc(rep.Warnings, func(w string) bool {
+			return strings.Contains(w, "for 1 rank(s) per node, but this job's 2 ranks per node measured the compute step at once")
+		})
+		if crowded != (rpn == "1") {
+			t.Errorf("-ranks-per-node %s on a node of 2: warnings %q", rpn, rep.Warnings)
 		}
 	}
 }
