@@ -165,7 +165,9 @@ func Scaling(args []string, connect func() (mpi.Comm, error), out io.Writer) (er
 		return cli.Usage(fmt.Errorf("-input: %w", err))
 	}
 	if (*shmAlpha > 0) != (*shmGbps > 0) {
-		return cli.Usage(fmt.Errorf("give both -shm-alpha-us and -shm-gbps"))
+		// 0 is "measured": one given and the other 0 was said to be
+		// missing when both were given.
+		return cli.Usage(fmt.Errorf("give both -shm-alpha-us and -shm-gbps above 0 (0: measured), not -shm-alpha-us %v with -shm-gbps %v", *shmAlpha, *shmGbps))
 	}
 	c, err := connect()
 	if err != nil {

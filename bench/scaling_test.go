@@ -670,3 +670,15 @@ func TestScalingCrowdedWarning(t *testing.T) {
 		}
 	}
 }
+
+// TestScalingShmFlagsZero: -shm-alpha-us 0 with -shm-gbps given is
+// refused saying 0 is "measured", with both values; it said "give both"
+// to a user who had.
+func TestScalingShmFlagsZero(t *testing.T) {
+	single := func() (mpi.Comm, error) { return mpi.NewSingle(), nil }
+	err := Scaling([]string{"-shm-alpha-us", "0", "-shm-gbps", "20", "-link-gbps", "10"}, single, io.Discard)
+	var ue cli.UsageError
+	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "above 0 (0: measured)") || !strings.Contains(err.Error(), "-shm-alpha-us 0 with -shm-gbps 20") {
+		t.Errorf("-shm-alpha-us 0 -shm-gbps 20: %v", err)
+	}
+}
