@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -125,5 +126,41 @@ func TestRanksPinnedUnderMPI(t *testing.T) {
 	}
 	if cores[0].Equal(cores[1]) {
 		t.Errorf("both ranks on cores %s", cores[0])
+	}
+}
+
+// TestLauncherBoundRanks: under mpirun's own binding (--bind-to core, its
+// default for 2 ranks), each rank is planned among the ranks sharing its
+// mask: bound to the core mpirun gave it, with no warning. Before, each
+// rank planned itself as local rank i of 2 inside a 1-core mask, found
+// itself oversubscribed and ran unbound with a warning.
+func TestLauncherBoundRanks(t *testing.T) {
+	mask, err := affinity.Allowed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mask.Len() < 2 {
+		t.Fatalf("this test needs 2 cpus in the mask, have %s", mask)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "mpirun", "-np", "2", "--bind-to", "core", "--map-by", "core", bin,
+		"train", "-model", "mlp", "-limit", "640", "-test-limit", "64", "-progress", "0", "-report-bindings")
+	cmd.Env = mpitest.Env()
+	b, err := cmd.CombinedOutput()
+	out := string(b)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	cpus := mask.CPUs()
+	host, _ := os.Hostname()
+	for r := range 2 {
+		want := fmt.Sprintf("[%s:rank %d local %d] cores %d ", host, r, r, cpus[r])
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q: rank %d not bound to the core mpirun gave it:\n%s", want, r, out)
+		}
+	}
+	if strings.Contains(out, "warning") {
+		t.Errorf("a warning:\n%s", out)
 	}
 }

@@ -110,6 +110,40 @@ func Report(g Gatherer, p Plan) ([]string, error) {
 	return lines, nil
 }
 
+// MaskGroup finds the ranks on this rank's host whose allowed mask equals
+// this one's, and returns this rank's index among them (in rank order) and
+// their count. A launcher that binds each rank itself (Open MPI binds to a
+// core, a socket or a NUMA node unless given --bind-to none) gives a
+// node's ranks masks of their own; planned as if each were the node's
+// LocalRank of LocalSize, every rank takes only its slice of its mask (4
+// ranks bound to 2 sockets took a quarter of their socket each). Planned
+// as the index of count within the mask, the ranks sharing a mask use all
+// of it. Collective: every rank calls it, whatever its mask.
+func MaskGroup(g Gatherer, mask CPUSet) (index, count int, err error) {
+	host := g.Host()
+	rec := binary.LittleEndian.AppendUint16(nil, uint16(len(host)))
+	rec = append(rec, host...)
+	rec = mask.appendMask(rec, (mask.Max()+8)/8)
+	all, err := allgatherVar(g, rec)
+	if err != nil {
+		return 0, 0, fmt.Errorf("compare cpu masks across ranks: %w", err)
+	}
+	for r, b := range all {
+		if len(b) < 2 || len(b) < 2+int(binary.LittleEndian.Uint16(b)) {
+			return 0, 0, fmt.Errorf("compare cpu masks across ranks: rank %d sent a short record", r)
+		}
+		hl := int(binary.LittleEndian.Uint16(b))
+		if string(b[2:2+hl]) != host || !fromMask(bytes.Clone(b[2+hl:])).Equal(mask) {
+			continue
+		}
+		if r == g.Rank() {
+			index = count
+		}
+		count++
+	}
+	return index, count, nil
+}
+
 // ErrOverlap is what CheckDisjoint's error is (errors.Is) when two ranks
 // on one host are bound to the same cpus: the launch's or the user's
 // doing (-cpu-list, taskset), where its other errors are failures of the

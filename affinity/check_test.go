@@ -133,3 +133,38 @@ func TestReport(t *testing.T) {
 		}
 	}
 }
+
+// TestMaskGroup: the ranks of a host bound by the launcher to masks of
+// their own (mpirun -np 4 --map-by socket --bind-to socket: ranks 0 and 2
+// on socket 0, 1 and 3 on socket 1) are grouped by mask, and planned as
+// index of count within it each rank takes half its socket; planned as
+// local rank of 4 it took a quarter.
+func TestMaskGroup(t *testing.T) {
+	topo := readFixture(t, "dual2s64t")
+	hosts := []string{"n1", "n1", "n1", "n1", "n2", "n2"}
+	socket := []string{"0-15,32-47", "16-31,48-63", "0-15,32-47", "16-31,48-63", "0-7", "0-7"}
+	type got struct{ index, count int }
+	res := runRanks(hosts, func(g Gatherer) got {
+		i, n, err := MaskGroup(g, mustParse(t, socket[g.Rank()]))
+		if err != nil {
+			t.Errorf("rank %d: %v", g.Rank(), err)
+		}
+		return got{i, n}
+	})
+	want := []got{{0, 2}, {0, 2}, {1, 2}, {1, 2}, {0, 2}, {1, 2}}
+	for r := range want {
+		if res[r] != want[r] {
+			t.Errorf("rank %d: index %d of %d, want %d of %d", r, res[r].index, res[r].count, want[r].index, want[r].count)
+		}
+	}
+	for r := range 4 {
+		mask := mustParse(t, socket[r])
+		p, err := topo.Plan(mask, Request{LocalRank: res[r].index, LocalSize: res[r].count, Policy: Cores, PreferNUMA: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Threads != 8 || !p.CPUs.Intersect(mask).Equal(p.CPUs) {
+			t.Errorf("rank %d in %s: %d threads on %s, want 8 inside the mask", r, mask, p.Threads, p.CPUs)
+		}
+	}
+}

@@ -55,7 +55,15 @@ func place(cfg Config, c mpi.Comm, log func(string, ...any)) (*placement, error)
 			log("hpctrain: warning: %s", g.assign.Warning)
 		}
 	}
-	plan, err := planRank(cfg, c, g)
+	// The launcher may have bound each rank itself (Open MPI does unless
+	// given --bind-to none): a rank is planned among the ranks sharing its
+	// mask. Every rank compares, whatever its configuration.
+	mask, merr := affinity.Allowed()
+	group, groupSize, err := affinity.MaskGroup(c, mask)
+	if err = agree(c, "comparing cpu masks", errors.Join(merr, err)); err != nil {
+		return nil, err
+	}
+	plan, err := planRank(cfg, c, g, mask, group, groupSize)
 	if err = agree(c, "planning cpu binding", cli.Usage(err)); err != nil {
 		return nil, err
 	}
@@ -129,9 +137,13 @@ func chooseGPU(cfg Config, c mpi.Comm) (gpuChoice, error) {
 	return gpuChoice{top: top, assign: a}, nil
 }
 
-// planRank plans this rank's cores; with GPUs, each local rank's cores
-// are taken near its GPU (affinity.Request.Near).
-func planRank(cfg Config, c mpi.Comm, g gpuChoice) (affinity.Plan, error) {
+// planRank plans this rank's cores inside mask; with GPUs, each local
+// rank's cores are taken near its GPU (affinity.Request.Near). Where the
+// launcher bound the node's ranks to masks of their own (fewer than the
+// node's ranks share this one), the rank is planned as group of groupSize
+// within its mask, so that the ranks sharing it use all of it; with GPUs
+// the node's numbering stays, as the GPUs are assigned by it.
+func planRank(cfg Config, c mpi.Comm, g gpuChoice, mask affinity.CPUSet, group, groupSize int) (affinity.Plan, error) {
 	policy, err := affinity.ParsePolicy(cfg.Bind)
 	if err != nil {
 		return affinity.Plan{}, err
@@ -140,21 +152,21 @@ func planRank(cfg Config, c mpi.Comm, g gpuChoice) (affinity.Plan, error) {
 	if err != nil {
 		return affinity.Plan{}, err
 	}
-	mask, err := affinity.Allowed()
-	if err != nil {
-		return affinity.Plan{}, err
-	}
 	req := affinity.Request{LocalRank: c.LocalRank(), LocalSize: c.LocalSize(), Threads: cfg.Threads,
 		Policy: policy, UseSMT: cfg.UseSMT, PreferNUMA: -1}
 	if g.top != nil {
 		req.Near = g.top.Near(g.assign, topo)
+	} else if groupSize > 0 && groupSize < c.LocalSize() {
+		req.LocalRank, req.LocalSize = group, groupSize
 	}
 	if cfg.CPUList != "" {
 		if req.CPUList, err = affinity.Parse(cfg.CPUList); err != nil {
 			return affinity.Plan{}, fmt.Errorf("cpu_list: %w", err)
 		}
 	}
-	return topo.PlanOversubscribed(mask, req)
+	p, err := topo.PlanOversubscribed(mask, req)
+	p.LocalRank, p.LocalSize = c.LocalRank(), c.LocalSize() // the node's numbering, as reports show it
+	return p, err
 }
 
 func (p *placement) close() { p.workers.Close() }
