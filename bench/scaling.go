@@ -762,7 +762,7 @@ func legendLabel(r ScalingRow) string {
 // link.
 func scalingPNG(path string, rep ScalingReport) error {
 	eff, rate := plot.New(), plot.New()
-	eff.Title.Text = fmt.Sprintf("%s, batch %d/rank, %d rank(s)/node, %s: efficiency", rep.Model, rep.Batch, firstRPN(rep.Rows), rep.Collective)
+	eff.Title.Text = scalingTitle(rep)
 	rate.Title.Text = "samples/s (predicted)"
 	eff.Y.Label.Text = "efficiency (compute step / step)"
 	rate.Y.Label.Text = "samples/s"
@@ -812,6 +812,17 @@ func scalingPNG(path string, rep ScalingReport) error {
 }
 
 // firstRPN is the ranks per node of the rows.
+// scalingTitle is the chart's title. With one rank per node there is no
+// node-shared sum: the model, as training, uses MPI_Allreduce alone, and
+// the title says mpi whatever -collective (it said shm).
+func scalingTitle(rep ScalingReport) string {
+	rpn, coll := firstRPN(rep.Rows), rep.Collective
+	if rpn == 1 {
+		coll = "mpi"
+	}
+	return fmt.Sprintf("%s, batch %d/rank, %d rank(s)/node, %s: efficiency", rep.Model, rep.Batch, rpn, coll)
+}
+
 func firstRPN(rows []ScalingRow) int {
 	if len(rows) == 0 {
 		return 0

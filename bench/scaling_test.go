@@ -682,3 +682,17 @@ func TestScalingShmFlagsZero(t *testing.T) {
 		t.Errorf("-shm-alpha-us 0 -shm-gbps 20: %v", err)
 	}
 }
+
+// TestScalingTitle: the chart's title names the collective the rows
+// model: with one rank per node there is no node-shared sum, and it said
+// shm of rows of MPI_Allreduce alone.
+func TestScalingTitle(t *testing.T) {
+	rep := ScalingReport{Model: "cnn", Batch: 64, Collective: "shm", Rows: []ScalingRow{{RanksPerNode: 1}}}
+	if got := scalingTitle(rep); !strings.Contains(got, "1 rank(s)/node, mpi:") {
+		t.Errorf("1 rank per node, -collective shm: title %q, want mpi", got)
+	}
+	rep.Rows[0].RanksPerNode = 2
+	if got := scalingTitle(rep); !strings.Contains(got, "2 rank(s)/node, shm:") {
+		t.Errorf("2 ranks per node: title %q, want shm", got)
+	}
+}
