@@ -10,13 +10,16 @@ import (
 	iofs "io/fs"
 	"math"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"hpctrain/data"
@@ -123,8 +126,21 @@ func predictCmd(args []string, stdout, stderr io.Writer) error {
 	w := ck.compute(t, 1)
 	defer w.Close()
 
-	units, cleanup, err := openInputs(t, ins)
-	defer cleanup()
+	// The images' directories of links are removed however predict
+	// ends: a Ctrl-C, kill or scheduler's stop while the inputs are read
+	// (stopped), and a reader that goes away (predict *.png | head -1:
+	// standard output's EPIPE below) both left them in $TMPDIR.
+	var tmp tempDirs
+	defer tmp.removeAll()
+	stop := onStop(func(s os.Signal) {
+		if s != syscall.SIGPIPE { // the writer's EPIPE: outputError
+			tmp.removeAll()
+			die(s)
+		}
+	}, syscall.SIGINT, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGPIPE)
+	defer stop()
+
+	units, err := openInputs(t, ins, &tmp)
 	if err != nil {
 		return err
 	}
@@ -171,13 +187,75 @@ func predictCmd(args []string, stdout, stderr io.Writer) error {
 					ld.Close()
 					return fmt.Errorf("predict: input %s: the network's scores are not finite numbers (%v)", p.Input, err)
 				}
-				out.Write(append(line, '\n'))
+				if _, err := out.Write(append(line, '\n')); err != nil {
+					ld.Close()
+					return outputError(err, &tmp)
+				}
 			}
 			ld.Release(b)
 		}
 		ld.Close()
 	}
-	return out.Flush()
+	if err := out.Flush(); err != nil {
+		return outputError(err, &tmp)
+	}
+	return nil
+}
+
+// outputError is the error of a failed write to standard output. A
+// reader that went away (EPIPE, SIGPIPE being caught) ends the process
+// quietly with SIGPIPE, as Go's own handling of the signal would have
+// ended it, once the inputs' directories are removed.
+func outputError(err error, tmp *tempDirs) error {
+	if errors.Is(err, syscall.EPIPE) {
+		tmp.removeAll()
+		die(syscall.SIGPIPE)
+	}
+	return fmt.Errorf("predict: standard output: %w", err)
+}
+
+// onStop calls stopped, on a goroutine of its own, with each of sigs
+// that arrives until the returned stop is called; a signal the process
+// was started with ignored (nohup's SIGHUP, a background job's SIGINT)
+// stays ignored. predict and export use it to remove what they made
+// before a signal ends them part-way. A caught SIGPIPE no longer ends the
+// process: the write to the pipe fails with EPIPE instead.
+func onStop(stopped func(os.Signal), sigs ...syscall.Signal) (stop func()) {
+	ch := make(chan os.Signal, 1)
+	for _, s := range sigs {
+		if !signal.Ignored(s) {
+			signal.Notify(ch, s)
+		}
+	}
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case s := <-ch:
+				stopped(s)
+			case <-done:
+				return
+			}
+		}
+	}()
+	return func() {
+		signal.Stop(ch)
+		close(done)
+	}
+}
+
+// die ends the process as signal s would have had it not been caught:
+// killed by it, so that a shell sees 128 + its number and a script
+// stops on SIGINT. Go takes no action on a SIGPIPE sent to it, so that
+// one ends with its status, 141.
+func die(s os.Signal) {
+	sig := s.(syscall.Signal)
+	signal.Reset(sig)
+	if sig != syscall.SIGPIPE {
+		syscall.Kill(syscall.Getpid(), sig)
+		time.Sleep(time.Second) // the signal ends the process meanwhile
+	}
+	os.Exit(128 + int(sig))
 }
 
 // topK is the k most probable classes of scores z, most probable first
@@ -213,7 +291,6 @@ type unit struct {
 	paths  []string // the image files, in order
 	labels []byte   // the IDX file's labels, if found
 	folder *data.Folder
-	links  string // the folder's directory of links
 }
 
 func (u *unit) input(i int) string {
@@ -295,15 +372,9 @@ func isTerminal(f *os.File) bool {
 
 // openInputs sorts the inputs into units and checks each: an IDX file is
 // read whole and its shape checked, an image's header is read (format and
-// size). The returned cleanup removes what was made for them.
-func openInputs(t *train.Trained, ins []input) ([]*unit, func(), error) {
+// size). What is made for them is noted in tmp.
+func openInputs(t *train.Trained, ins []input, tmp *tempDirs) ([]*unit, error) {
 	var units []*unit
-	var dirs []string
-	cleanup := func() {
-		for _, d := range dirs {
-			os.RemoveAll(d)
-		}
-	}
 	dc := t.Config.DataConfig
 	// Decoded at once, so that a damaged image stops the command before
 	// any line is printed, unless the decoded inputs would take more than
@@ -321,10 +392,7 @@ func openInputs(t *train.Trained, ins []input) ([]*unit, func(), error) {
 		if len(images) == 0 {
 			return nil
 		}
-		u, dir, err := imageUnit(images, t.DataShape, fo)
-		if dir != "" {
-			dirs = append(dirs, dir)
-		}
+		u, err := imageUnit(images, t.DataShape, fo, tmp)
 		if err != nil {
 			return err
 		}
@@ -338,15 +406,15 @@ func openInputs(t *train.Trained, ins []input) ([]*unit, func(), error) {
 			continue
 		}
 		if err := flush(); err != nil {
-			return nil, cleanup, err
+			return nil, err
 		}
 		u, err := idxUnit(in, t.DataShape, t.Net.Classes)
 		if err != nil {
-			return nil, cleanup, err
+			return nil, err
 		}
 		units = append(units, u)
 	}
-	return units, cleanup, flush()
+	return units, flush()
 }
 
 // isIDX reports whether the file at p starts as an IDX file (raw, of any
@@ -373,22 +441,26 @@ func isIDX(p string) bool {
 // imageUnit reads images as an image folder of links, so that they go
 // through the very code the training run's folders go through (channels,
 // resizing, alpha), checking every header now (and, unless fo.Lazy,
-// decoding every image).
-func imageUnit(ins []input, shape data.Shape, fo data.FolderOptions) (*unit, string, error) {
-	dir, err := os.MkdirTemp("", "hpctrain-predict-*")
+// decoding every image). The directory of links is noted in tmp, and
+// removed at once when the images are decoded: nothing reads it again.
+func imageUnit(ins []input, shape data.Shape, fo data.FolderOptions, tmp *tempDirs) (*unit, error) {
+	dir, err := tmp.make()
 	if err != nil {
-		return nil, "", fmt.Errorf("predict: %w", err)
+		return nil, fmt.Errorf("predict: %w", err)
+	}
+	if !fo.Lazy {
+		defer tmp.remove(dir)
 	}
 	class := filepath.Join(dir, "inputs")
-	if err := os.Mkdir(class, 0o700); err != nil {
-		return nil, dir, fmt.Errorf("predict: %w", err)
+	if err := tmp.do(func() error { return os.Mkdir(class, 0o700) }); err != nil {
+		return nil, fmt.Errorf("predict: %w", err)
 	}
 	paths := make([]string, len(ins))
 	for i, in := range ins {
 		paths[i] = in.name
 		abs, err := filepath.Abs(in.path)
 		if err != nil {
-			return nil, dir, fmt.Errorf("predict: input %s: %w", in.name, err)
+			return nil, fmt.Errorf("predict: input %s: %w", in.name, err)
 		}
 		ext := strings.ToLower(filepath.Ext(in.path))
 		switch ext {
@@ -396,20 +468,75 @@ func imageUnit(ins []input, shape data.Shape, fo data.FolderOptions) (*unit, str
 		default:
 			ext = ".png" // the decoder goes by the content, not the name
 		}
-		if err := os.Symlink(abs, filepath.Join(class, fmt.Sprintf("%09d%s", i, ext))); err != nil {
-			return nil, dir, fmt.Errorf("predict: %w", err)
+		link := filepath.Join(class, fmt.Sprintf("%09d%s", i, ext))
+		if err := tmp.do(func() error { return os.Symlink(abs, link) }); err != nil {
+			return nil, fmt.Errorf("predict: %w", err)
 		}
 	}
-	u := &unit{paths: paths, links: dir}
+	u := &unit{paths: paths}
 	f, err := data.LoadImageFolder(dir, shape, fo)
 	if err != nil {
-		return nil, dir, u.imageError(err)
+		return nil, u.imageError(err)
 	}
 	if f.Len() != len(paths) {
-		return nil, dir, fmt.Errorf("predict: %d of %d images listed", f.Len(), len(paths))
+		return nil, fmt.Errorf("predict: %d of %d images listed", f.Len(), len(paths))
 	}
 	u.ds, u.folder = f, f
-	return u, dir, nil
+	return u, nil
+}
+
+// tempDirs are the directories predict makes, removed by removeAll from
+// the command or from a signal's goroutine (onStop). What is made in them
+// is made through do, so that a removal never meets a directory still
+// being filled (it failed: directory not empty).
+type tempDirs struct {
+	mu      sync.Mutex
+	dirs    []string
+	removed bool // by removeAll: nothing more is made
+}
+
+var errRemoved = errors.New("stopped")
+
+// make makes a directory of its own in $TMPDIR.
+func (d *tempDirs) make() (string, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.removed {
+		return "", errRemoved
+	}
+	dir, err := os.MkdirTemp("", "hpctrain-predict-*")
+	if err == nil {
+		d.dirs = append(d.dirs, dir)
+	}
+	return dir, err
+}
+
+// do runs mk, which makes something in one of the directories, unless
+// they have been removed.
+func (d *tempDirs) do(mk func() error) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.removed {
+		return errRemoved
+	}
+	return mk()
+}
+
+// remove removes dir now.
+func (d *tempDirs) remove(dir string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	os.RemoveAll(dir)
+	d.dirs = slices.DeleteFunc(d.dirs, func(s string) bool { return s == dir })
+}
+
+func (d *tempDirs) removeAll() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, dir := range d.dirs {
+		os.RemoveAll(dir)
+	}
+	d.dirs, d.removed = nil, true
 }
 
 // idxUnit reads an IDX file of images (N, H, W) or (N, H, W, C) of the

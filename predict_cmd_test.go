@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"compress/gzip"
 	"fmt"
@@ -8,8 +9,10 @@ import (
 	"image/color"
 	"image/jpeg"
 	"image/png"
+	"io"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -340,4 +343,78 @@ func TestPredictStdin(t *testing.T) {
 	if left, _ := os.ReadDir(tmp); len(left) != 0 {
 		t.Errorf("left in the temporary directory: %v", left)
 	}
+}
+
+// TestPredictLeavesNoTempDir: predict's directory of links to its image
+// inputs is gone however predict ends part-way: a reader of its lines
+// that stops after the first (predict *.png | head -1: SIGPIPE), and a
+// SIGTERM while it reads the inputs. Both left a directory of links in
+// $TMPDIR every time.
+func TestPredictLeavesNoTempDir(t *testing.T) {
+	dir := t.TempDir()
+	ck := zooCheckpoint(t, dir, "mlp")
+	// 3000 inputs of one 280x280 image: long enough to decode that the
+	// signal comes while they are read.
+	im := image.NewGray(image.Rect(0, 0, 280, 280))
+	for i := range im.Pix {
+		im.Pix[i] = uint8(i * 7)
+	}
+	p := filepath.Join(dir, "a.png")
+	writePNG(t, p, im)
+	args := []string{"predict", "-checkpoint", ck, "-top", "1"}
+	for range 3000 {
+		args = append(args, p)
+	}
+	start := func(tmp string) (*exec.Cmd, io.ReadCloser) {
+		cmd := exec.Command(bin, args...)
+		cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var errs bytes.Buffer
+		cmd.Stderr = &errs
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill() })
+		return cmd, out
+	}
+	ended := func(cmd *exec.Cmd, tmp string, want syscall.Signal) {
+		t.Helper()
+		cmd.Wait()
+		ws := cmd.ProcessState.Sys().(syscall.WaitStatus)
+		if !(ws.Signaled() && ws.Signal() == want) && ws.ExitStatus() != 128+int(want) {
+			t.Errorf("ended with %v, want %v (or exit %d); stderr %s", cmd.ProcessState, want, 128+int(want), cmd.Stderr)
+		}
+		if left, _ := os.ReadDir(tmp); len(left) != 0 {
+			t.Errorf("left in $TMPDIR: %v", left)
+		}
+	}
+
+	t.Run("reader gone", func(t *testing.T) {
+		tmp := t.TempDir()
+		cmd, out := start(tmp)
+		line, err := bufio.NewReader(out).ReadString('\n')
+		if err != nil || !strings.HasPrefix(line, `{"input":`) {
+			t.Fatalf("first line %q, %v", line, err)
+		}
+		out.Close()
+		ended(cmd, tmp, syscall.SIGPIPE)
+	})
+	t.Run("SIGTERM", func(t *testing.T) {
+		tmp := t.TempDir()
+		cmd, out := start(tmp)
+		go io.Copy(io.Discard, out)
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Millisecond) {
+			if left, _ := os.ReadDir(tmp); len(left) != 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("predict made no directory in $TMPDIR")
+			}
+		}
+		cmd.Process.Signal(syscall.SIGTERM)
+		ended(cmd, tmp, syscall.SIGTERM)
+	})
 }
