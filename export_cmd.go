@@ -5,8 +5,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
 
 	"hpctrain/export"
 	"hpctrain/internal/atomicfile"
@@ -75,8 +79,10 @@ func exportCmd(args []string, stdout, stderr io.Writer) error {
 		return cli.Usage(fmt.Errorf("-format %q: want onnx or safetensors", f))
 	}
 	toStdout := *out == "-"
+	var stop exportStop
+	defer stop.catch()()
 	if !toStdout {
-		if err := atomicfile.Check(*out); err != nil {
+		if err := stop.guard(func() error { return atomicfile.Check(*out) }); err != nil {
 			return cli.Usage(fmt.Errorf("-o %s: %w", *out, err)) // a misspelt directory: bad input
 		}
 	}
@@ -106,11 +112,70 @@ func exportCmd(args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("export %s: standard output: %w", t.Path, err)
 		}
 		stdout, *out = stderr, "standard output" // the closing line
-	} else if err := atomicfile.Write(*out, func(w io.Writer) error { return write(w, t.Net, info) }); err != nil {
+	} else if err := stop.guard(func() error {
+		return atomicfile.Write(*out, func(w io.Writer) error { return write(stop.writer(w), t.Net, info) })
+	}); err != nil {
 		return fmt.Errorf("export %s: %w", t.Path, err)
 	}
 	in := t.Net.In
 	fmt.Fprintf(stdout, "hpctrain: wrote %s (%s; model %s, step %d, %d parameters; input batch x %d x %d x %d, %d classes)\n",
 		*out, f, t.State.Model, t.State.Step, len(t.Net.Params), in.C, in.H, in.W, t.Net.Classes)
 	return nil
+}
+
+// exportStop ends export on a signal that would end the process (Ctrl-C,
+// a closed terminal, kill, a scheduler's stop) as the signal would, but
+// never while a file of its own lies beside -o: atomicfile.Check's probe
+// and atomicfile.Write's temporary file (.NAME.*.tmp), both of which the
+// signal's default left there. Within guarded, a signal is noted, the
+// file's next write fails (so that atomicfile removes it), and the
+// process ends by the signal when atomicfile returns; the file is then
+// whole or not there.
+type exportStop struct {
+	mu      sync.Mutex
+	guarded bool
+	sig     atomic.Int32 // the signal noted, 0 for none
+}
+
+// catch starts catching the signals; the returned stop ends it.
+func (e *exportStop) catch() (stop func()) {
+	return onStop(func(s os.Signal) {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if !e.guarded {
+			die(s)
+		}
+		e.sig.CompareAndSwap(0, int32(s.(syscall.Signal)))
+	}, syscall.SIGINT, syscall.SIGHUP, syscall.SIGTERM)
+}
+
+// guard runs f, which makes and removes files beside -o, with a signal
+// put off until it returns.
+func (e *exportStop) guard(f func() error) error {
+	e.mu.Lock()
+	e.guarded = true
+	e.mu.Unlock()
+	err := f()
+	e.mu.Lock()
+	e.guarded = false
+	e.mu.Unlock()
+	if s := e.sig.Load(); s != 0 {
+		die(syscall.Signal(s))
+	}
+	return err
+}
+
+// writer is w until a signal is noted.
+func (e *exportStop) writer(w io.Writer) io.Writer { return stopWriter{w, &e.sig} }
+
+type stopWriter struct {
+	w   io.Writer
+	sig *atomic.Int32
+}
+
+func (s stopWriter) Write(p []byte) (int, error) {
+	if n := s.sig.Load(); n != 0 {
+		return 0, fmt.Errorf("stopped by %v", syscall.Signal(n))
+	}
+	return s.w.Write(p)
 }

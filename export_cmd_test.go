@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -196,5 +197,49 @@ func TestExportPreprocess(t *testing.T) {
 		} else {
 			t.Logf("%s: max |logit difference| from hpctrain predict %.3g (logits up to %.3g)", c.script, d, maxAbs(want))
 		}
+	}
+}
+
+// TestExportStopped: a SIGTERM (or Ctrl-C) while export makes files
+// beside -o (the writability probe, then the file's temporary copy)
+// ends it by the signal once they are removed, the file whole or not
+// there; the signal killed it at once and left them (.m.onnx.*.tmp,
+// .hpctrain-probe-*).
+func TestExportStopped(t *testing.T) {
+	dir := t.TempDir()
+	// 16M parameters: writing takes long enough to be stopped.
+	d, err := model.ParseDesc("wide.toml", []byte(`layers = [{kind = "flatten"}, {kind = "linear", out = 20000}, {kind = "linear", out = "classes"}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ck := testCheckpoint(t, dir, "wide.toml", d, nil)
+	for _, f := range []string{"m.onnx", "m.safetensors"} {
+		out := filepath.Join(dir, strings.ReplaceAll(f, ".", "-"))
+		os.Mkdir(out, 0o755)
+		cmd := exec.Command(bin, "export", "-checkpoint", ck, "-o", filepath.Join(out, f))
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(time.Minute); len(dirNames(t, out)) == 0; time.Sleep(100 * time.Microsecond) {
+			if time.Now().After(deadline) {
+				cmd.Process.Kill()
+				t.Fatalf("%s: export made no file in a minute", f)
+			}
+		}
+		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Wait()
+		ws := cmd.ProcessState.Sys().(syscall.WaitStatus)
+		names := dirNames(t, out)
+		killed := ws.Signaled() && ws.Signal() == syscall.SIGTERM
+		if !killed && !(ws.Exited() && ws.ExitStatus() == 0) || len(names) > 1 || len(names) == 1 && names[0] != f {
+			t.Errorf("%s: ended %v, left %v; want killed by SIGTERM (or exit 0) and nothing or %s alone", f, cmd.ProcessState, names, f)
+			continue
+		}
+		if len(names) == 1 {
+			if b, _ := os.ReadFile(filepath.Join(out, f)); len(b) < 4*20000*784 {
+				t.Errorf("%s: a file of %d bytes, want the whole network", f, len(b))
+			}
+		}
+		t.Logf("%s: %v, left %v", f, cmd.ProcessState, names)
 	}
 }

@@ -217,8 +217,8 @@ func outputError(err error, tmp *tempDirs) error {
 // onStop calls stopped, on a goroutine of its own, with each of sigs
 // that arrives until the returned stop is called; a signal the process
 // was started with ignored (nohup's SIGHUP, a background job's SIGINT)
-// stays ignored. predict and export use it to remove what they made
-// before a signal ends them part-way. A caught SIGPIPE no longer ends the
+// stays ignored. predict and export (writeFile) use it to remove what
+// they made before a signal ends them part-way. A caught SIGPIPE no longer ends the
 // process: the write to the pipe fails with EPIPE instead.
 func onStop(stopped func(os.Signal), sigs ...syscall.Signal) (stop func()) {
 	ch := make(chan os.Signal, 1)
