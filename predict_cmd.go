@@ -20,6 +20,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unicode/utf8"
 	"unsafe"
 
 	"hpctrain/data"
@@ -45,18 +46,45 @@ directories). Every input is read and checked before any line is printed
 (only the images' headers when they would take more than 256 MiB decoded).
 An INPUT of - is standard input: one image or IDX file piped in
 (curl -s URL | hpctrain predict -checkpoint-dir ck -), named "-" in the
-output.
+output. A file name that is not UTF-8 has each byte outside a character
+written as \udcXX (Python's surrogateescape: os.fsencode gives it back).
 
 Flags:
 `
 
 // prediction is one output line.
 type prediction struct {
-	Input  string      `json:"input"`
+	Input  fileName    `json:"input"`
 	Index  *int        `json:"index,omitempty"` // the image's index in an IDX file
 	Label  *int        `json:"label,omitempty"` // its label, when the labels file is there
 	Top    []classProb `json:"top"`
 	Logits []float32   `json:"logits,omitempty"`
+}
+
+// fileName is a file's name in an output line. One that is not UTF-8 (a
+// Latin-1 name, é as the byte 0xe9) has each byte outside a character
+// written as the lone surrogate \udcXX, as Python's surrogateescape
+// decodes such a name: json.loads then os.fsencode give its bytes back.
+// encoding/json wrote U+FFFD for every such byte, so that caf\xe9.png and
+// caf\xe8.png printed alike and neither could be found again.
+type fileName string
+
+func (s fileName) MarshalJSON() ([]byte, error) {
+	if utf8.ValidString(string(s)) {
+		return json.Marshal(string(s))
+	}
+	b := []byte{'"'}
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(string(s[i:]))
+		if r == utf8.RuneError && n == 1 {
+			b = fmt.Appendf(b, `\udc%02x`, s[i])
+		} else {
+			q, _ := json.Marshal(string(s[i : i+n])) // escaped as encoding/json does
+			b = append(b, q[1:len(q)-1]...)
+		}
+		i += n
+	}
+	return append(b, '"'), nil
 }
 
 type classProb struct {
@@ -171,7 +199,7 @@ func predictCmd(args []string, stdout, stderr io.Writer) error {
 			z := t.Net.Forward(b.N)
 			for i := 0; i < b.N; i++ {
 				j := b.Step*t.Batch + i
-				p := prediction{Input: u.input(j), Top: topK(z[i*k:(i+1)*k], *top, t.ClassNames)}
+				p := prediction{Input: fileName(u.input(j)), Top: topK(z[i*k:(i+1)*k], *top, t.ClassNames)}
 				if u.idx {
 					p.Index = &j
 					if u.labels != nil {

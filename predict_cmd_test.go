@@ -74,7 +74,7 @@ func TestPredictImagesAndIDX(t *testing.T) {
 	}
 	for i := range fromIDX {
 		a, b := fromIDX[i], fromPNG[i]
-		if b.Input != pngs[i] || a.Index == nil || *a.Index != i || a.Label == nil || *a.Label != int(labels[i]) {
+		if string(b.Input) != pngs[i] || a.Index == nil || *a.Index != i || a.Label == nil || *a.Label != int(labels[i]) {
 			t.Fatalf("line %d: %+v / %+v", i, a, b)
 		}
 		if d := maxAbsDiff(a.Logits, b.Logits); d != 0 {
@@ -117,7 +117,7 @@ func TestPredictImagesAndIDX(t *testing.T) {
 	jpeg.Encode(f, big, nil)
 	f.Close()
 	ps := predictions(t, mustRun(t, predictCmd, "-checkpoint", ck, pb, pj))
-	if len(ps) != 2 || ps[0].Input != pb || ps[1].Input != pj || len(ps[0].Top) != 5 {
+	if len(ps) != 2 || string(ps[0].Input) != pb || string(ps[1].Input) != pj || len(ps[0].Top) != 5 {
 		t.Errorf("big and JPEG: %+v", ps)
 	}
 }
@@ -308,7 +308,7 @@ func TestPredictStdin(t *testing.T) {
 		want := predictions(t, mustRun(t, predictCmd, "-checkpoint", ck, "-logits", p))
 		from(p)
 		got := predictions(t, mustRun(t, predictCmd, "-checkpoint", ck, "-logits", "-", png))
-		if len(got) != len(want)+1 || got[len(got)-1].Input != png {
+		if len(got) != len(want)+1 || string(got[len(got)-1].Input) != png {
 			t.Fatalf("%s through -: %d lines (%+v), want %d and then %s's", p, len(got), got, len(want), png)
 		}
 		for i := range want {
@@ -417,4 +417,22 @@ func TestPredictLeavesNoTempDir(t *testing.T) {
 		cmd.Process.Signal(syscall.SIGTERM)
 		ended(cmd, tmp, syscall.SIGTERM)
 	})
+}
+
+// TestPredictNonUTF8Name: a file name that is not UTF-8 comes out with
+// its stray bytes as \udcXX, so that two such names stay apart and the
+// file can be found again (both were "caf\ufffd.png").
+func TestPredictNonUTF8Name(t *testing.T) {
+	dir := t.TempDir()
+	ck := zooCheckpoint(t, dir, "mlp")
+	imgs, _ := testImages(t, 1)
+	a, b := filepath.Join(dir, "caf\xe9.png"), filepath.Join(dir, "caf\xe8.png")
+	writePNG(t, a, grey(imgs[0], 28, 28))
+	writePNG(t, b, grey(imgs[0], 28, 28))
+	lines := strings.Split(strings.TrimSpace(mustRun(t, predictCmd, "-checkpoint", ck, "-top", "1", a, b)), "\n")
+	for i, want := range []string{`caf\udce9.png"`, `caf\udce8.png"`} {
+		if len(lines) != 2 || !strings.HasPrefix(lines[i], `{"input":"`) || !strings.Contains(lines[i], want) {
+			t.Errorf("line %d of %q: want the input ending %s", i, lines, want)
+		}
+	}
 }
