@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"syscall"
 
+	"hpctrain/checkpoint"
 	"hpctrain/export"
 	"hpctrain/internal/atomicfile"
 	"hpctrain/internal/cli"
@@ -82,6 +83,9 @@ func exportCmd(args []string, stdout, stderr io.Writer) error {
 	var stop exportStop
 	defer stop.catch()()
 	if !toStdout {
+		if isCheckpoint(*out) {
+			return cli.Usage(fmt.Errorf("-o %s is a checkpoint: export would write over it (name the new file)", *out))
+		}
 		if err := stop.guard(func() error { return atomicfile.Check(*out) }); err != nil {
 			return cli.Usage(fmt.Errorf("-o %s: %w", *out, err)) // a misspelt directory: bad input
 		}
@@ -121,6 +125,25 @@ func exportCmd(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "hpctrain: wrote %s (%s; model %s, step %d, %d parameters; input batch x %d x %d x %d, %d classes)\n",
 		*out, f, t.State.Model, t.State.Step, len(t.Net.Params), in.C, in.H, in.W, t.Net.Classes)
 	return nil
+}
+
+// isCheckpoint reports whether path (links followed) is a regular file
+// that starts as a checkpoint does. export -o replaced such a file, the
+// one being exported included, with the export: the training's state was
+// gone.
+func isCheckpoint(path string) bool {
+	st, err := os.Stat(path)
+	if err != nil || !st.Mode().IsRegular() {
+		return false // a device or pipe is not read: it could block
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	var b [len(checkpoint.Magic)]byte
+	_, err = io.ReadFull(f, b[:])
+	return err == nil && string(b[:]) == checkpoint.Magic
 }
 
 // exportStop ends export on a signal that would end the process (Ctrl-C,

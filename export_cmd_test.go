@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -131,6 +132,8 @@ func TestExportBadInput(t *testing.T) {
 		{[]string{"-checkpoint", ck, "-format", "tflite", "-o", o}, 2, `-format "tflite"`},
 		{[]string{"-checkpoint", ck}, 2, "-o PATH is missing"},
 		{[]string{"-o", o}, 2, "give -checkpoint FILE or -checkpoint-dir DIR"},
+		{[]string{"-checkpoint", ck, "-format", "onnx", "-o", ck}, 2, "-o " + ck + " is a checkpoint: export would write over it"},
+		{[]string{"-checkpoint", ck, "-format", "safetensors", "-o", future}, 2, "-o " + future + " is a checkpoint"},
 	} {
 		r := runCmd(exportCmd, c.args...)
 		if r.code != c.code || !strings.Contains(r.errs, c.want) || strings.Count(r.errs, "\n") != 1 || r.out != "" {
@@ -139,6 +142,9 @@ func TestExportBadInput(t *testing.T) {
 	}
 	if names := dirNames(t, out); len(names) != 0 {
 		t.Errorf("left behind in the output directory: %v", names)
+	}
+	if now, _ := os.ReadFile(ck); !bytes.Equal(now, b) {
+		t.Errorf("the checkpoint %s was written over", ck)
 	}
 	// And the good one.
 	mustRun(t, exportCmd, "-checkpoint-dir", dir, "-o", o)
