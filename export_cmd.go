@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -67,6 +68,9 @@ func exportCmd(args []string, stdout, stderr io.Writer) error {
 		case ".safetensors":
 			f = "safetensors"
 		default:
+			if *out == "-" {
+				return cli.Usage(errors.New("-o - (standard output) has no extension to go by: give -format onnx or -format safetensors"))
+			}
 			return cli.Usage(fmt.Errorf("-format is missing and -o %s has neither .onnx nor .safetensors as extension", *out))
 		}
 	}

@@ -129,6 +129,7 @@ func TestExportBadInput(t *testing.T) {
 		{[]string{"-checkpoint", ck, "-o", filepath.Join(dir, "missing", "m.onnx")}, 2, "no such directory"},
 		{[]string{"-checkpoint", ck, "-format", "onnx", "-o", out}, 2, "is a directory"},
 		{[]string{"-checkpoint", ck, "-o", filepath.Join(out, "m.pt")}, 2, "-format is missing"},
+		{[]string{"-checkpoint", ck, "-o", "-"}, 2, "-o - (standard output) has no extension to go by: give -format onnx or -format safetensors"},
 		{[]string{"-checkpoint", ck, "-format", "tflite", "-o", o}, 2, `-format "tflite"`},
 		{[]string{"-checkpoint", ck}, 2, "-o PATH is missing"},
 		{[]string{"-o", o}, 2, "give -checkpoint FILE or -checkpoint-dir DIR"},
