@@ -374,7 +374,7 @@ func readStdin(r *os.File) (string, func(), error) {
 	}
 	f, err := os.CreateTemp("", "hpctrain-stdin-*")
 	if err != nil {
-		return "", nop, fmt.Errorf("predict: %w", err)
+		return "", nop, tempError("input -: a file to copy standard input to", err)
 	}
 	os.Remove(f.Name())
 	cleanup := func() { f.Close() }
@@ -473,8 +473,10 @@ func isIDX(p string) bool {
 // removed at once when the images are decoded: nothing reads it again.
 func imageUnit(ins []input, shape data.Shape, fo data.FolderOptions, tmp *tempDirs) (*unit, error) {
 	dir, err := tmp.make()
-	if err != nil {
+	if err == errRemoved {
 		return nil, fmt.Errorf("predict: %w", err)
+	} else if err != nil {
+		return nil, tempError("a directory for the image inputs", err)
 	}
 	if !fo.Lazy {
 		defer tmp.remove(dir)
@@ -511,6 +513,17 @@ func imageUnit(ins []input, shape data.Shape, fo data.FolderOptions, tmp *tempDi
 	}
 	u.ds, u.folder = f, f
 	return u, nil
+}
+
+// tempError is the error of making what predict needs in the temporary
+// directory, naming it and the variable that sets it: a job's TMPDIR that
+// is gone was "predict: stat /scratch/job1: no such file or directory".
+func tempError(what string, err error) error {
+	var pe *iofs.PathError
+	if errors.As(err, &pe) {
+		err = pe.Err
+	}
+	return fmt.Errorf("%s cannot be made in %s (the temporary directory, $TMPDIR): %w", what, os.TempDir(), err)
 }
 
 // tempDirs are the directories predict makes, removed by removeAll from

@@ -436,3 +436,33 @@ func TestPredictNonUTF8Name(t *testing.T) {
 		}
 	}
 }
+
+// TestPredictTempDirMissing: a $TMPDIR that is not there is named as the
+// temporary directory (it was "predict: stat DIR: no such file or
+// directory").
+func TestPredictTempDirMissing(t *testing.T) {
+	dir := t.TempDir()
+	ck := zooCheckpoint(t, dir, "mlp")
+	imgs, _ := testImages(t, 1)
+	p := filepath.Join(dir, "a.png")
+	writePNG(t, p, grey(imgs[0], 28, 28))
+	tmp := filepath.Join(dir, "gone")
+	t.Setenv("TMPDIR", tmp)
+	stdin := os.Stdin
+	defer func() { os.Stdin = stdin }()
+	for _, c := range []struct{ arg, want string }{
+		{p, "a directory for the image inputs cannot be made in " + tmp + " (the temporary directory, $TMPDIR): no such file or directory"},
+		{"-", "input -: a file to copy standard input to cannot be made in " + tmp + " (the temporary directory, $TMPDIR): no such file or directory"},
+	} {
+		f, err := os.Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.Stdin = f
+		r := runCmd(predictCmd, "-checkpoint", ck, c.arg)
+		f.Close()
+		if r.code != 1 || !strings.Contains(r.errs, c.want) || strings.Count(r.errs, "\n") != 1 || r.out != "" {
+			t.Errorf("%s: exit %d, %q; want exit 1 and one line saying %q", c.arg, r.code, r.errs, c.want)
+		}
+	}
+}
