@@ -93,6 +93,9 @@ func exportCmd(args []string, stdout, stderr io.Writer) error {
 		if err := stop.guard(func() error { return atomicfile.Check(*out) }); err != nil {
 			return cli.Usage(fmt.Errorf("-o %s: %w", *out, err)) // a misspelt directory: bad input
 		}
+		if isStdout(*out, stdout) {
+			stdout = stderr // the closing line: it went into the file, after the network
+		}
 	}
 	ck.batch = 1 // the network is only read
 	t, err := ck.load("hpctrain export", stderr)
@@ -129,6 +132,21 @@ func exportCmd(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "hpctrain: wrote %s (%s; model %s, step %d, %d parameters; input batch x %d x %d x %d, %d classes)\n",
 		*out, f, t.State.Model, t.State.Step, len(t.Net.Params), in.C, in.H, in.W, t.Net.Classes)
 	return nil
+}
+
+// isStdout reports whether path (links followed) is the file that
+// stdout writes to: standard output by another name, such as /dev/stdout.
+func isStdout(path string, stdout io.Writer) bool {
+	f, ok := stdout.(*os.File)
+	if !ok {
+		return false
+	}
+	a, err := os.Stat(path)
+	if err != nil {
+		return false
+	}
+	b, err := f.Stat()
+	return err == nil && os.SameFile(a, b)
 }
 
 // isCheckpoint reports whether path (links followed) is a regular file

@@ -250,3 +250,24 @@ func TestExportStopped(t *testing.T) {
 		t.Logf("%s: %v, left %v", f, cmd.ProcessState, names)
 	}
 }
+
+// TestExportDevStdout: -o /dev/stdout into a pipe is the network alone,
+// its closing line on standard error as with -o -; the line was written
+// after the network, into the piped file.
+func TestExportDevStdout(t *testing.T) {
+	dir := t.TempDir()
+	ck := zooCheckpoint(t, dir, "mlp")
+	want := filepath.Join(dir, "m.safetensors")
+	mustRun(t, exportCmd, "-checkpoint", ck, "-o", want)
+	wantB, _ := os.ReadFile(want)
+	var out, errs bytes.Buffer
+	cmd := exec.Command(bin, "export", "-checkpoint", ck, "-format", "safetensors", "-o", "/dev/stdout")
+	cmd.Stdout, cmd.Stderr = &out, &errs // a pipe each
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%v\n%s", err, errs.String())
+	}
+	if !bytes.Equal(out.Bytes(), wantB) || !strings.HasPrefix(errs.String(), "hpctrain: wrote /dev/stdout (safetensors;") {
+		t.Errorf("standard output: %d bytes (want the %d of the file; %d more: %q); standard error %q",
+			out.Len(), len(wantB), out.Len()-len(wantB), out.Bytes()[min(len(wantB), out.Len()):], errs.String())
+	}
+}
