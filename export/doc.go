@@ -36,7 +36,9 @@
 // does to a sample before it (preprocess, e.g. ["resize=32x32"], from
 // the data set's sample_shape), how an image file of another size is
 // brought to sample_shape first (sample_resize: bilinear, nearest, or none
-// for refused) and the step.
+// for refused) and the step. A resize, in either, is PyTorch's
+// interpolate: bilinear with align_corners=False rounded half up to bytes,
+// or mode "nearest-exact" for nearest.
 //
 // # Invariants
 //

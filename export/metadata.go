@@ -60,8 +60,10 @@ func metadata(net *model.Net, info Info) map[string]string {
 	copy(std, info.Std)
 	m["mean"], m["std"] = js(mean), js(std)
 	// Without these a file of a network trained through a resize is
-	// fed samples of the wrong size (resizes are bilinear unless named
-	// ":nearest", as PyTorch's interpolate with align_corners=False).
+	// fed samples of the wrong size. Resizes are PyTorch's interpolate:
+	// bilinear with align_corners=False, rounded half up to bytes
+	// (floor(x + 0.5)), or, named ":nearest", mode "nearest-exact" (its
+	// "nearest" samples other pixels).
 	pre, shape := info.Preprocess, info.SampleShape
 	if pre == nil {
 		pre = []string{}

@@ -45,7 +45,9 @@ def preprocessed(meta, images):
     """images (N, H, W, C) of the metadata's sample_shape, through its
     preprocess steps (resize=HxW[:nearest], center_crop=HxW) as hpctrain's
     evaluation runs them: a bilinear resize as interpolate's with
-    align_corners=False, rounded back to bytes."""
+    align_corners=False, rounded half up back to bytes (round() rounds
+    half to even: a pixel at .5 one apart), a nearest one as interpolate's
+    "nearest-exact" (its "nearest" samples other pixels)."""
     c, h, w = json.loads(meta["sample_shape"])
     assert images.shape[1:] == (h, w, c), f"images {images.shape[1:]}, model sample {(h, w, c)}"
     for step in json.loads(meta["preprocess"]):
@@ -55,10 +57,10 @@ def preprocessed(meta, images):
         if op == "resize":
             x = torch.from_numpy(images.astype(np.float32)).permute(0, 3, 1, 2)
             if how == "nearest":
-                x = F.interpolate(x, size=(th, tw), mode="nearest")
+                x = F.interpolate(x, size=(th, tw), mode="nearest-exact")
             else:
                 x = F.interpolate(x, size=(th, tw), mode="bilinear", align_corners=False)
-            images = x.permute(0, 2, 3, 1).round().clamp(0, 255).numpy().astype(np.uint8)
+            images = torch.floor(x.permute(0, 2, 3, 1) + 0.5).clamp(0, 255).numpy().astype(np.uint8)
         elif op == "center_crop":
             top, left = (images.shape[1] - th) // 2, (images.shape[2] - tw) // 2
             images = images[:, top:top + th, left:left + tw, :]
