@@ -225,8 +225,25 @@ func restore(path string, st *checkpoint.State, opts LoadOptions) (*Trained, err
 	if t.Batch <= 0 {
 		t.Batch = max(t.Config.Batch, 1)
 	}
+	if opts.Batch > 0 {
+		// A -batch the network cannot be built for, or this machine
+		// cannot hold, is the user's to lower: exit 2, naming it (a
+		// -batch of 16777216 was "input 28x28x1 too large for batch",
+		// exit 1, or an out-of-memory death).
+		what := fmt.Sprintf("-batch %d: model %s", t.Batch, st.Model)
+		s, err := model.Summarize(desc, in, max(classes, 1))
+		if err != nil {
+			return nil, cli.Usage(fmt.Errorf("%s: %w", what, err))
+		}
+		if err := data.NewBudget(1).Take(what+" with batches of that many samples", NetBytes(s, t.Batch, 1), NetHint(s, t.Batch)); err != nil {
+			return nil, cli.Usage(err)
+		}
+	}
 	t.Net, err = model.Build(desc, in, max(classes, 1), t.Batch, t.Config.Seed)
 	if err != nil {
+		if opts.Batch > 0 {
+			return nil, cli.Usage(fmt.Errorf("-batch %d: %w", t.Batch, err))
+		}
 		return nil, fail("%v", err)
 	}
 	if len(params) != len(t.Net.Params) {
