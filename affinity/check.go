@@ -55,24 +55,9 @@ func allgatherVar(g Gatherer, data []byte) ([][]byte, error) {
 // another waiting. It is meaningful for policy cores; under policy numa
 // ranks on one node share its CPUs by design.
 func CheckDisjoint(g Gatherer, cpus CPUSet) error {
-	// Record: host length (2 bytes), host, then the cpu mask.
-	host := g.Host()
-	rec := binary.LittleEndian.AppendUint16(nil, uint16(len(host)))
-	rec = append(rec, host...)
-	rec = cpus.appendMask(rec, (cpus.Max()+8)/8)
-	all, err := allgatherVar(g, rec)
+	hosts, sets, err := gatherHostSets(g, cpus)
 	if err != nil {
 		return fmt.Errorf("check cpu bindings across ranks: %w", err)
-	}
-	hosts := make([]string, len(all))
-	sets := make([]CPUSet, len(all))
-	for r, b := range all {
-		if len(b) < 2 || len(b) < 2+int(binary.LittleEndian.Uint16(b)) {
-			return fmt.Errorf("check cpu bindings across ranks: rank %d sent a short record", r)
-		}
-		hl := int(binary.LittleEndian.Uint16(b))
-		hosts[r] = string(b[2 : 2+hl])
-		sets[r] = fromMask(bytes.Clone(b[2+hl:]))
 	}
 	for i := range sets {
 		for j := i + 1; j < len(sets); j++ {
@@ -120,20 +105,12 @@ func Report(g Gatherer, p Plan) ([]string, error) {
 // as the index of count within the mask, the ranks sharing a mask use all
 // of it. Collective: every rank calls it, whatever its mask.
 func MaskGroup(g Gatherer, mask CPUSet) (index, count int, err error) {
-	host := g.Host()
-	rec := binary.LittleEndian.AppendUint16(nil, uint16(len(host)))
-	rec = append(rec, host...)
-	rec = mask.appendMask(rec, (mask.Max()+8)/8)
-	all, err := allgatherVar(g, rec)
+	hosts, sets, err := gatherHostSets(g, mask)
 	if err != nil {
 		return 0, 0, fmt.Errorf("compare cpu masks across ranks: %w", err)
 	}
-	for r, b := range all {
-		if len(b) < 2 || len(b) < 2+int(binary.LittleEndian.Uint16(b)) {
-			return 0, 0, fmt.Errorf("compare cpu masks across ranks: rank %d sent a short record", r)
-		}
-		hl := int(binary.LittleEndian.Uint16(b))
-		if string(b[2:2+hl]) != host || !fromMask(bytes.Clone(b[2+hl:])).Equal(mask) {
+	for r := range sets {
+		if hosts[r] != g.Host() || !sets[r].Equal(mask) {
 			continue
 		}
 		if r == g.Rank() {
@@ -142,6 +119,30 @@ func MaskGroup(g Gatherer, mask CPUSet) (index, count int, err error) {
 		count++
 	}
 	return index, count, nil
+}
+
+// gatherHostSets gathers every rank's host and cpu set, in rank order
+// (collective). Record: host length (2 bytes), host, then the cpu mask.
+func gatherHostSets(g Gatherer, cpus CPUSet) ([]string, []CPUSet, error) {
+	host := g.Host()
+	rec := binary.LittleEndian.AppendUint16(nil, uint16(len(host)))
+	rec = append(rec, host...)
+	rec = cpus.appendMask(rec, (cpus.Max()+8)/8)
+	all, err := allgatherVar(g, rec)
+	if err != nil {
+		return nil, nil, err
+	}
+	hosts := make([]string, len(all))
+	sets := make([]CPUSet, len(all))
+	for r, b := range all {
+		if len(b) < 2 || len(b) < 2+int(binary.LittleEndian.Uint16(b)) {
+			return nil, nil, fmt.Errorf("rank %d sent a short record", r)
+		}
+		hl := int(binary.LittleEndian.Uint16(b))
+		hosts[r] = string(b[2 : 2+hl])
+		sets[r] = fromMask(bytes.Clone(b[2+hl:]))
+	}
+	return hosts, sets, nil
 }
 
 // ErrOverlap is what CheckDisjoint's error is (errors.Is) when two ranks
