@@ -232,7 +232,7 @@ func slurmCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	s := slurm.DefaultJobSpec()
 	fs := flag.NewFlagSet("hpctrain slurm template", flag.ContinueOnError)
-	job := fs.String("job", "", "job TOML `file` (keys: name, partition, account, nodes, tasks_per_node, cpus_per_task, gpus_per_node, time, output, error, signal_grace, requeue, binary, config, checkpoint_dir, extra_args, mpirun, oversubscribe, modules)")
+	job := fs.String("job", "", "job TOML `file` (keys: name, partition, account, nodes, tasks_per_node, cpus_per_task, gpus_per_node, time, output, error, signal_grace, requeue, binary, config, checkpoint_dir, extra_args, mpirun, oversubscribe, modules, sbatch)")
 	fs.StringVar(&s.Partition, "partition", s.Partition, "partition")
 	fs.StringVar(&s.Account, "account", s.Account, "account")
 	fs.IntVar(&s.Nodes, "nodes", s.Nodes, "nodes")
@@ -243,9 +243,12 @@ func slurmCmd(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&s.SignalGrace, "signal-grace", s.SignalGrace, "`seconds` before the time limit that SLURM warns the job to checkpoint and requeue")
 	fs.StringVar(&s.Config, "config", s.Config, "training TOML passed to hpctrain train -config")
 	fs.BoolVar(&s.Oversubscribe, "oversubscribe", s.Oversubscribe, "add --oversubscribe to mpirun")
+	var sbatchOpts sbatchFlag
+	fs.Var(&sbatchOpts, "sbatch", "a further sbatch `option`, --name=value, written as an #SBATCH line after the job file's (repeat the flag for more: -sbatch --qos=high -sbatch --exclusive)")
 	if err := cli.Parse(fs, args[1:], stderr, false); err != nil {
 		return err
 	}
+	s.Sbatch = sbatchOpts // after the job file's, where there is one
 	var jobKeys []string
 	if *job != "" {
 		loaded, keys, err := slurm.ReadJobSpec(*job)
@@ -253,7 +256,9 @@ func slurmCmd(args []string, stdout, stderr io.Writer) error {
 			return cli.Usage(err)
 		}
 		s, jobKeys = loaded, keys
+		sbatchOpts = nil
 		fs.Parse(args[1:]) // flags given on the command line win over the file
+		s.Sbatch = append(slices.Clip(s.Sbatch), sbatchOpts...)
 		// Checked with the flags applied: a flag may fill in or correct
 		// what the file has (one job file, a -config per experiment).
 		if err := s.Validate(); err != nil {
@@ -271,6 +276,16 @@ func slurmCmd(args []string, stdout, stderr io.Writer) error {
 		return cli.Usage(err)
 	}
 	warnOutputDirs(s, stderr)
+	return nil
+}
+
+// sbatchFlag collects -sbatch options in the order given.
+type sbatchFlag []string
+
+func (f *sbatchFlag) String() string { return strings.Join(*f, " ") }
+
+func (f *sbatchFlag) Set(v string) error {
+	*f = append(*f, v)
 	return nil
 }
 

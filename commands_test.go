@@ -305,6 +305,10 @@ func TestSlurmTemplateJobAndFlags(t *testing.T) {
 		{"config = \"" + train + "\"\nextra_args = [\"-lrr\", \"1\"]\n", nil, []string{"flag provided but not defined: -lrr"}, 2, ""},
 		{"config = \"" + train + "\"\nextra_args = [\"-epochs\", \"0\"]\n", nil, []string{"epochs = 0"}, 2, ""},
 		{"config = \"" + train + "\"\nextra_args = [\"--resume=x.hpck\"]\n", nil, []string{"-resume is the script's own"}, 2, ""},
+		// Further #SBATCH lines: the file's, then the flags' (sbatch takes
+		// the last); one the script writes itself is refused by its key.
+		{"config = \"" + train + "\"\nsbatch = [\"--qos=low\"]\n", []string{"-sbatch", "--qos=high", "-sbatch=--exclusive"}, []string{"#SBATCH --qos=low\n#SBATCH --qos=high\n#SBATCH --exclusive\n"}, 0, ""},
+		{"config = \"" + train + "\"\n", []string{"-sbatch", "--nodes=4"}, []string{`sbatch: "--nodes=4": the script writes --nodes from the job's nodes: set nodes instead`}, 2, ""},
 		// An --output or --error directory that is not there: SLURM would
 		// fail the job without a log; one warning per directory.
 		{"config = \"" + train + "\"\noutput = \"" + dir + "/logs/%x-%j.out\"\nerror = \"" + dir + "/logs/%x-%j.err\"\n", nil, []string{"#SBATCH --output=" + dir + "/logs/%x-%j.out"}, 0, "directory " + dir + "/logs is not there"},

@@ -69,6 +69,7 @@ for i in $(seq 400); do sleep 0.1; done
 	spec.Name, spec.TasksPerNode, spec.Time = "fake", 2, "5"
 	spec.Output, spec.Error = filepath.Join(dir, "%x-%j.out"), filepath.Join(dir, "%x-%j.out")
 	spec.Binary, spec.Config, spec.Oversubscribe = trainer, "cfg.toml", true
+	spec.Sbatch = []string{"--comment=from-the-job-file"} // reaches SLURM: scontrol shows it below
 	var script bytes.Buffer
 	if err := Render(&script, spec); err != nil {
 		t.Fatal(err)
@@ -84,7 +85,7 @@ for i in $(seq 400); do sleep 0.1; done
 	waitFor(ctx, t, out, "requeueing job "+id)
 	// SLURM holds a requeued job for about two minutes (BeginTime) before
 	// rerunning it; seeing it pending with Restarts=1 is enough here.
-	waitJob(ctx, t, c, id, "JobState=PENDING", "Restarts=1")
+	waitJob(ctx, t, c, id, "JobState=PENDING", "Restarts=1", "Comment=from-the-job-file")
 	run("scancel", id)
 
 	// Stopped before the trainer starts (here while a slow `module load`

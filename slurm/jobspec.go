@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -47,6 +48,12 @@ type JobSpec struct {
 	// threads exceed the cores SLURM gives (small test machines).
 	Oversubscribe bool     `toml:"oversubscribe"`
 	Modules       []string `toml:"modules"` // each becomes `module load <m>`
+	// Sbatch holds further sbatch options in their long form, each written
+	// as its own "#SBATCH OPT" line after the script's: "--qos=high",
+	// "--constraint=ib", "--exclusive", "--mem=0", "--mail-type=END,FAIL".
+	// Options the script sets from other keys are refused, naming the key
+	// (see [sbatchOwn]); sbatch takes the last of an option given twice.
+	Sbatch []string `toml:"sbatch"`
 }
 
 // DefaultJobSpec returns the defaults that [LoadJobSpec] starts from: one
@@ -184,6 +191,11 @@ func (s JobSpec) Validate() error {
 			bad("modules", "%q: only letters, digits and %s allowed", m, sbatchPunct)
 		}
 	}
+	for _, o := range s.Sbatch {
+		if err := checkSbatchOption(o); err != nil {
+			bad("sbatch", "%v", err)
+		}
+	}
 	if len(errs) > 0 {
 		// One line, every fault named: "nodes: ...; time: ...".
 		msgs := make([]string, len(errs))
@@ -202,6 +214,68 @@ func (s JobSpec) Validate() error {
 // that hpctrain pins itself; the host options would leave the allocation.
 var mpirunOwn = []string{"np", "n", "c", "N", "npernode", "pernode", "npersocket", "map-by", "bind-to",
 	"cpus-per-proc", "cpus-per-rank", "host", "H", "hostfile", "machinefile", "default-hostfile"}
+
+// sbatchOwn are the sbatch options the script writes, each with the job
+// keys it writes it from, and sbatchRefused those that would undo how the
+// script works, each with why. sbatch reads option names as getopt_long
+// does, taking an unambiguous abbreviation, so a name that begins one of
+// these is refused too.
+var (
+	sbatchOwn = map[string]string{
+		"job-name": "name", "partition": "partition", "account": "account",
+		"nodes": "nodes", "ntasks": "nodes and tasks_per_node", "ntasks-per-node": "tasks_per_node",
+		"cpus-per-task": "cpus_per_task",
+		"gpus":          "gpus_per_node", "gpus-per-node": "gpus_per_node",
+		"time": "time", "output": "output", "error": "error", "signal": "signal_grace",
+		"requeue": "requeue", "no-requeue": "requeue",
+	}
+	sbatchRefused = map[string]string{
+		"open-mode":    "the script appends to its logs, so that a requeued run keeps the log of the runs before it",
+		"array":        "every task of an array would train the same configuration into the same checkpoint_dir; render a script per experiment",
+		"wrap":         "the rendered script is the job",
+		"cpus-per-gpu": "sbatch refuses it beside --cpus-per-task, which the script writes from the job's cpus_per_task",
+	}
+)
+
+// sbatchOption is the form an sbatch key's entry must have: a long option,
+// with its value after '=', in characters that need no quoting in an
+// #SBATCH line (constraints use & | [ ] * and !).
+var sbatchOption = regexp.MustCompile(`^--[a-z][a-z0-9-]*(=[A-Za-z0-9._\-/%+:@=,&|\[\]*!()]+)?$`)
+
+// checkSbatchOption checks one entry of the sbatch key.
+func checkSbatchOption(o string) error {
+	if !sbatchOption.MatchString(o) {
+		return fmt.Errorf("%q: want one long option, --name or --name=value (e.g. --qos=high), without spaces or quotes", o)
+	}
+	name, val, _ := strings.Cut(o[2:], "=")
+	var match []string
+	for _, m := range []map[string]string{sbatchOwn, sbatchRefused} {
+		for full := range m {
+			if strings.HasPrefix(full, name) {
+				match = append(match, full)
+			}
+		}
+	}
+	sort.Strings(match)
+	full := name
+	switch {
+	case slices.Contains(match, name):
+	case len(match) == 1:
+		full = match[0]
+	case len(match) > 1:
+		return fmt.Errorf("%q: --%s begins --%s, options the script writes or refuses; give an option's whole name", o, name, strings.Join(match, ", --"))
+	}
+	if key, ok := sbatchOwn[full]; ok {
+		return fmt.Errorf("%q: the script writes --%s from the job's %s: set %s instead", o, full, key, key)
+	}
+	if why, ok := sbatchRefused[full]; ok {
+		return fmt.Errorf("%q: --%s is refused: %s", o, full, why)
+	}
+	if name == "gres" && strings.Contains(val, "gpu") {
+		return fmt.Errorf("%q: the script writes GPUs as --gpus-per-node from the job's gpus_per_node: set gpus_per_node instead", o)
+	}
+	return nil
+}
 
 var sbatchValue = regexp.MustCompile(`^[A-Za-z0-9._\-/%+:@=,]+$`)
 

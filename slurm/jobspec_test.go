@@ -53,6 +53,19 @@ func TestLoadJobSpecErrors(t *testing.T) {
 		{"config = \"c\"\nmpirun = [\"-map-by=node\"]\n", `mpirun: "-map-by=node" is the script's own`},
 		{"config = \"c\"\nmpirun = [\"--hostfile\", \"h\"]\n", `mpirun: "--hostfile" is the script's own`},
 		{"config = \"c\"\nnodes = \"2\"\n", "nodes"},
+		// Further sbatch options: long form only, none that the script
+		// writes from a key (abbreviated too, as sbatch takes them) or
+		// that would undo its requeue.
+		{"config = \"c\"\nsbatch = [\"--time=10\"]\n", `sbatch: "--time=10": the script writes --time from the job's time: set time instead`},
+		{"config = \"c\"\nsbatch = [\"--ntasks-per=4\"]\n", `the script writes --ntasks-per-node from the job's tasks_per_node`},
+		{"config = \"c\"\nsbatch = [\"--n=4\"]\n", `--n begins --no-requeue, --nodes, --ntasks, --ntasks-per-node`},
+		{"config = \"c\"\nsbatch = [\"--gres=gpu:a100:2\"]\n", `set gpus_per_node instead`},
+		{"config = \"c\"\nsbatch = [\"--array=0-9\"]\n", `--array is refused`},
+		{"config = \"c\"\nsbatch = [\"--open-mode=truncate\"]\n", `--open-mode is refused`},
+		{"config = \"c\"\nsbatch = [\"-q high\"]\n", `"-q high": want one long option`},
+		{"config = \"c\"\nsbatch = [\"--comment=a b\"]\n", `"--comment=a b": want one long option`},
+		{"config = \"c\"\nsbatch = [\"--qos=x\\n#SBATCH --time=1\"]\n", `want one long option`},
+		{"config = \"c\"\nsbatch = \"--qos=high\"\n", "sbatch"},
 		// Several faults: every one named, on one line.
 		{"config = \"c\"\nnodes = -1\ntasks_per_node = 0\ntime = \"x\"\n",
 			`nodes: -1 out of range [1, 100000]; tasks_per_node: 0 out of range [1, 4096]; time: "x"`},
@@ -95,6 +108,19 @@ func TestValidateTime(t *testing.T) {
 	for _, bad := range []string{"", "0", "00:00:00", "1:60", "1:00:60", "1-24:00:00", "a", "1:2:3:4", "-1", "1-", "UNLIMITED", " 30", "1.5"} {
 		if err := ValidateTime(bad); err == nil {
 			t.Errorf("ValidateTime(%q): want error", bad)
+		}
+	}
+}
+
+// TestSbatchOptionsAccepted: the options users add to a job (QoS,
+// constraints, memory, mail, dependencies) pass, including abbreviations
+// and names that only begin like the script's own.
+func TestSbatchOptionsAccepted(t *testing.T) {
+	for _, o := range []string{"--qos=high", "--exclusive", "--mem=0", "--constraint=[ib&skylake]|epyc*2",
+		"--mail-type=END,FAIL", "--mail-user=first.last@example.org", "--dependency=afterok:123", "--time-min=30",
+		"--gres=nvme:1", "--nodelist=node[01-04]", "--ntasks-per-core=1", "--gpu-bind=closest", "--reservation=maint_2"} {
+		if err := checkSbatchOption(o); err != nil {
+			t.Errorf("checkSbatchOption(%q): %v", o, err)
 		}
 	}
 }

@@ -74,6 +74,12 @@ const scriptText = `#!/bin/bash
 {{- end}}
 # A requeued run appends to the same output files instead of truncating them.
 #SBATCH --open-mode=append
+{{- if .Sbatch}}
+# The job file's own sbatch options.
+{{- range .Sbatch}}
+#SBATCH {{.}}
+{{- end}}
+{{- end}}
 
 {{- if .Modules}}
 set -eo pipefail

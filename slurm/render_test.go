@@ -102,6 +102,19 @@ func TestRenderContents(t *testing.T) {
 			t.Errorf("script has %q though the spec does not ask for it", absent)
 		}
 	}
+	// The job's own sbatch options: #SBATCH lines in order after the
+	// script's, before the first command (sbatch reads no further).
+	s.Sbatch = []string{"--qos=high", "--exclusive"}
+	buf.Reset()
+	if err := Render(&buf, s); err != nil {
+		t.Fatal(err)
+	}
+	out = buf.String()
+	q, x, first := strings.Index(out, "#SBATCH --qos=high\n"), strings.Index(out, "#SBATCH --exclusive\n"), strings.Index(out, "\nset -")
+	if q < strings.Index(out, "#SBATCH --open-mode") || x < q || first < x {
+		t.Errorf("sbatch options not as #SBATCH lines in order before the first command:\n%s", out)
+	}
+	s.Sbatch = nil
 	s.Requeue = false
 	buf.Reset()
 	if err := Render(&buf, s); err != nil {
