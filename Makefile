@@ -8,7 +8,7 @@ GO ?= go
 NP ?= 2
 DEMO_ARGS ?= -model cnn -epochs 1 -batch 64 -lr 0.01 -momentum 0.9 -metrics out/demo.jsonl
 
-.PHONY: all setup setup-cuda build demo test vet bench clean readme-tables
+.PHONY: all setup setup-cuda cgo-check build demo test vet bench clean readme-tables
 all: build
 
 setup:
@@ -18,8 +18,12 @@ setup:
 setup-cuda:
 	scripts/setup.sh --cuda
 
-build: setup
+build: setup cgo-check
 	$(GO) build -o hpctrain .
+
+# Without cgo the build fails in a page of undefined symbols; say why instead.
+cgo-check:
+	@[ "$$($(GO) env CGO_ENABLED)" = 1 ] || { echo "hpctrain needs cgo (Open MPI, oneDNN and OpenBLAS are C libraries), but go env CGO_ENABLED is $$($(GO) env CGO_ENABLED): unset CGO_ENABLED or set it to 1, with gcc on PATH" >&2; exit 2; }
 
 demo: build
 	@mkdir -p out

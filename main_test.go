@@ -749,3 +749,20 @@ func atoi(t *testing.T, s string) int {
 	}
 	return n
 }
+
+// TestMakeNeedsCgo: make build without cgo stops with one line saying so
+// (exit 2) instead of the compiler's page of undefined symbols from the
+// packages whose C parts it left out; with cgo the check passes.
+func TestMakeNeedsCgo(t *testing.T) {
+	for _, c := range []struct {
+		cgo  string
+		fail bool
+	}{{"0", true}, {"1", false}} {
+		cmd := exec.Command("make", "-s", "cgo-check")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED="+c.cgo)
+		out, err := cmd.CombinedOutput()
+		if failed := err != nil; failed != c.fail || c.fail && !strings.Contains(string(out), "hpctrain needs cgo") {
+			t.Errorf("CGO_ENABLED=%s make cgo-check: %v\n%s", c.cgo, err, out)
+		}
+	}
+}
