@@ -171,6 +171,12 @@ func TestSingleProcess(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("code %d\n%s", r.code, r.out)
 	}
+	// One rank: said in the singular (it was "1 ranks x 2 threads").
+	for _, w := range []string{"1 rank x ", "final: test accuracy", "after 2 epochs (100 steps, 1 rank)"} {
+		if !strings.Contains(r.out, w) {
+			t.Errorf("output lacks %q:\n%s", w, r.out)
+		}
+	}
 	recs := readMetrics(t, m)
 	if len(recs) != 3 || recs[2]["final"] != true || recs[2]["world_size"].(float64) != 1 || recs[1]["epoch"].(float64) != 2 {
 		t.Errorf("metrics %v", recs)

@@ -106,7 +106,7 @@ verbose = true
 			t.Fatalf("srun: %v\n%s", err, out)
 		}
 		for _, want := range []string{"rank 0 of 2 (local 0 of 2) from MPI_Comm_rank/size", "rank 1 of 2 (local 1 of 2) from MPI_Comm_rank/size",
-			"2 ranks x 1 threads", "final: test accuracy"} {
+			"2 ranks x 1 thread (", "final: test accuracy"} {
 			if !strings.Contains(out, want) {
 				t.Errorf("srun output lacks %q:\n%s", want, out)
 			}

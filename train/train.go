@@ -263,8 +263,8 @@ func start(cfg Config, comm mpi.Comm, out, errOut io.Writer) (r *run, err error)
 	if cfg.Timeline != "" {
 		r.tl = newTimeline(c.Rank(), min(10, r.total/2), cfg.TimelineSteps)
 	}
-	r.log("hpctrain: model %s, %d parameters, %d ranks x %d threads (%s), batch %d per rank (%d global), %d steps per epoch, %s lr %g (%s schedule)",
-		cfg.Model, len(r.net.Params), c.Size(), r.pl.plan.Threads, describeDevice(r.dev, r.cfg.Precision, r.net), cfg.Batch, cfg.Batch*c.Size(), r.steps, r.opt.Name(), r.lr, cfg.ScheduleConfig.Name)
+	r.log("hpctrain: model %s, %d parameters, %s x %s (%s), batch %d per rank (%d global), %s per epoch, %s lr %g (%s schedule)",
+		cfg.Model, len(r.net.Params), plural(c.Size(), "rank"), plural(r.pl.plan.Threads, "thread"), describeDevice(r.dev, r.cfg.Precision, r.net), cfg.Batch, cfg.Batch*c.Size(), plural(r.steps, "step"), r.opt.Name(), r.lr, cfg.ScheduleConfig.Name)
 	r.log("hpctrain: %s", r.pipe.desc)
 	for _, n := range r.pipe.sets.Notes {
 		r.log("hpctrain: warning: %s", n)
@@ -912,8 +912,8 @@ func (r *run) finish() (Result, error) {
 	if err := r.writeOutputs(res); err != nil {
 		return res, err
 	}
-	r.log("final: test accuracy %.2f%% after %d epochs (%d steps, %d ranks), %.0f samples/s",
-		100*res.TestAccuracy, res.Epoch, res.Step, res.WorldSize, res.SamplesPerSecond)
+	r.log("final: test accuracy %.2f%% after %s (%s, %s), %.0f samples/s",
+		100*res.TestAccuracy, plural(res.Epoch, "epoch"), plural(res.Step, "step"), plural(res.WorldSize, "rank"), res.SamplesPerSecond)
 	if done := r.step - r.startStep; r.c.Size() > 1 && done > 0 {
 		buckets := "buckets"
 		if r.st.red.Buckets() == 1 {
