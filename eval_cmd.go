@@ -139,7 +139,11 @@ func evalRun(comm mpi.Comm, ck *ckptFlags, df *dataFlags, testLimit int, js bool
 	if err := train.AgreeText(comm, "test data", fmt.Sprintf("%d samples of %dx%dx%d", set.Test.Len(), sh.H, sh.W, sh.C), "give every rank the same data (-data-dir, -test-limit)"); err != nil {
 		return err
 	}
-	say("hpctrain: evaluating on %s; %d ranks, batch %d", set.Desc, comm.Size(), t.Batch)
+	ranks := "1 rank"
+	if comm.Size() > 1 {
+		ranks = fmt.Sprintf("%d ranks", comm.Size())
+	}
+	say("hpctrain: evaluating on %s; %s, batch %d", set.Desc, ranks, t.Batch)
 	ev, err := train.Evaluate(comm, t.Net, set.Loader, set.Test.Len())
 	if err == nil {
 		err = set.Err()

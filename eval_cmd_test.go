@@ -84,7 +84,7 @@ func TestEvalIsTheRunsAccuracy(t *testing.T) {
 	}
 	// The text form says the same.
 	out := mustRun(t, evalCmd, "-checkpoint-dir", filepath.Join(dir, "ck"), "-threads", "2")
-	for _, want := range []string{fmt.Sprintf("test accuracy %.2f%% (%d of 600)", 100*rep.Accuracy, rep.Correct), "Ankle boot", "confusion matrix"} {
+	for _, want := range []string{fmt.Sprintf("test accuracy %.2f%% (%d of 600)", 100*rep.Accuracy, rep.Correct), "Ankle boot", "confusion matrix", "; 1 rank, batch"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("text output lacks %q:\n%s", want, out)
 		}

@@ -616,8 +616,8 @@ func (cp *checkpointer) complete(total int) (Result, bool) {
 		return Result{}, false
 	}
 	r := *cp.final
-	cp.log("hpctrain: run already complete at step %d (epoch %d, %d ranks): test accuracy %.2f%%, test loss %.4f; nothing to train (raise -epochs or -steps to continue it)",
-		r.Step, r.Epoch, r.WorldSize, 100*r.TestAccuracy, r.TestLoss)
+	cp.log("hpctrain: run already complete at step %d (epoch %d, %s): test accuracy %.2f%%, test loss %.4f; nothing to train (raise -epochs or -steps to continue it)",
+		r.Step, r.Epoch, plural(r.WorldSize, "rank"), 100*r.TestAccuracy, r.TestLoss)
 	return r, true
 }
 
