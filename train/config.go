@@ -497,6 +497,8 @@ func tomlText(v any) string {
 // key is shown quoted, the likeliest fix.
 func wantOf(t reflect.Type, v any) string {
 	switch t.Kind() {
+	case reflect.Pointer: // the optimizer's *float64 keys (beta1, eps, ...): unset is nil
+		return wantOf(t.Elem(), v)
 	case reflect.String:
 		switch v := v.(type) {
 		case int64, float64, bool:

@@ -239,6 +239,7 @@ func TestTypeErrors(t *testing.T) {
 		"gpus = [0, 1]\n":            `line 1: gpus = [0, 1]: want a string, in quotes ("0,1")`,
 		"lr = 0.1\nepochs = 1.5\n":   "line 2: epochs = 1.5: want an integer",
 		"lr = \"fast\"\n":            `line 1: lr = "fast": want a number`,
+		"beta1 = \"x\"\n":            `line 1: beta1 = "x": want a number`,
 		"mean = [\"a\"]\n":           `line 1: mean = ["a"]: want an array of numbers`,
 		"sync_bn = \"yes\"\n":        `line 1: sync_bn = "yes": want true or false`,
 		"model = {name = \"cnn\"}\n": "line 1: model = a table: want a string, in quotes",
