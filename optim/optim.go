@@ -3,6 +3,7 @@ package optim
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 )
 
@@ -204,6 +205,69 @@ func (c Config) Validate() error {
 		}
 	}
 	return nil
+}
+
+// reads lists, for each optimizer, the hyperparameters (TOML keys) it
+// reads beyond lr and weight_decay, which every one reads.
+var reads = map[string][]string{
+	"sgd":      {"momentum", "dampening", "nesterov"},
+	"lars":     {"momentum", "dampening", "nesterov", "eps", "trust_coefficient"},
+	"adam":     {"beta1", "beta2", "eps", "amsgrad"},
+	"adamw":    {"beta1", "beta2", "eps", "amsgrad"},
+	"adamax":   {"beta1", "beta2", "eps"},
+	"nadam":    {"beta1", "beta2", "eps", "momentum_decay"},
+	"lamb":     {"beta1", "beta2", "eps"},
+	"rmsprop":  {"alpha", "eps", "momentum", "centered"},
+	"adagrad":  {"eps", "lr_decay", "initial_accumulator_value"},
+	"adadelta": {"rho", "eps"},
+}
+
+// set lists the hyperparameter keys c gives a value, in Config's order:
+// a non-nil pointer, a non-zero number, a true flag. lr and weight_decay
+// are left out (every optimizer reads them).
+func (c Config) set() []string {
+	var ks []string
+	for _, k := range []struct {
+		key string
+		set bool
+	}{
+		{"momentum", c.Momentum != 0}, {"dampening", c.Dampening != 0}, {"nesterov", c.Nesterov},
+		{"beta1", c.Beta1 != nil}, {"beta2", c.Beta2 != nil}, {"eps", c.Eps != nil},
+		{"amsgrad", c.AMSGrad}, {"rho", c.Rho != nil}, {"alpha", c.Alpha != nil},
+		{"centered", c.Centered}, {"lr_decay", c.LRDecay != 0},
+		{"initial_accumulator_value", c.InitialAccumulatorValue != 0},
+		{"momentum_decay", c.MomentumDecay != nil}, {"trust_coefficient", c.TrustCoefficient != nil},
+	} {
+		if k.set {
+			ks = append(ks, k.key)
+		}
+	}
+	return ks
+}
+
+// Unread lists the keys c sets that optimizer c.Name does not read (beta1
+// for sgd, momentum for adam), in Config's order: settings a run would
+// ignore in silence. An unknown name reads nothing.
+func (c Config) Unread() []string {
+	var ks []string
+	for _, k := range c.set() {
+		if !slices.Contains(reads[c.Name], k) {
+			ks = append(ks, k)
+		}
+	}
+	return ks
+}
+
+// ReadBy lists, sorted, the optimizers that read hyperparameter key (its
+// TOML name): what to tell the user who set it for another.
+func ReadBy(key string) []string {
+	var names []string
+	for _, n := range Names() {
+		if key == "lr" || key == "weight_decay" || slices.Contains(reads[n], key) {
+			names = append(names, n)
+		}
+	}
+	return names
 }
 
 // validate checks ranges; comparisons are written so that NaN fails.

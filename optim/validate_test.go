@@ -2,6 +2,7 @@ package optim
 
 import (
 	"math"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -65,5 +66,64 @@ func TestScheduleValidate(t *testing.T) {
 		if err := tc.c.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: %v, want %q", tc.c, err, tc.want)
 		}
+	}
+}
+
+// TestUnread: Unread names exactly the keys that do not change what an
+// optimizer does. For every optimizer and every key, four steps with the
+// key set are compared with four steps without it: Unread lists the key
+// if and only if the parameters come out the same, bit for bit.
+func TestUnread(t *testing.T) {
+	set := map[string]func(*Config){
+		"momentum":                  func(c *Config) { c.Momentum = 0.3 },
+		"dampening":                 func(c *Config) { c.Dampening = 0.5 },
+		"nesterov":                  func(c *Config) { c.Nesterov = true },
+		"beta1":                     func(c *Config) { c.Beta1 = new(0.5) },
+		"beta2":                     func(c *Config) { c.Beta2 = new(0.9) },
+		"eps":                       func(c *Config) { c.Eps = new(0.1) },
+		"amsgrad":                   func(c *Config) { c.AMSGrad = true },
+		"rho":                       func(c *Config) { c.Rho = new(0.5) },
+		"alpha":                     func(c *Config) { c.Alpha = new(0.5) },
+		"centered":                  func(c *Config) { c.Centered = true },
+		"lr_decay":                  func(c *Config) { c.LRDecay = 0.5 },
+		"initial_accumulator_value": func(c *Config) { c.InitialAccumulatorValue = 0.5 },
+		"momentum_decay":            func(c *Config) { c.MomentumDecay = new(0.5) },
+		"trust_coefficient":         func(c *Config) { c.TrustCoefficient = new(0.5) },
+	}
+	// A large first gradient then small ones: AMSGrad's max then differs
+	// from v.
+	grads := [][]float32{{1, -2, 0.5}, {0.01, 0.02, -0.01}, {0.3, -0.1, 0.2}, {-0.2, 0.05, 0.1}}
+	run := func(c Config) []float32 {
+		o, err := New(c, nil, 3)
+		if err != nil {
+			t.Fatalf("%+v: %v", c, err)
+		}
+		p := []float32{1, -2, 0.5}
+		for _, g := range grads {
+			o.Step(p, g, 0.01)
+		}
+		return p
+	}
+	for _, name := range Names() {
+		base := Config{Name: name, LR: 0.01}
+		if name == "sgd" || name == "lars" || name == "rmsprop" {
+			base.Momentum = 0.5 // so that nesterov and dampening can act
+		}
+		want := run(base)
+		for key, f := range set {
+			c := base
+			f(&c)
+			same := slices.Equal(run(c), want)
+			unread := slices.Contains(c.Unread(), key)
+			if same != unread {
+				t.Errorf("%s with %s: parameters unchanged %v, but Unread() = %v", name, key, same, c.Unread())
+			}
+			if readers := ReadBy(key); slices.Contains(readers, name) == unread {
+				t.Errorf("%s with %s: ReadBy(%s) = %v, Unread() = %v", name, key, key, readers, c.Unread())
+			}
+		}
+	}
+	if got := ReadBy("beta1"); !slices.Equal(got, []string{"adam", "adamax", "adamw", "lamb", "nadam"}) {
+		t.Errorf("ReadBy(beta1) = %v", got)
 	}
 }

@@ -734,10 +734,11 @@ func (c *Config) Validate() error {
 	return c.DataConfig.Validate()
 }
 
-// inert lists, as warnings, the settings this run will ignore: a variant
-// of another optimizer or schedule (-nesterov with adam), and the
-// checkpoint interval without a checkpoint directory (a job file may
-// leave the directory to the sbatch script's flags). Warnings, not
+// inert lists, as warnings, the settings this run will ignore: a key of
+// another optimizer or schedule (-nesterov or -momentum with adam, -beta1
+// with sgd, -gamma with cosine), and the checkpoint interval without a
+// checkpoint directory (a job file may leave the directory to the sbatch
+// script's flags). Warnings, not
 // errors: a run already checkpointed with such a setting must still
 // resume, and resuming compares the settings.
 func (c *Config) inert() []string {
@@ -748,15 +749,24 @@ func (c *Config) inert() []string {
 		want []string // the optimizers or schedules that read it
 		of   string
 	}{
-		{"nesterov", c.Nesterov, []string{"sgd", "lars"}, c.Config.Name},
-		{"amsgrad", c.AMSGrad, []string{"adam", "adamw"}, c.Config.Name},
-		{"centered", c.Centered, []string{"rmsprop"}, c.Config.Name},
 		{"milestones", len(c.Milestones) > 0, []string{"multistep"}, c.ScheduleConfig.Name},
+		{"gamma", c.Gamma != 0, []string{"multistep", "exponential"}, c.ScheduleConfig.Name},
 		{"min_lr", c.MinLR != 0, []string{"cosine"}, c.ScheduleConfig.Name},
 	} {
 		if k.set && !slices.Contains(k.want, k.of) {
 			ws = append(ws, fmt.Sprintf("%s applies to %s only, and this run uses %s: it has no effect", k.key, strings.Join(k.want, " and "), k.of))
 		}
+	}
+	// Every optimizer key the optimizer does not read (beta1 with sgd,
+	// momentum with adam), as optim knows them.
+	for _, k := range c.Config.Unread() {
+		ws = append(ws, fmt.Sprintf("%s applies to %s only, and this run uses %s: it has no effect", k, andList(optim.ReadBy(k)), c.Config.Name))
+	}
+	if c.WarmupStartFactor != 0 && c.WarmupSteps == 0 {
+		ws = append(ws, "warmup_start_factor applies with warmup_steps above 0 only, and this run has no warm-up: it has no effect")
+	}
+	if c.BaseBatch != 0 && (c.LRScaling == "" || c.LRScaling == "none") {
+		ws = append(ws, "base_batch applies with lr_scaling linear or sqrt only, and this run scales no lr: it has no effect")
 	}
 	if c.CheckpointDir == "" && (c.CheckpointEvery != "" || c.Keep != 0) {
 		ws = append(ws, "checkpoint_every and keep apply with checkpoint_dir, and none is given: this run writes no checkpoint")
@@ -771,6 +781,14 @@ func (c *Config) inert() []string {
 		ws = append(ws, "cpu_kernels applies to device cpu only, and this run uses cuda: it has no effect")
 	}
 	return ws
+}
+
+// andList is "a", "a and b", "a, b and c".
+func andList(s []string) string {
+	if len(s) < 2 {
+		return strings.Join(s, "")
+	}
+	return strings.Join(s[:len(s)-1], ", ") + " and " + s[len(s)-1]
 }
 
 // checkRun checks what depends on the size of the training set, n
