@@ -693,8 +693,10 @@ func (c *Config) Validate() error {
 		return cli.Usage(fmt.Errorf("config: collective = \"nccl\" needs device = \"cuda\" (NCCL sums device buffers); use mpi or auto"))
 	case c.Device == "cuda" && c.Collective == "shm":
 		return cli.Usage(fmt.Errorf("config: collective = \"shm\" needs device = \"cpu\" (it sums host memory); use nccl, mpi or auto"))
-	case !(c.LossScale >= 1 && c.LossScale <= 1<<24):
-		return bad("loss_scale", c.LossScale, "1 to 2^24")
+	case !(c.LossScale >= 1 && c.LossScale <= 1<<24) || float64(float32(c.LossScale)) != c.LossScale:
+		// The scale is a float32 (optim.LossScaler), as GradScaler's is;
+		// 1.1 was refused by the scaler only once a GPU run had started.
+		return bad("loss_scale", c.LossScale, "1 to 2^24 and a float32 value (a power of two such as 65536 keeps scaling exact)")
 	case c.LossScaleInterval < 1 || c.LossScaleInterval > optim.MaxScalerInterval:
 		return bad("loss_scale_interval", c.LossScaleInterval, fmt.Sprintf("1 to %d", optim.MaxScalerInterval))
 	case !(c.LabelSmoothing >= 0 && c.LabelSmoothing < 1):

@@ -252,6 +252,23 @@ func TestTypeErrors(t *testing.T) {
 	}
 }
 
+// TestLossScaleFloat32: a loss_scale that no float32 holds is refused when
+// the flags are read (exit 2), not by the loss scaler once an fp16 run on
+// a GPU has started; 65536 and 1000 are taken.
+func TestLossScaleFloat32(t *testing.T) {
+	for _, c := range []struct{ args, want string }{
+		{"-loss-scale 1.1", "loss_scale = 1.1: must be 1 to 2^24 and a float32 value"},
+		{"-loss-scale 0.5", "loss_scale = 0.5: must be 1 to 2^24"},
+		{"-loss-scale 65536", ""},
+		{"-loss-scale 1000", ""},
+	} {
+		_, _, err := Parse(strings.Fields(c.args+" -precision fp16 -device cuda"), io.Discard)
+		if c.want == "" && err != nil || c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)) {
+			t.Errorf("%s: %v, want %q", c.args, err, c.want)
+		}
+	}
+}
+
 func TestSeedNotWrapped(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "job.toml")
 	os.WriteFile(p, []byte("seed = -1\n"), 0o644)
