@@ -811,6 +811,15 @@ func (c *Config) checkRun(n, ranks int) error {
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
+	if lr != c.Config.WithDefaults().LR {
+		// The optimizer's bounds that involve the lr (lr x weight_decay at
+		// most 1, a finite lr) hold for the lr it steps with.
+		o := c.Config
+		o.LR = lr
+		if err := o.Validate(); err != nil {
+			return fmt.Errorf("config: %w (lr %g is lr_scaling %s of %g for a global batch of %d x %d against base_batch %d)", err, lr, c.LRScaling, c.Config.WithDefaults().LR, c.Batch, ranks, c.BaseBatch)
+		}
+	}
 	if _, err := optim.NewSchedule(c.ScheduleConfig, lr, totalSteps(*c, n, ranks)); err != nil {
 		return fmt.Errorf("config: %w (%d steps of %d x %d samples)", err, totalSteps(*c, n, ranks), c.Batch, ranks)
 	}

@@ -269,6 +269,31 @@ func TestLossScaleFloat32(t *testing.T) {
 	}
 }
 
+// TestCheckRunScaledLR: lr x weight_decay at most 1 holds for the lr
+// after lr_scaling, which checkRun knows: lr 0.5 scaled to 2 with weight
+// decay 1.9 trained at chance in silence, and lr 1e308 scaled to +Inf.
+func TestCheckRunScaledLR(t *testing.T) {
+	for _, c := range []struct {
+		args string
+		want string
+	}{
+		{"-lr 0.5 -weight-decay 1.9 -lr-scaling linear -base-batch 16", "weight_decay 1.9: must be at most 1/lr = 0.5"},
+		{"-lr 1e308 -lr-scaling linear -base-batch 16", "lr +Inf: must be finite"},
+		{"-lr 0.5 -weight-decay 1.9 -lr-scaling none -base-batch 16", ""},
+		{"-lr 0.5 -weight-decay 0.4 -lr-scaling linear -base-batch 16", ""},
+		{"-optimizer adamw -lr-scaling sqrt -base-batch 16", ""},
+	} {
+		cfg, _, err := Parse(strings.Fields(c.args+" -batch 64"), io.Discard)
+		if err != nil {
+			t.Fatalf("%s: %v", c.args, err)
+		}
+		err = cfg.checkRun(6400, 1)
+		if c.want == "" && err != nil || c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)) {
+			t.Errorf("%s: %v, want %q", c.args, err, c.want)
+		}
+	}
+}
+
 func TestSeedNotWrapped(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "job.toml")
 	os.WriteFile(p, []byte("seed = -1\n"), 0o644)
