@@ -637,14 +637,32 @@ func (cp *checkpointer) warnSchedule() {
 	if err != nil {
 		return // the run's own set-up reports it
 	}
-	a, errA := optim.NewSchedule(cfg.ScheduleConfig, lr, was)
-	b, errB := optim.NewSchedule(cfg.ScheduleConfig, lr, now)
-	step := cp.resumedStep
-	if errA != nil || errB != nil || a.LR(step) == b.LR(step) {
+	step, lrNow, lrWas, ok := scheduleDiverges(cfg.ScheduleConfig, lr, was, now, cp.resumedStep)
+	if !ok {
 		return
 	}
 	cp.log("hpctrain: warning: the %s schedule spans %d steps in this run, %d in the run that wrote the checkpoint (-epochs or -steps changed): step %d trains at lr %.6g where that run's schedule gives %.6g; resume with its -epochs and -steps to continue it as it was",
-		cfg.ScheduleConfig.Name, now, was, step+1, b.LR(step), a.LR(step))
+		cfg.ScheduleConfig.Name, now, was, step+1, lrNow, lrWas)
+}
+
+// scheduleDiverges finds the first step from step from on (0-based) that
+// the run of now steps trains at another rate of schedule sc (base rate
+// lr) than the run of was steps gives it, up to the end of either (where
+// was ended first, its schedule's rate at step was, the one it holds). A
+// run resumed during a warm-up has the same rate at its first step whatever
+// the length, so comparing that step alone missed a changed cosine.
+func scheduleDiverges(sc optim.ScheduleConfig, lr float64, was, now, from int) (step int, lrNow, lrWas float64, ok bool) {
+	a, errA := optim.NewSchedule(sc, lr, was)
+	b, errB := optim.NewSchedule(sc, lr, now)
+	if errA != nil || errB != nil {
+		return 0, 0, 0, false // the run's own set-up reports it
+	}
+	for s := from; s < now && s <= was; s++ {
+		if x, y := b.LR(s), a.LR(s); x != y {
+			return s, x, y, true
+		}
+	}
+	return 0, 0, 0, false
 }
 
 // save writes the state after global step on rank 0.

@@ -992,3 +992,30 @@ func TestResumeOptimizerState(t *testing.T) {
 		})
 	}
 }
+
+// TestScheduleDiverges: a resumed run whose cosine schedule spans another
+// length is found out at the first step whose rate differs, also when it
+// resumes during the warm-up, where the first step's rate is the same for
+// both lengths (no warning was given there); the same length, or a
+// schedule that does not depend on it, never differs.
+func TestScheduleDiverges(t *testing.T) {
+	cos := optim.ScheduleConfig{Name: "cosine", WarmupSteps: 6, MinLR: 0.001}
+	for _, c := range []struct {
+		sc             optim.ScheduleConfig
+		was, now, from int
+		want           int // -1: no difference
+	}{
+		{cos, 12, 16, 4, 7},   // in the warm-up: the second cosine step differs (the first is lr in both)
+		{cos, 12, 16, 8, 8},   // past it: the resumed step itself
+		{cos, 12, 12, 4, -1},  // the same length
+		{cos, 10, 40, 10, 10}, // the old run ended: its held rate against the new schedule's
+		{cos, 40, 10, 4, 7},   // shortened
+		{optim.ScheduleConfig{Name: "constant", WarmupSteps: 6}, 12, 16, 4, -1},
+		{optim.ScheduleConfig{Name: "multistep", Milestones: []int{8}, Gamma: 0.1}, 12, 16, 4, -1},
+	} {
+		step, _, _, ok := scheduleDiverges(c.sc, 0.01, c.was, c.now, c.from)
+		if got := map[bool]int{true: step, false: -1}[ok]; got != c.want {
+			t.Errorf("%s warm-up %d, %d -> %d steps, from step %d: first difference at %d, want %d", c.sc.Name, c.sc.WarmupSteps, c.was, c.now, c.from, got, c.want)
+		}
+	}
+}
