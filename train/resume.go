@@ -716,7 +716,13 @@ func (cp *checkpointer) write(step, epoch int, final json.RawMessage) error {
 		return err
 	}
 	cp.last = time.Now()
-	cp.log("hpctrain: checkpoint %s (step %d)", path, step)
+	with := ""
+	if final != nil {
+		// At a periodic checkpoint's step this rewrites the same file,
+		// which the line must not seem to repeat.
+		with = " with the run's final result"
+	}
+	cp.log("hpctrain: checkpoint %s (step %d)%s", path, step, with)
 	return nil
 }
 

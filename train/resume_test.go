@@ -422,7 +422,8 @@ func TestCheckpointerComplete(t *testing.T) {
 	cfg := smallRun()
 	cfg.CheckpointDir = t.TempDir()
 	res := Result{Epoch: 2, Step: 40, WorldSize: 2, ThreadsPerRank: 1, TrainLoss: 0.5, TestLoss: 0.625, TestAccuracy: 0.8125, SamplesPerSecond: 1000, Params: []float32{1}, StepLosses: []float64{1, 2}}
-	cps := testCheckpointers(t, cfg, 2, 5, 0, io.Discard)
+	var log bytes.Buffer // rank 0's
+	cps := testCheckpointers(t, cfg, 2, 5, 0, &log)
 	for _, err := range onRanks(cps, func(cp *checkpointer) error {
 		if _, err := cp.resume(); err != nil {
 			return err
@@ -432,6 +433,11 @@ func TestCheckpointerComplete(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+	}
+	// The line says what the file holds (a periodic checkpoint of the same
+	// step said the same words just before it).
+	if want := "ckpt-000000000040.hpck (step 40) with the run's final result\n"; !strings.Contains(log.String(), want) {
+		t.Errorf("log %q, want %q", log.String(), want)
 	}
 	cfg.Resume = "auto"
 	for _, c := range []struct {
