@@ -566,3 +566,60 @@ func TestRankZeroOutputFails(t *testing.T) {
 		t.Errorf("exit %d, want both ranks to stop on rank 0's full disk:\n%s", r.code, r.out)
 	}
 }
+
+// smallDisk mounts a tmpfs of size bytes in a new temporary directory,
+// unmounted when the test ends, and returns it: a real full disk. The
+// test is skipped where mounting is not permitted (not root).
+func smallDisk(t *testing.T, size int) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%d", size)); err != nil {
+		t.Skipf("cannot mount a tmpfs here (root needed): %v", err)
+	}
+	t.Cleanup(func() {
+		if err := syscall.Unmount(dir, 0); err != nil {
+			t.Errorf("unmount %s: %v", dir, err)
+		}
+	})
+	return dir
+}
+
+// TestCheckpointDiskFull: the checkpoint directory fills up mid-run (room
+// for one mlp checkpoint of 3.3 MB, not two). Every rank stops at the
+// second save, rank 0 naming the checkpoint it could not write and the
+// disk's error in one line; nothing partial is left, and the first
+// checkpoint resumes once there is room. Before, the line named the
+// temporary file twice ("save checkpoint ck/ckpt-000000000004-9a1f....tmp:
+// write: write ck/ckpt-000000000004-9a1f....tmp: no space left on
+// device"), a file already removed.
+func TestCheckpointDiskFull(t *testing.T) {
+	disk := smallDisk(t, 5<<20)
+	ck := filepath.Join(disk, "ck")
+	args := []string{"train", "-model", "mlp", "-limit", "640", "-test-limit", "100", "-threads", "1", "-progress", "0",
+		"-checkpoint-dir", ck, "-checkpoint-every", "2"}
+	r := hpctrain(t, 2, time.Minute, args...)
+	want := "hpctrain: rank 0 (" // then the host
+	line := ""
+	for _, l := range strings.Split(r.out, "\n") {
+		if strings.HasPrefix(l, want) {
+			line = l
+		}
+	}
+	second := filepath.Join(ck, checkpoint.FileName(4))
+	if r.code != 1 || !strings.HasSuffix(line, "): save checkpoint "+second+": write: no space left on device; the checkpoints before it are as they were") ||
+		strings.Contains(r.out, ".tmp") || !strings.Contains(r.out, "rank 1 (") {
+		t.Errorf("exit %d, want 1, rank 0 naming %s and the full disk, rank 1 stopping:\n%s", r.code, second, r.out)
+	}
+	names, _ := filepath.Glob(filepath.Join(ck, "*"))
+	if len(names) != 1 || filepath.Base(names[0]) != checkpoint.FileName(2) {
+		t.Errorf("checkpoint dir holds %v, want %s alone", names, checkpoint.FileName(2))
+	}
+	// Room again: the first checkpoint resumes and the run completes.
+	if err := syscall.Mount("tmpfs", disk, "tmpfs", syscall.MS_REMOUNT, "size=16m"); err != nil {
+		t.Fatal(err)
+	}
+	r = hpctrain(t, 2, time.Minute, append(args, "-resume", "auto")...)
+	if r.code != 0 || !strings.Contains(r.out, "resuming from "+filepath.Join(ck, checkpoint.FileName(2))+" (step 2") {
+		t.Errorf("resuming after the disk had room: exit %d:\n%s", r.code, r.out)
+	}
+}

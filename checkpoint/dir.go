@@ -74,14 +74,16 @@ func Save(dir string, s *State, keep int) (path string, err error) {
 			os.Remove(tmp.Name())
 		}
 	}()
+	// A failure here (a full disk) names the checkpoint, not the
+	// temporary file, which the deferred clean-up removes.
 	if err := encode(tmp, s); err != nil {
-		return "", fmt.Errorf("save checkpoint %s: write: %w", tmp.Name(), err)
+		return "", unsaved(final, "write", err)
 	}
 	if err := tmp.Sync(); err != nil {
-		return "", fmt.Errorf("save checkpoint %s: fsync: %w", tmp.Name(), err)
+		return "", unsaved(final, "fsync", err)
 	}
 	if err := tmp.Close(); err != nil {
-		return "", fmt.Errorf("save checkpoint %s: close: %w", tmp.Name(), err)
+		return "", unsaved(final, "close", err)
 	}
 	if err := os.Rename(tmp.Name(), final); err != nil {
 		return "", fmt.Errorf("save checkpoint %s: %w", final, err)
@@ -132,6 +134,18 @@ func createTemp(dir string, step int64) (*os.File, error) {
 			return f, err
 		}
 	}
+}
+
+// unsaved words a failure to write the checkpoint final through its
+// temporary file: "save checkpoint ck/ckpt-000000000004.hpck: write: no
+// space left on device; the checkpoints before it are as they were". The
+// cause keeps its errno for errors.Is.
+func unsaved(final, op string, err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		err = pe.Err
+	}
+	return fmt.Errorf("save checkpoint %s: %s: %w; the checkpoints before it are as they were", final, op, err)
 }
 
 // notWritable words a failure to create or write in dir.
