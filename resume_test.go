@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -249,6 +251,36 @@ func TestCheckpointDirNotWritable(t *testing.T) {
 	r := hpctrain(t, 2, 2*time.Minute, with("-steps", "6", "-checkpoint-dir", ck, "-resume", "auto")...)
 	lines := errorLines(t, r)
 	want := "checkpoint dir " + ck + ": not writable: operation not permitted"
+	if r.code != 2 || len(lines) != 2 || !strings.Contains(lines[0]+lines[1], want) {
+		t.Errorf("exit %d, want 2 and a line per rank, one saying %q:\n%s", r.code, want, r.out)
+	}
+	if strings.Contains(r.out, "epoch 1") {
+		t.Errorf("the run trained before it stopped:\n%s", r.out)
+	}
+}
+
+// TestCheckpointDirFull: a -checkpoint-dir on a full disk stops the run
+// at start-up, exit 2, one line naming the directory and the disk's
+// error, as a read-only one does. Before, the start-up probe (an empty
+// file, which a full disk still takes) passed, and the run trained to its
+// first checkpoint (here the end of the run) and failed there, exit 1.
+func TestCheckpointDirFull(t *testing.T) {
+	disk := smallDisk(t, 1<<20)
+	fill, err := os.Create(filepath.Join(disk, "fill"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for err == nil {
+		_, err = fill.Write(make([]byte, 1<<16))
+	}
+	fill.Close()
+	if !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("filling %s: %v", disk, err)
+	}
+	ck := filepath.Join(disk, "ck")
+	r := hpctrain(t, 2, 2*time.Minute, with("-steps", "6", "-checkpoint-dir", ck, "-resume", "auto")...)
+	lines := errorLines(t, r)
+	want := "checkpoint dir " + ck + ": not writable: no space left on device"
 	if r.code != 2 || len(lines) != 2 || !strings.Contains(lines[0]+lines[1], want) {
 		t.Errorf("exit %d, want 2 and a line per rank, one saying %q:\n%s", r.code, want, r.out)
 	}

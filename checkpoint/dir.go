@@ -106,15 +106,25 @@ func Save(dir string, s *State, keep int) (path string, err error) {
 // it at its start, so that a directory it cannot write (no permission, a
 // read-only mount) stops it before the training rather than at its first
 // checkpoint, hours in. The error is Save's: "checkpoint dir /x: not
-// writable: permission denied". A probe left by a crash is a ckpt-*.tmp
-// file, removed by the next Save.
+// writable: permission denied". The probe holds one byte, synced: a full
+// disk still takes an empty file, but not a block of data ("not
+// writable: no space left on device"). Room for a whole checkpoint is not
+// checked. A probe left by a crash is a ckpt-*.tmp file, removed by the
+// next Save.
 func Writable(dir string) error {
 	f, err := os.CreateTemp(dir, "ckpt-probe-*.tmp")
 	if err != nil {
 		return notWritable(dir, err)
 	}
+	_, err = f.Write([]byte{0})
+	if err == nil {
+		err = f.Sync()
+	}
 	f.Close()
-	if err := os.Remove(f.Name()); err != nil {
+	if rerr := os.Remove(f.Name()); err == nil {
+		err = rerr
+	}
+	if err != nil {
 		return notWritable(dir, err)
 	}
 	return nil
