@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -621,5 +622,51 @@ func TestCheckpointDiskFull(t *testing.T) {
 	r = hpctrain(t, 2, time.Minute, append(args, "-resume", "auto")...)
 	if r.code != 0 || !strings.Contains(r.out, "resuming from "+filepath.Join(ck, checkpoint.FileName(2))+" (step 2") {
 		t.Errorf("resuming after the disk had room: exit %d:\n%s", r.code, r.out)
+	}
+}
+
+// TestEpochReportSurvivesDeath: a rank that dies while the epoch is
+// evaluated (stopped as it enters the evaluation, then killed) loses no
+// report and no loss-log line. The periodic checkpoint due at the epoch's
+// last step is written once the epoch is reported, so the run resumed
+// from the one before reports the epoch; and the loss log is written out
+// at every checkpoint, so the lines up to it survive the kill. Before,
+// the checkpoint came before the evaluation and said the epoch was
+// reported (the resumed run never reported epoch 1), and the lines of
+// steps 1-5 died in rank 0's buffer.
+func TestEpochReportSurvivesDeath(t *testing.T) {
+	dir := t.TempDir()
+	ck, m, l := filepath.Join(dir, "ck"), filepath.Join(dir, "m.jsonl"), filepath.Join(dir, "loss.txt")
+	// 640 samples, batch 32 on 2 ranks: 10 steps per epoch, checkpoints
+	// every 5.
+	args := []string{"train", "-model", "mlp", "-limit", "640", "-test-limit", "100", "-batch", "32", "-epochs", "2", "-threads", "1",
+		"-progress", "0", "-checkpoint-dir", ck, "-checkpoint-every", "5", "-metrics", m, "-loss-log", l}
+	j := startJob(t, 2, []string{"HPCTRAIN_FAULT=stop@1:evaluation"}, args...)
+	pid := waitStopped(t, j.out.String, func() int { return j.findRank(1) })
+	syscall.Kill(pid, syscall.SIGKILL)
+	if code, _ := j.end(t, time.Minute); code == 0 {
+		t.Fatalf("the job with a killed rank exited 0:\n%s", j.out.String())
+	}
+	if _, err := os.Stat(filepath.Join(ck, checkpoint.FileName(10))); err == nil {
+		t.Errorf("a checkpoint of step 10, the unreported epoch's last step, was written before its report")
+	}
+	r := hpctrain(t, 2, 2*time.Minute, append(args, "-resume", "auto")...)
+	if r.code != 0 || !strings.Contains(r.out, "resuming from "+filepath.Join(ck, checkpoint.FileName(5))) {
+		t.Fatalf("resumed: exit %d, want 0 from step 5:\n%s", r.code, r.out)
+	}
+	var epochs []float64
+	for _, rec := range readMetrics(t, m) {
+		epochs = append(epochs, rec["epoch"].(float64))
+	}
+	if !slices.Equal(epochs, []float64{1, 2, 2}) { // the last is the final line
+		t.Errorf("metrics of epochs %v, want 1, 2 and the final 2:\n%s", epochs, r.out)
+	}
+	b, _ := os.ReadFile(l)
+	var steps []string
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		steps = append(steps, strings.Fields(line)[0])
+	}
+	if want := strings.Fields("1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20"); !slices.Equal(steps, want) {
+		t.Errorf("loss log of steps %v, want 1 to 20 once each", steps)
 	}
 }

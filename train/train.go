@@ -2,6 +2,7 @@ package train
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"math"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -90,6 +92,9 @@ func RunWith(cfg Config, c mpi.Comm, out, errOut io.Writer) (Result, error) {
 		if err := r.endEpoch(); err != nil {
 			return r.res, err
 		}
+		if err := r.saveReported(); err != nil {
+			return r.res, err
+		}
 	}
 	return r.finish()
 }
@@ -129,7 +134,8 @@ type run struct {
 	// losses), so the epoch's mean is the whole epoch's.
 	epochLoss         float64
 	epochSteps        int
-	params            int // the model's parameter count (fitModel)
+	saveAfterReport   bool // a periodic checkpoint fell on the epoch's last step (checkpointOrStop)
+	params            int  // the model's parameter count (fitModel)
 	epoch             int
 	res               Result
 	trainTime         time.Duration
@@ -543,12 +549,24 @@ func outputErr(what string, err error) error {
 // rather than after the training.
 func (r *run) openOutputs() error {
 	var err error
+	// A resumed run appends to the files, after the lines of the steps
+	// up to its checkpoint: those of later steps (the run that wrote them
+	// went on past its last checkpoint) and a line cut short (it stopped
+	// mid-write) are dropped, as this run writes them again. An epoch the
+	// checkpoint left unreported is reported again, so its line goes too.
+	metricsUpTo := r.startStep
+	if l := r.cp.resumedLoss; l != nil && l.Unreported {
+		metricsUpTo--
+	}
 	if r.c.Rank() == 0 && r.cfg.Metrics != "" {
 		flags := os.O_WRONLY | os.O_CREATE | os.O_TRUNC
 		if r.startStep > 0 {
 			flags = os.O_WRONLY | os.O_CREATE | os.O_APPEND
+			err = r.trimResumed("metrics file", r.cfg.Metrics, metricsUpTo, metricsStep)
 		}
-		r.metrics, err = os.OpenFile(r.cfg.Metrics, flags, 0o644)
+		if err == nil {
+			r.metrics, err = os.OpenFile(r.cfg.Metrics, flags, 0o644)
+		}
 		if err == nil {
 			r.closers = append(r.closers, func() { r.metrics.Close() })
 		} else {
@@ -562,9 +580,13 @@ func (r *run) openOutputs() error {
 		flags := os.O_WRONLY | os.O_CREATE | os.O_TRUNC
 		if r.startStep > 0 {
 			flags = os.O_WRONLY | os.O_CREATE | os.O_APPEND
+			err = r.trimResumed("loss log", r.cfg.LossLog, r.startStep, lossLogStep)
 		}
 		var f *os.File
-		if f, err = os.OpenFile(r.cfg.LossLog, flags, 0o644); err == nil {
+		if err == nil {
+			f, err = os.OpenFile(r.cfg.LossLog, flags, 0o644)
+		}
+		if err == nil {
 			r.lossLog = bufio.NewWriter(f)
 			r.closers = append(r.closers, func() { r.lossLog.Flush(); f.Close() })
 		} else {
@@ -583,6 +605,65 @@ func (r *run) openOutputs() error {
 		}
 	}
 	return agree(r.c, "opening the timeline file", err)
+}
+
+// trimResumed cuts the file at path (what names it in the log) back to
+// its lines of steps up to last, as step reads a line's step: it ends the
+// file before the first line of a later step, or before a last line
+// without its newline. A file not there is left so. It says on rank 0's
+// log how many lines it dropped.
+func (r *run) trimResumed(what, path string, last int, step func([]byte) (int, bool)) error {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	off := 0
+	for off < len(b) {
+		nl := bytes.IndexByte(b[off:], '\n')
+		if nl < 0 {
+			break // cut short
+		}
+		if n, ok := step(b[off : off+nl]); ok && n > last {
+			break
+		}
+		off += nl + 1
+	}
+	if off == len(b) {
+		return nil
+	}
+	lines := bytes.Count(b[off:], []byte{'\n'})
+	if b[len(b)-1] != '\n' {
+		lines++
+	}
+	if err := os.Truncate(path, int64(off)); err != nil {
+		return err
+	}
+	r.log("hpctrain: %s %s: dropped %s after step %d, the checkpoint this run resumes from (written past it, or cut short, by the run that stopped): this run writes them again", what, path, plural(lines, "line"), last)
+	return nil
+}
+
+// metricsStep is the step of a -metrics line.
+func metricsStep(line []byte) (int, bool) {
+	var m struct {
+		Step *int `json:"step"`
+	}
+	if json.Unmarshal(line, &m) != nil || m.Step == nil {
+		return 0, false
+	}
+	return *m.Step, true
+}
+
+// lossLogStep is the step of a -loss-log line ("step loss").
+func lossLogStep(line []byte) (int, bool) {
+	f := bytes.Fields(line)
+	if len(f) == 0 {
+		return 0, false
+	}
+	n, err := strconv.Atoi(string(f[0]))
+	return n, err == nil
 }
 
 // enter records the phase for the watchdog, and stops here if a fault says so.
@@ -743,11 +824,18 @@ func (r *run) checkpointOrStop() error {
 	if err != nil {
 		return err
 	}
-	if save {
+	switch {
+	case save && !stop && (r.step%r.steps == 0 || r.step >= r.total):
+		// The epoch (or the run) ends here: saved once it is reported
+		// (saveReported), so that a job that dies while evaluating resumes
+		// from the checkpoint before and reports the epoch. Saved here, it
+		// said the epoch was reported and the report was lost.
+		r.saveAfterReport = true
+	case save:
 		// Stopping at an epoch's last step leaves the epoch unevaluated
 		// (evaluating now would spend the signal's grace): the resumed run
 		// reports it first.
-		if err := r.saveHere(stop && r.step%r.steps == 0); err != nil {
+		if err := r.savePeriodic(stop && r.step%r.steps == 0); err != nil {
 			return err
 		}
 	}
@@ -760,6 +848,32 @@ func (r *run) checkpointOrStop() error {
 		return ErrPreempted
 	}
 	return nil
+}
+
+// saveReported writes the periodic checkpoint due at the epoch's last
+// step, now that the epoch is reported; at the run's last step the final
+// checkpoint (finish) is that checkpoint. Collective.
+func (r *run) saveReported() error {
+	if !r.saveAfterReport {
+		return nil
+	}
+	r.saveAfterReport = false
+	if r.step >= r.total {
+		return nil
+	}
+	return r.savePeriodic(false)
+}
+
+// savePeriodic writes the loss log's lines so far, then the checkpoint
+// (saveHere): a run resumed from it after a crash finds every line up to
+// its step (they waited in the buffer, and were lost). A loss log that
+// cannot be written stops the run as at an epoch's end, checkpointed
+// (keepWork). Collective.
+func (r *run) savePeriodic(unreported bool) error {
+	if err := agree(r.c, "writing the loss log", r.flushLossLog()); err != nil {
+		return r.keepWork(err)
+	}
+	return r.saveHere(unreported)
 }
 
 // saveHere writes a checkpoint at this step, with the epoch's losses so
@@ -843,7 +957,8 @@ func (r *run) keepWork(err error) error {
 		return err
 	}
 	if serr := r.saveHere(r.step%r.steps == 0); serr != nil {
-		return errors.Join(err, serr)
+		// One line, as every other error (errors.Join makes two).
+		return fmt.Errorf("%w; and the checkpoint before stopping failed: %w", err, serr)
 	}
 	r.log("hpctrain: checkpointed step %d before stopping: resume with -resume auto once the report can be written", r.step)
 	return err

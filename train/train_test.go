@@ -721,3 +721,50 @@ func TestLoadData(t *testing.T) {
 		t.Errorf("CNN on 28x28x3 crops: %d parameters, %v", len(res.Params), err)
 	}
 }
+
+// TestTrimResumed: a resumed run cuts its metrics and loss log back to
+// the checkpoint's step: lines of later steps (the stopped run went past
+// its last checkpoint) and a last line cut short (it stopped mid-write, on
+// a full disk) go, lines without a step stay, and the run appends after
+// what is left. Before, it appended to all of it: a metrics file that no
+// longer parsed, and steps twice in the loss log.
+func TestTrimResumed(t *testing.T) {
+	dir := t.TempDir()
+	var said []string
+	r := &run{log: func(f string, a ...any) { said = append(said, fmt.Sprintf(f, a...)) }}
+	for _, c := range []struct {
+		name, text string
+		last       int
+		step       func([]byte) (int, bool)
+		want       string
+	}{
+		{"loss log", "1 0.5\n2 0.4\n3 0.3\n4 0.2\n", 2, lossLogStep, "1 0.5\n2 0.4\n"},
+		{"loss log cut short", "1 0.5\n2 0.4\n3 0.2", 5, lossLogStep, "1 0.5\n2 0.4\n"},
+		{"loss log whole", "1 0.5\n2 0.4\n", 2, lossLogStep, "1 0.5\n2 0.4\n"},
+		{"metrics", `{"epoch":1,"step":10}` + "\n" + `{"epoch":2,"step":20}` + "\n", 10, metricsStep, `{"epoch":1,"step":10}` + "\n"},
+		// An epoch the checkpoint left unreported is reported again:
+		// its line goes (the caller asks for the steps before it).
+		{"metrics unreported", `{"epoch":1,"step":10}` + "\n" + `{"epoch":2,"step":20}` + "\n", 19, metricsStep, `{"epoch":1,"step":10}` + "\n"},
+		{"metrics cut short", `{"epoch":1,"step":10}` + "\n" + `{"epoch":2,"st`, 20, metricsStep, `{"epoch":1,"step":10}` + "\n"},
+		{"metrics foreign line", "# notes\n" + `{"epoch":1,"step":10}` + "\n", 10, metricsStep, "# notes\n" + `{"epoch":1,"step":10}` + "\n"},
+	} {
+		p := filepath.Join(dir, strings.ReplaceAll(c.name, " ", "_"))
+		if err := os.WriteFile(p, []byte(c.text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		said = nil
+		if err := r.trimResumed(c.name, p, c.last, c.step); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		b, _ := os.ReadFile(p)
+		if string(b) != c.want {
+			t.Errorf("%s: %q after trimming to step %d, want %q", c.name, b, c.last, c.want)
+		}
+		if (len(said) == 1) != (c.text != c.want) {
+			t.Errorf("%s: said %q", c.name, said)
+		}
+	}
+	if err := r.trimResumed("metrics", filepath.Join(dir, "none"), 5, metricsStep); err != nil {
+		t.Errorf("a file not there: %v", err)
+	}
+}
