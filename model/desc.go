@@ -48,7 +48,7 @@ type Desc struct {
 //	avgpool         kernel, stride (kernel)
 //	globalavgpool   -
 //	flatten         -
-//	batchnorm       momentum (0.1), eps (1e-5)
+//	batchnorm       momentum (0.1), eps (1e-5; at least 1e-30)
 //	dropout         p (0.5)
 //	residual        layers, shortcut ("identity"; or "projection": 1x1
 //	                convolution without bias + batchnorm; or "conv": 1x1
@@ -76,6 +76,9 @@ const OutClasses = -1
 // maxKey bounds integer keys: far beyond any real network, small enough
 // that products of sizes cannot overflow.
 const maxKey = 1 << 20
+
+// minEps is the smallest batch norm eps (see parseLayer).
+const minEps = 1e-30
 
 // maxDepth bounds the nesting of residual blocks.
 const maxDepth = 8
@@ -340,7 +343,11 @@ func parseLayer(m map[string]any, pos string, depth int) (LayerDesc, error) {
 		l.Stride = k.int("stride", max(l.Kernel, 1), 1, false)
 	case "batchnorm":
 		l.Momentum = k.float("momentum", 0.1, 0, 1, false, false)
-		l.Eps = k.float("eps", 1e-5, 0, 1, true, false)
+		// eps reaches float32: the scale gamma/sqrt(var+eps) (1e150 for
+		// eps 1e-300 and a constant channel, Inf as float32, and 0*Inf
+		// NaN) and ONNX's epsilon attribute (0 for 1e-300). From 1e-30
+		// the scale is at most 1e15, and float32 holds eps itself.
+		l.Eps = k.float("eps", 1e-5, minEps, 1, false, false)
 	case "dropout":
 		l.P = k.float("p", 0.5, 0, 1, false, true)
 	case "residual":

@@ -1,6 +1,7 @@
 package model
 
 import (
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -172,7 +173,8 @@ func TestBadDesc(t *testing.T) {
 		{`layers = [{kind = "conv", out = 4, kernel = 3, bias = "no"}]`, `model my.toml: layer 1 (conv): key "bias" must be true or false, got "no"`},
 		{`layers = [{kind = "conv", out = 4000000, kernel = 3}]`, `model my.toml: layer 1 (conv): key "out" must be at most 1048576, got 4000000`},
 		{`layers = [{kind = "dropout", p = 1}]`, `model my.toml: layer 1 (dropout): key "p" must be a number in [0, 1), got 1`},
-		{`layers = [{kind = "batchnorm", eps = 0}]`, `model my.toml: layer 1 (batchnorm): key "eps" must be a number in (0, 1], got 0`},
+		{`layers = [{kind = "batchnorm", eps = 0}]`, `model my.toml: layer 1 (batchnorm): key "eps" must be a number in [1e-30, 1], got 0`},
+		{`layers = [{kind = "batchnorm", eps = 1e-300}]`, `model my.toml: layer 1 (batchnorm): key "eps" must be a number in [1e-30, 1], got 1e-300`},
 		{`layers = [{kind = "residual", shortcut = "proj", layers = [{kind = "relu"}]}]`, `model my.toml: layer 1 (residual): key "shortcut" must be one of identity, projection, conv, got "proj"`},
 		{`layers = [{kind = "residual"}]`, `model my.toml: layer 1 (residual): key "layers" is missing (the block's body)`},
 		{`layers = [{kind = "residual", layers = []}]`, `model my.toml: layer 1 (residual): key "layers" is an empty list`},
@@ -260,6 +262,15 @@ func FuzzParseDesc(f *testing.F) {
 	}
 	f.Add([]byte(dropoutNet))
 	f.Add([]byte(`layers = [{kind = "residual", shortcut = "projection", layers = [{kind = "conv", out = 2, kernel = 3, stride = 2}]}, {kind = "globalavgpool"}, {kind = "linear", out = "classes"}]`))
+	for _, s := range []string{
+		`layers = [{kind = "conv", out = 4, kernel = 3, pad = 5}, {kind = "batchnorm", eps = 1e-30}, {kind = "flatten"}, {kind = "linear", out = "classes"}]`,
+		`layers = [{kind = "globalavgpool"}, {kind = "conv", out = 4, kernel = 3, pad = 1}, {kind = "flatten"}, {kind = "flatten"}, {kind = "linear", out = "classes"}, {kind = "relu"}]`,
+		`layers = [{kind = "residual", layers = [{kind = "residual", layers = [{kind = "relu"}]}, {kind = "dropout", p = 0.9999999999}]}, {kind = "maxpool", kernel = 2, stride = 9}, {kind = "flatten"}, {kind = "linear", out = "classes"}]`,
+		`layers = [{kind = "residual", shortcut = "conv", layers = [{kind = "conv", out = 2, kernel = 3, stride = 3, pad = 1}, {kind = "avgpool", kernel = 2}]}, {kind = "flatten"}, {kind = "linear", out = "classes"}]`,
+		`layers = [{kind = "conv", out = "classes", kernel = 8}, {kind = "batchnorm"}, {kind = "dropout", p = 0}]`,
+	} {
+		f.Add([]byte(s))
+	}
 	f.Fuzz(func(t *testing.T, text []byte) {
 		d, err := ParseDesc("fuzz", text)
 		if err != nil {
@@ -289,13 +300,41 @@ func FuzzParseDesc(f *testing.F) {
 		if size > 1<<20 || macs > 1<<24 {
 			return
 		}
+		sum, serr := Summarize(d, Shape{8, 8, 3}, 4)
 		net, err := Build(d, Shape{8, 8, 3}, 4, 2, 1)
+		if (serr == nil) != (err == nil) {
+			t.Fatalf("Summarize: %v; Build: %v", serr, err)
+		}
 		if err != nil {
+			if strings.Contains(err.Error(), "\n") {
+				t.Fatalf("error of several lines: %q", err)
+			}
 			return
 		}
-		net.Forward(2)
-		net.Loss([]int32{1, 3})
-		net.Backward(nil)
+		if sum.Params != len(net.Params) || sum.Buffers != len(net.Buffers) || sum.Classes != net.Classes {
+			t.Fatalf("Summarize: %d params, %d buffers, %d classes; Build: %d, %d, %d", sum.Params, sum.Buffers, sum.Classes, len(net.Params), len(net.Buffers), net.Classes)
+		}
+		for _, train := range []bool{true, false} {
+			net.SetTraining(train)
+			for _, v := range net.Forward(2) {
+				if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+					t.Fatalf("training %v: score %v\n%s", train, v, d.TOML())
+				}
+			}
+			loss, _ := net.Loss([]int32{1, 3})
+			if math.IsNaN(loss) || math.IsInf(loss, 0) {
+				t.Fatalf("training %v: loss %v\n%s", train, loss, d.TOML())
+			}
+			if !train {
+				break
+			}
+			net.Backward(nil)
+			for i, g := range net.Grads {
+				if math.IsNaN(float64(g)) || math.IsInf(float64(g), 0) {
+					t.Fatalf("gradient %d: %v\n%s", i, g, d.TOML())
+				}
+			}
+		}
 	})
 }
 
