@@ -350,6 +350,9 @@ func parseLayer(m map[string]any, pos string, depth int) (LayerDesc, error) {
 		l.Eps = k.float("eps", 1e-5, minEps, 1, false, false)
 	case "dropout":
 		l.P = k.float("p", 0.5, 0, 1, false, true)
+		if k.err == nil && dropsAll(l.P) {
+			k.fail("p", "must be a number in [0, 1), got %s, which drops every value (the mask compares 32 random bits with p rounded to 32 bits, here 1)", show(l.P))
+		}
 	case "residual":
 		l.Shortcut = k.oneOf("shortcut", "identity", shortcuts)
 		if k.err != nil {

@@ -173,6 +173,7 @@ func TestBadDesc(t *testing.T) {
 		{`layers = [{kind = "conv", out = 4, kernel = 3, bias = "no"}]`, `model my.toml: layer 1 (conv): key "bias" must be true or false, got "no"`},
 		{`layers = [{kind = "conv", out = 4000000, kernel = 3}]`, `model my.toml: layer 1 (conv): key "out" must be at most 1048576, got 4000000`},
 		{`layers = [{kind = "dropout", p = 1}]`, `model my.toml: layer 1 (dropout): key "p" must be a number in [0, 1), got 1`},
+		{`layers = [{kind = "dropout", p = 0.9999999999}]`, `model my.toml: layer 1 (dropout): key "p" must be a number in [0, 1), got 0.9999999999, which drops every value (the mask compares 32 random bits with p rounded to 32 bits, here 1)`},
 		{`layers = [{kind = "batchnorm", eps = 0}]`, `model my.toml: layer 1 (batchnorm): key "eps" must be a number in [1e-30, 1], got 0`},
 		{`layers = [{kind = "batchnorm", eps = 1e-300}]`, `model my.toml: layer 1 (batchnorm): key "eps" must be a number in [1e-30, 1], got 1e-300`},
 		{`layers = [{kind = "residual", shortcut = "proj", layers = [{kind = "relu"}]}]`, `model my.toml: layer 1 (residual): key "shortcut" must be one of identity, projection, conv, got "proj"`},

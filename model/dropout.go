@@ -38,9 +38,20 @@ func dropout(p float64) Spec {
 		if !(p >= 0 && p < 1) {
 			return nil, fmt.Errorf("bad dropout probability %v", p)
 		}
-		return &Dropout{name: name, shape: in, p: p, thresh: uint64(math.Round(p * (1 << 32))), scale: float32(1 / (1 - p))}, nil
+		if dropsAll(p) {
+			return nil, fmt.Errorf("dropout probability %v drops every value", p)
+		}
+		return &Dropout{name: name, shape: in, p: p, thresh: threshold(p), scale: float32(1 / (1 - p))}, nil
 	}}
 }
+
+// threshold is p as a 32-bit fraction: a value is dropped when its 32-bit
+// hash is below it.
+func threshold(p float64) uint64 { return uint64(math.Round(p * (1 << 32))) }
+
+// dropsAll reports whether p, below 1, still rounds to a threshold that
+// drops every value (p from 1-2^-33).
+func dropsAll(p float64) bool { return threshold(p) >= 1<<32 }
 
 func (l *Dropout) Name() string { return l.name }
 func (l *Dropout) Out() Shape   { return l.shape }
