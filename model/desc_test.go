@@ -288,7 +288,8 @@ func FuzzParseDesc(f *testing.F) {
 		// channels, which is legal but slow.
 		layers, _, err := stack(Shape{8, 8, 3}, specs(d.Layers, 4), "", "")
 		if err != nil {
-			if _, err := Build(d, Shape{8, 8, 3}, 4, 2, 1); err == nil {
+			if net, err := Build(d, Shape{8, 8, 3}, 4, 2, 1); err == nil {
+				net.Close()
 				t.Fatal("Build succeeded where stack failed")
 			}
 			return
@@ -312,6 +313,7 @@ func FuzzParseDesc(f *testing.F) {
 			}
 			return
 		}
+		defer net.Close() // oneDNN's objects: ~20 MB a network, outside Go's heap
 		if sum.Params != len(net.Params) || sum.Buffers != len(net.Buffers) || sum.Classes != net.Classes {
 			t.Fatalf("Summarize: %d params, %d buffers, %d classes; Build: %d, %d, %d", sum.Params, sum.Buffers, sum.Classes, len(net.Params), len(net.Buffers), net.Classes)
 		}
