@@ -1,6 +1,7 @@
 package model
 
 import (
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -404,5 +405,20 @@ func TestSummarizeAllocatesNothingLarge(t *testing.T) {
 	}
 	if got := after.TotalAlloc - before.TotalAlloc; got > 64<<20 {
 		t.Errorf("Summarize allocated %d MB", got>>20)
+	}
+}
+
+// TestParseShape: the bound on a side is said, not only positivity
+// ("1048577x1x1" was told to use positive integers).
+func TestParseShape(t *testing.T) {
+	if s, err := ParseShape("1048576x1x3"); err != nil || s != (Shape{1048576, 1, 3}) {
+		t.Errorf("1048576x1x3: %v, %v", s, err)
+	}
+	for _, in := range []string{"1048577x1x1", "0x28x1", "28x28", "28x28x1x1", "-1x2x3", "axbxc", ""} {
+		_, err := ParseShape(in)
+		want := fmt.Sprintf("shape %q: want HxWxC, each an integer from 1 to 1048576, e.g. 32x32x3", in)
+		if err == nil || err.Error() != want {
+			t.Errorf("%q: %v, want %s", in, err, want)
+		}
 	}
 }

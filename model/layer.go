@@ -167,14 +167,14 @@ func stack(in Shape, specs []Spec, prefix, path string) ([]Layer, Shape, error) 
 }
 
 // ParseShape reads a sample shape written as Shape.String does: "HxWxC",
-// each a positive integer.
+// each an integer from 1 to 2^20.
 func ParseShape(s string) (Shape, error) {
 	parts := strings.Split(s, "x")
 	var v [3]int
 	for i, p := range parts {
 		n, err := strconv.Atoi(p)
 		if err != nil || n < 1 || n > maxKey || len(parts) != 3 {
-			return Shape{}, fmt.Errorf("shape %q: want HxWxC with positive integers, e.g. 32x32x3", s)
+			return Shape{}, fmt.Errorf("shape %q: want HxWxC, each an integer from 1 to %d, e.g. 32x32x3", s, maxKey)
 		}
 		v[i] = n
 	}
