@@ -44,7 +44,7 @@ type Desc struct {
 //	conv            out, kernel, stride (1), pad (0), bias (true)
 //	linear          out, bias (true)
 //	relu            -
-//	maxpool         kernel, stride (kernel)
+//	maxpool         kernel (at most 16), stride (kernel)
 //	avgpool         kernel, stride (kernel)
 //	globalavgpool   -
 //	flatten         -
@@ -340,6 +340,9 @@ func parseLayer(m map[string]any, pos string, depth int) (LayerDesc, error) {
 		l.Bias = k.bool("bias", true)
 	case "maxpool", "avgpool":
 		l.Kernel = k.int("kernel", 0, 1, false)
+		if kind == "maxpool" && l.Kernel > maxPoolK {
+			k.fail("kernel", "must be at most %d for a max-pool (its argmax is one byte), got %d", maxPoolK, l.Kernel)
+		}
 		l.Stride = k.int("stride", max(l.Kernel, 1), 1, false)
 	case "batchnorm":
 		l.Momentum = k.float("momentum", 0.1, 0, 1, false, false)

@@ -171,6 +171,7 @@ func TestBadDesc(t *testing.T) {
 		{`layers = [{kind = "conv", out = -2, kernel = 3}]`, `model my.toml: layer 1 (conv): key "out" must be an integer >= 1 or "classes", got -2`},
 		{`layers = [{kind = "conv", out = 4, kernel = 3.0}]`, `model my.toml: layer 1 (conv): key "kernel" must be an integer >= 1, got 3.0`},
 		{`layers = [{kind = "conv", out = 4, kernel = 3, pad = -1}]`, `model my.toml: layer 1 (conv): key "pad" must be an integer >= 0, got -1`},
+		{`layers = [{kind = "maxpool", kernel = 17}]`, `model my.toml: layer 1 (maxpool): key "kernel" must be at most 16 for a max-pool (its argmax is one byte), got 17`},
 		{`layers = [{kind = "conv", out = 4, kernel = 3, bias = "no"}]`, `model my.toml: layer 1 (conv): key "bias" must be true or false, got "no"`},
 		{`layers = [{kind = "conv", out = 4000000, kernel = 3}]`, `model my.toml: layer 1 (conv): key "out" must be at most 1048576, got 4000000`},
 		{`layers = [{kind = "dropout", p = 1}]`, `model my.toml: layer 1 (dropout): key "p" must be a number in [0, 1), got 1`},

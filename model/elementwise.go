@@ -93,12 +93,16 @@ func MaxPool(k, s int) Spec {
 		if err != nil {
 			return nil, err
 		}
-		if k > 16 {
-			return nil, fmt.Errorf("kernel %d larger than 16 (the argmax is one byte)", k)
+		if k > maxPoolK {
+			return nil, fmt.Errorf("kernel %d larger than %d (the argmax is one byte)", k, maxPoolK)
 		}
 		return &MaxPool2D{name: name, in: in, out: Shape{win.Ho, win.Wo, in.C}, win: win}, nil
 	}}
 }
+
+// maxPoolK is the largest max-pool kernel: the argmax of a K x K window
+// is kept in one byte.
+const maxPoolK = 16
 
 // poolWindow is the window of a k x k pool with stride s, no padding.
 func poolWindow(in Shape, k, s int) (kernels.Window, error) {
