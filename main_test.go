@@ -241,6 +241,9 @@ func TestBadInput(t *testing.T) {
 	bad := write("bad.toml", []byte("model = \"cnn\"\nlr = [oops\n"))
 	// A description that parses but does not fit the 28x28 input.
 	shape := write("shape.toml", []byte(`layers = [{kind = "maxpool", kernel = 3}, {kind = "maxpool", kernel = 3}, {kind = "conv", out = 4, kernel = 7}, {kind = "flatten"}, {kind = "linear", out = "classes"}]`))
+	// Batch norm after a linear layer, one sample per rank: one value per
+	// channel, normalised to 0 (it trained, learning nothing).
+	bnvec := write("bnvec.toml", []byte(`layers = [{kind = "flatten"}, {kind = "linear", out = 16}, {kind = "batchnorm"}, {kind = "relu"}, {kind = "linear", out = "classes"}]`))
 
 	// Exit 2: settings or files the user names and must change; 1: data
 	// that is damaged.
@@ -256,6 +259,7 @@ func TestBadInput(t *testing.T) {
 		{[]string{"-model", shape}, "layer 3 (conv): kernel 7 larger than its input 3x3 with pad 0", 2},
 		{[]string{"-cpu-kernels", "blas", "-precision", "bf16"}, "cpu_kernels blas computes in fp32 only", 2},
 		{[]string{"-precision", "fp16"}, "precision fp16 needs a CUDA device", 2},
+		{[]string{"-model", bnvec, "-batch", "1"}, "layer bn1 (batchnorm) would train on 1 value per channel (batch 1, output 1x1x16 per sample)", 2},
 		{[]string{"-optimizer", "sgdx"}, `unknown optimizer "sgdx"`, 2},
 		{[]string{"-config", bad}, "line 2", 2},
 		{[]string{"-batch", "0"}, "batch = 0", 2},

@@ -479,8 +479,39 @@ func (r *run) fitModel(in model.Shape, classes int) error {
 		return cli.Usage(err)
 	}
 	r.params = s.Params
+	if err := oneValueBN(s, r.cfg.Batch, r.c.Size(), r.cfg.SyncBN); err != nil {
+		return cli.Usage(fmt.Errorf("model %s: %w", r.cfg.Model, err))
+	}
 	if err := r.pipe.budget.Take(fmt.Sprintf("model %s with batches of %d samples", r.cfg.Model, r.cfg.Batch), NetBytes(s, r.cfg.Batch, r.pl.plan.Threads), NetHint(s, r.cfg.Batch)); err != nil {
 		return cli.Usage(err)
+	}
+	return nil
+}
+
+// oneValueBN refuses a batch-norm layer that trains on one value per
+// channel: its statistics come from batch samples (x ranks with sync),
+// each of its output's H x W per channel. Normalised, the one value is 0
+// whatever it was, so the layer passes its shift alone and nothing before
+// it learns (PyTorch refuses this too: "Expected more than 1 value per
+// channel when training").
+func oneValueBN(s model.Summary, batch, ranks int, sync bool) error {
+	n := batch
+	if sync {
+		n *= ranks
+	}
+	for _, row := range s.Rows {
+		if row.Kind != "batchnorm" {
+			continue
+		}
+		out, err := model.ParseShape(row.Output)
+		if err != nil || n*out.H*out.W > 1 {
+			continue
+		}
+		hint := "raise -batch"
+		if !sync && ranks > 1 {
+			hint += ", or set sync_bn (-sync-bn) to take the statistics over the ranks' batches together"
+		}
+		return fmt.Errorf("layer %s (batchnorm) would train on 1 value per channel (batch %d, output %s per sample): normalised, each is 0, and the layers before it would learn nothing; %s", row.Name, batch, row.Output, hint)
 	}
 	return nil
 }
