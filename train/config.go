@@ -647,7 +647,7 @@ func (c *Config) Validate() error {
 	// one is refused (naming its layer and key) before MPI starts.
 	if !slices.Contains(model.Names(), c.Model) {
 		if _, err := model.LoadDesc(c.Model); err != nil {
-			return fmt.Errorf("config: model = %q: %w", c.Model, err)
+			return fmt.Errorf("config: %w", err) // "model FILE: layer 1 (conv): ...", the file named once
 		}
 	}
 	switch {

@@ -623,3 +623,15 @@ func TestBadStringQuoted(t *testing.T) {
 		}
 	}
 }
+
+// TestModelFileNamedOnce: a description file that does not read is named
+// once in the error ('config: model = "x.toml": model x.toml: layer 1'
+// before).
+func TestModelFileNamedOnce(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "padk.toml")
+	os.WriteFile(p, []byte(`layers = [{kind = "conv", out = 4, kernel = 0}]`), 0o644)
+	_, _, err := Parse([]string{"-model", p}, io.Discard)
+	if err == nil || strings.Count(err.Error(), p) != 1 || !strings.Contains(err.Error(), "config: model "+p+": layer 1 (conv)") {
+		t.Errorf("%v, want the file named once, then the layer", err)
+	}
+}
