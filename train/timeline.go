@@ -12,13 +12,18 @@ import (
 // timeline records spans of the training step as a Chrome trace (the JSON
 // Array/Object format read by chrome://tracing and Perfetto): one file per
 // rank, with forward, backward, each bucket's all-reduce (as run on the MPI
-// thread), the wait for communication and the optimizer step.
+// thread), the wait for communication and the optimizer step. Each span's
+// "step" is the step's number from 1, as in the loss log and the progress
+// lines.
 type timeline struct {
-	rank   int
-	t0     time.Time
-	events []traceEvent
-	first  int // record steps [first, first+n)
-	n      int
+	rank    int
+	path    string // -timeline, before the rank is inserted
+	t0      time.Time
+	events  []traceEvent
+	first   int // record step indexes [first, first+n), from 0
+	n       int
+	written bool
+	err     error // from writing the file
 }
 
 type traceEvent struct {
@@ -37,12 +42,29 @@ const (
 	laneMPI     = 2
 )
 
-func newTimeline(rank, first, n int) *timeline {
-	return &timeline{rank: rank, t0: time.Now(), first: first, n: n, events: make([]traceEvent, 0, 16*n)}
+// newTimeline records up to n of the steps this process trains, step
+// indexes [start, total): from its 10th step on, past the first steps'
+// warm-up, or from the middle where it trains fewer than 20 (a resumed
+// run records its own steps; counted from step 0 its window had passed).
+func newTimeline(rank int, path string, start, total, n int) *timeline {
+	left := max(total-start, 0)
+	first := start + min(9, left/2)
+	n = max(min(n, total-first), 0)
+	return &timeline{rank: rank, path: path, t0: time.Now(), first: first, n: n, events: make([]traceEvent, 0, 16*n)}
 }
 
+// on says whether the timeline records step (an index from 0); asked once
+// per step, before its spans. The first step past the recorded ones writes
+// the file, so that a run stopped later (a signal, a NaN loss, a failure)
+// leaves the steps it recorded rather than an empty file.
 func (tl *timeline) on(step int) bool {
-	return tl != nil && step >= tl.first && step < tl.first+tl.n
+	if tl == nil {
+		return false
+	}
+	if step >= tl.first+tl.n {
+		tl.write()
+	}
+	return step >= tl.first && step < tl.first+tl.n
 }
 
 func (tl *timeline) span(step int, name string, lane int, start, end time.Time) {
@@ -53,7 +75,7 @@ func (tl *timeline) span(step int, name string, lane int, start, end time.Time) 
 		Name: name, Ph: "X", Pid: tl.rank, Tid: lane,
 		Ts:   float64(start.Sub(tl.t0).Nanoseconds()) / 1e3,
 		Dur:  float64(end.Sub(start).Nanoseconds()) / 1e3,
-		Args: map[string]any{"step": step},
+		Args: map[string]any{"step": step + 1},
 	})
 }
 
@@ -63,10 +85,19 @@ func rankPath(path string, rank int) string {
 	return fmt.Sprintf("%s.rank%d%s", strings.TrimSuffix(path, ext), rank, ext)
 }
 
-func (tl *timeline) write(path string) error {
+// write writes the file, once: a later call returns the first one's error.
+func (tl *timeline) write() error {
 	if tl == nil {
 		return nil
 	}
+	if !tl.written {
+		tl.written = true
+		tl.err = tl.writeFile()
+	}
+	return tl.err
+}
+
+func (tl *timeline) writeFile() error {
 	meta := []traceEvent{
 		{Name: "process_name", Ph: "M", Pid: tl.rank, Args: map[string]any{"name": fmt.Sprintf("rank %d", tl.rank)}},
 		{Name: "thread_name", Ph: "M", Pid: tl.rank, Tid: laneCompute, Args: map[string]any{"name": "compute"}},
@@ -76,7 +107,7 @@ func (tl *timeline) write(path string) error {
 	if err != nil {
 		return err
 	}
-	p := rankPath(path, tl.rank)
+	p := rankPath(tl.path, tl.rank)
 	if err := os.WriteFile(p, b, 0o644); err != nil {
 		return fmt.Errorf("writing timeline: %w", err)
 	}

@@ -267,7 +267,7 @@ func start(cfg Config, comm mpi.Comm, out, errOut io.Writer) (r *run, err error)
 	r.cp.scaler = r.st.scaler
 	r.prog = newProgress(out, c.Rank() == 0, cfg.Progress, r.total-r.startStep, cfg.Batch*c.Size())
 	if cfg.Timeline != "" {
-		r.tl = newTimeline(c.Rank(), min(10, r.total/2), cfg.TimelineSteps)
+		r.tl = newTimeline(c.Rank(), cfg.Timeline, r.startStep, r.total, cfg.TimelineSteps)
 	}
 	r.log("hpctrain: model %s, %d parameters, %s x %s (%s), batch %d per rank (%d global), %s per epoch, %s lr %g (%s schedule)",
 		cfg.Model, len(r.net.Params), plural(c.Size(), "rank"), plural(r.pl.plan.Threads, "thread"), describeDevice(r.dev, r.cfg.Precision, r.net), cfg.Batch, cfg.Batch*c.Size(), plural(r.steps, "step"), r.opt.Name(), r.lr, cfg.ScheduleConfig.Name)
@@ -1068,7 +1068,7 @@ func (r *run) finish() (Result, error) {
 		r.log("communication: all-reduce %.1f ms per step on the MPI thread; %s; %d %s",
 			1e3*res.CommSeconds/float64(done), waited(res.CommSeconds, res.CommWaitSeconds, done), r.st.red.Buckets(), buckets)
 	}
-	return res, r.tl.write(r.cfg.Timeline)
+	return res, r.tl.write()
 }
 
 // waited says how long the steps waited for the all-reduce after backward,
