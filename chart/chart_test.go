@@ -1,11 +1,13 @@
 package chart
 
 import (
+	"fmt"
 	"image/png"
 	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -254,5 +256,41 @@ func TestMetricsNames(t *testing.T) {
 	}
 	if series[0].Name != "a/m.jsonl" || series[1].Name != "b/m.jsonl" {
 		t.Errorf("m.jsonl and ../b/m.jsonl from a/: named %q and %q", series[0].Name, series[1].Name)
+	}
+}
+
+// TestMetricsResumed: in a file a resumed run appended to, each epoch is
+// one point, the resumed run's, and the lines the stopped run wrote past
+// its checkpoint go; the curve went back from epoch 4 to 3 and on again.
+func TestMetricsResumed(t *testing.T) {
+	line := func(epoch, step, from int, loss float64) string {
+		return fmt.Sprintf(`{"epoch":%d,"step":%d,"train_loss":%g,"test_accuracy":0.5,"resumed_from":%d}`+"\n", epoch, step, loss, from)
+	}
+	stopped := line(1, 32, 0, 1) + line(2, 64, 0, 0.9) + line(3, 96, 0, 0.8) + line(4, 128, 0, 0.7)
+	for _, c := range []struct {
+		name, file string
+		epochs     []float64
+		loss       []float64
+	}{
+		{"resumed at 80", stopped + line(3, 96, 80, 0.75) + line(4, 128, 80, 0.65) + `{"final":true,"epoch":4,"resumed_from":80}` + "\n",
+			[]float64{1, 2, 3, 4}, []float64{1, 0.9, 0.75, 0.65}},
+		// Resumed with -epochs 3: the stopped run's epoch 4 is not this run's.
+		{"resumed to 3 epochs", stopped + line(3, 96, 80, 0.75),
+			[]float64{1, 2, 3}, []float64{1, 0.9, 0.75}},
+		{"resumed twice", stopped + line(3, 96, 80, 0.75) + line(4, 128, 80, 0.65) + line(2, 64, 40, 0.85) + line(3, 96, 40, 0.74),
+			[]float64{1, 2, 3}, []float64{1, 0.85, 0.74}},
+		{"not resumed", stopped, []float64{1, 2, 3, 4}, []float64{1, 0.9, 0.8, 0.7}},
+	} {
+		f := filepath.Join(t.TempDir(), "m.jsonl")
+		if err := os.WriteFile(f, []byte(c.file), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		s, err := metricsSeries([]string{f})
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if !slices.Equal(s[0].Epoch, c.epochs) || !slices.Equal(s[0].Loss, c.loss) {
+			t.Errorf("%s: epochs %v losses %v, want %v %v", c.name, s[0].Epoch, s[0].Loss, c.epochs, c.loss)
+		}
 	}
 }

@@ -25,7 +25,10 @@ type Record struct {
 	TestAccuracy     float64 `json:"test_accuracy"`
 	SamplesPerSecond float64 `json:"samples_per_second"`
 	TrainSeconds     float64 `json:"train_seconds"`
-	Final            bool    `json:"final"`
+	// ResumedFrom is the step a resumed run went on from; its lines are
+	// appended to those of the run it continues.
+	ResumedFrom int  `json:"resumed_from"`
+	Final       bool `json:"final"`
 }
 
 // ReadMetrics parses JSON-lines metrics: one JSON object per line, blank
@@ -87,7 +90,10 @@ func abbrev(b []byte) string {
 // MetricsPNG reads each JSON-lines metrics file and writes Curves to out:
 // training loss and test accuracy per epoch, one series per file, named by
 // the shortest end of its path that tells it from the other files (see
-// shortNames). Final summary lines are not plotted.
+// shortNames). Final summary lines are not plotted. In a file a resumed run
+// appended to, its lines replace those of the epochs it trained again and
+// those past the step it resumed from (the stopped run went on beyond its
+// checkpoint), so each epoch is one point, from the run that went on.
 func MetricsPNG(out string, files []string) error {
 	series, err := metricsSeries(files)
 	if err != nil {
@@ -162,11 +168,22 @@ func readSeries(name string) (Series, error) {
 	if err != nil {
 		return Series{}, fmt.Errorf("chart: %s: %w", name, err)
 	}
-	s := Series{Name: filepath.Base(name)}
+	var kept []Record
+	from := 0 // the resumed_from of the lines so far
 	for _, r := range recs {
 		if r.Final {
 			continue
 		}
+		resumed := r.ResumedFrom > 0 && r.ResumedFrom != from // a resumed run's first line
+		from = r.ResumedFrom
+		kept = slices.DeleteFunc(kept, func(k Record) bool {
+			return k.Epoch == r.Epoch || (resumed && k.Step > r.ResumedFrom)
+		})
+		kept = append(kept, r)
+	}
+	slices.SortStableFunc(kept, func(a, b Record) int { return a.Epoch - b.Epoch })
+	s := Series{Name: filepath.Base(name)}
+	for _, r := range kept {
 		s.Epoch = append(s.Epoch, float64(r.Epoch))
 		s.Loss = append(s.Loss, r.TrainLoss)
 		s.Accuracy = append(s.Accuracy, r.TestAccuracy)
