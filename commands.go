@@ -395,8 +395,8 @@ func plotCmd(args []string, stdout, stderr io.Writer) error {
 		return cli.Usage(fmt.Errorf("plot needs -metrics FILE[,FILE...]"))
 	}
 	if err := chart.MetricsPNG(*out, strings.Split(*metrics, ",")); err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return cli.Usage(err) // a metrics file named that is not there
+		if errors.Is(err, chart.ErrInput) {
+			return cli.Usage(err) // a file that is not there or not metrics, an -out in no directory
 		}
 		return err
 	}

@@ -253,6 +253,41 @@ func TestPlotStatusOnStderr(t *testing.T) {
 	mustPNG(t, png)
 }
 
+// TestPlotBadInput: a metrics file that is empty, of another format or
+// cut short, a -metrics list with an empty name, and an -out in a missing
+// directory or naming one are the user's to mend: one line naming the
+// file, exit 2 (all but a missing metrics file were exit 1).
+func TestPlotBadInput(t *testing.T) {
+	dir := t.TempDir()
+	good := `{"epoch":1,"step":10,"train_loss":0.9,"test_accuracy":0.7}` + "\n"
+	files := map[string]string{
+		"empty.jsonl": "",
+		"loss.txt":    "1 2.30258\n2 2.1\n",
+		"cut.jsonl":   good + `{"epoch":2,"step":20,"train_lo`,
+		"m.jsonl":     good,
+	}
+	for name, text := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m, png := filepath.Join(dir, "m.jsonl"), filepath.Join(dir, "c.png")
+	for _, c := range []struct{ metrics, out, want string }{
+		{filepath.Join(dir, "empty.jsonl"), png, "empty.jsonl: no per-epoch records"},
+		{filepath.Join(dir, "loss.txt"), png, "loss.txt: metrics line 1: want a JSON object"},
+		{filepath.Join(dir, "cut.jsonl"), png, "cut.jsonl: metrics line 2: unexpected end of JSON input"},
+		{m + ",", png, "file 2 of 2 has an empty name"},
+		{dir, png, "is a directory"},
+		{m, filepath.Join(dir, "no", "c.png"), "no such directory " + filepath.Join(dir, "no")},
+		{m, dir, "write " + dir + ": is a directory"},
+	} {
+		r := runCmd(plotCmd, "-metrics", c.metrics, "-out", c.out)
+		if r.code != 2 || !strings.Contains(r.errs, c.want) || strings.Count(r.errs, "\n") != 1 {
+			t.Errorf("plot -metrics %s -out %s: exit %d, stderr %q; want exit 2 and one line with %q", c.metrics, c.out, r.code, r.errs, c.want)
+		}
+	}
+}
+
 // TestSlurmTemplateJobAndFlags: flags fill in and correct the job file
 // before it is checked; the training configuration's checkpoint_dir is
 // the script's unless the job file names one (then a warning); extra_args

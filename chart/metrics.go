@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"hpctrain/internal/atomicfile"
 )
 
 // Record is one line of the training loop's JSON-lines metrics: one per
@@ -87,6 +89,19 @@ func abbrev(b []byte) string {
 	return string(b)
 }
 
+// ErrInput is in the chain of MetricsPNG's errors that its caller's input
+// caused, for a command to tell them from a failure to write (a full disk):
+// a file name that is empty, a metrics file that is missing, unreadable or
+// not metrics, and an out that cannot be written (a missing directory, a
+// directory, no permission).
+var ErrInput = errors.New("chart: bad input")
+
+// inputError marks err as ErrInput, its message unchanged.
+type inputError struct{ error }
+
+func (e inputError) Unwrap() error      { return e.error }
+func (inputError) Is(target error) bool { return target == ErrInput }
+
 // MetricsPNG reads each JSON-lines metrics file and writes Curves to out:
 // training loss and test accuracy per epoch, one series per file, named by
 // the shortest end of its path that tells it from the other files (see
@@ -95,9 +110,12 @@ func abbrev(b []byte) string {
 // those past the step it resumed from (the stopped run went on beyond its
 // checkpoint), so each epoch is one point, from the run that went on.
 func MetricsPNG(out string, files []string) error {
+	if err := atomicfile.Check(out); err != nil {
+		return inputError{fmt.Errorf("chart: write %s: %w", out, err)}
+	}
 	series, err := metricsSeries(files)
 	if err != nil {
-		return err
+		return inputError{err}
 	}
 	title := "training curves"
 	if len(files) == 1 {
@@ -110,6 +128,9 @@ func MetricsPNG(out string, files []string) error {
 func metricsSeries(files []string) ([]Series, error) {
 	if len(files) == 0 {
 		return nil, errors.New("chart: metrics: no files given")
+	}
+	if i := slices.Index(files, ""); i >= 0 {
+		return nil, fmt.Errorf("chart: metrics: file %d of %d has an empty name (a comma too many?)", i+1, len(files))
 	}
 	names := shortNames(files)
 	var series []Series
