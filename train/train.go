@@ -1197,31 +1197,56 @@ func writeMetrics(f *os.File, r Result) error {
 }
 
 // progress prints a line every interval on rank 0: epoch, step, loss,
-// throughput and the estimated time left.
+// throughput and the estimated time left. The throughput is of the steps
+// alone, as the epoch's line has it: the time before an epoch's first step
+// (the start-up, the evaluation of the epoch before) is left out. The
+// estimate goes by the wall time since the first step, evaluations
+// included, so it is the time to the end of the last step.
 type progress struct {
 	out           io.Writer
 	on            bool
 	every         time.Duration
 	total, global int
-	start, last   time.Time
+	start, last   time.Time // progress's start and its last line
+	first, prev   time.Time // the first step's end and the last update's
+	stepTime      time.Duration
+	steps         int // the steps in stepTime
 }
 
 func newProgress(out io.Writer, on bool, every time.Duration, totalSteps, globalBatch int) *progress {
 	now := time.Now()
-	return &progress{out: out, on: on && every > 0, every: every, total: totalSteps, global: globalBatch, start: now, last: now}
+	return &progress{out: out, on: on && every > 0, every: every, total: totalSteps, global: globalBatch, start: now, last: now, prev: now}
 }
 
+// update is called after each step: s of the epoch's steps, done of the
+// run's.
 func (p *progress) update(epoch, s, steps, done int, loss float64) {
 	if !p.on {
 		return
 	}
 	now := time.Now()
+	if s > 1 && done > 1 {
+		p.stepTime += now.Sub(p.prev) // one step, nothing between
+		p.steps++
+	}
+	if done == 1 {
+		p.first = now
+	}
+	p.prev = now
 	if now.Sub(p.last) < p.every && done != p.total {
 		return
 	}
 	p.last = now
-	el := now.Sub(p.start)
-	rate := float64(done*p.global) / el.Seconds()
-	eta := time.Duration(float64(el) / float64(done) * float64(p.total-done)).Round(time.Second)
-	fmt.Fprintf(p.out, "epoch %d step %d/%d loss %.4f %.0f samples/s ETA %v\n", epoch, s, steps, loss, rate, eta)
+	// Each step so far first in its epoch (or of the run): the time since
+	// start-up is all there is to go by.
+	perStep := now.Sub(p.start) / time.Duration(done)
+	if p.steps > 0 {
+		perStep = p.stepTime / time.Duration(p.steps)
+	}
+	rate := float64(p.global) / max(perStep, time.Nanosecond).Seconds()
+	eta := perStep * time.Duration(p.total-done)
+	if done > 1 {
+		eta = now.Sub(p.first) / time.Duration(done-1) * time.Duration(p.total-done)
+	}
+	fmt.Fprintf(p.out, "epoch %d step %d/%d loss %.4f %.0f samples/s ETA %v\n", epoch, s, steps, loss, rate, eta.Round(time.Second))
 }
