@@ -268,6 +268,7 @@ func TestBadInput(t *testing.T) {
 		{[]string{"-limit", "10", "-batch", "64"}, "do not fill one global batch", 2},
 		// Outputs that cannot be written fail at start-up, not after the training.
 		{[]string{"-timeline", filepath.Join(dir, "nowhere", "t.json")}, "timeline file", 2},
+		{[]string{"-timeline", dir}, "timeline file " + dir + ": a directory; give a file name in it", 2},
 		{[]string{"-metrics", filepath.Join(dir, "nowhere", "m.jsonl")}, "metrics file", 2},
 	} {
 		t.Run(c.want, func(t *testing.T) {

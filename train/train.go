@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"math"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -629,7 +630,12 @@ func (r *run) openOutputs() error {
 	}
 	if r.cfg.Timeline != "" {
 		var f *os.File
-		if f, err = os.Create(rankPath(r.cfg.Timeline, r.c.Rank())); err == nil {
+		if fi, serr := os.Stat(r.cfg.Timeline); serr == nil && fi.IsDir() {
+			// Each rank writes NAME.rankN.EXT beside it: from a directory
+			// /tmp that was /tmp.rank0.
+			err = cli.Usage(fmt.Errorf("timeline file %s: a directory; give a file name in it, e.g. -timeline %s (rank %d writes %s)",
+				r.cfg.Timeline, filepath.Join(r.cfg.Timeline, "timeline.json"), r.c.Rank(), rankPath(filepath.Join(r.cfg.Timeline, "timeline.json"), r.c.Rank())))
+		} else if f, err = os.Create(rankPath(r.cfg.Timeline, r.c.Rank())); err == nil {
 			f.Close()
 		} else {
 			err = outputErr("timeline file", err)
