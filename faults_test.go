@@ -670,3 +670,24 @@ func TestEpochReportSurvivesDeath(t *testing.T) {
 		t.Errorf("loss log of steps %v, want 1 to 20 once each", steps)
 	}
 }
+
+// TestReportAndSaveFail: a run whose epoch report cannot be written
+// (-metrics on /dev/full) checkpoints before it stops; when that fails
+// too (the checkpoint does not fit on its disk) both are said on rank 0's
+// one line. Before, errors.Join put the checkpoint's failure on a second
+// line, without the rank's prefix.
+func TestReportAndSaveFail(t *testing.T) {
+	disk := smallDisk(t, 1<<20) // the start-up probe fits, an mlp checkpoint (3.3 MB) does not
+	r := hpctrain(t, 2, time.Minute, "train", "-model", "mlp", "-limit", "640", "-test-limit", "100", "-batch", "32", "-threads", "1", "-progress", "0",
+		"-checkpoint-dir", filepath.Join(disk, "ck"), "-metrics", "/dev/full")
+	var line string
+	for _, l := range strings.Split(r.out, "\n") {
+		if strings.Contains(l, "save checkpoint") {
+			line = l
+		}
+	}
+	if r.code != 1 || !strings.HasPrefix(line, "hpctrain: rank 0 (") || !strings.Contains(line, "writing metrics") ||
+		!strings.Contains(line, "; and the checkpoint before stopping failed: ") || !strings.Contains(line, "no space left on device") {
+		t.Errorf("exit %d, want 1 and rank 0's one line naming the metrics and the checkpoint:\n%s", r.code, r.out)
+	}
+}
