@@ -323,17 +323,18 @@ func TestAllreduceNCCL(t *testing.T) {
 // stops every rank before the first all-reduce (rank 0 alone stopped, and
 // the others waited in it forever).
 func TestAllreduceBadJSONPath(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "missing")
 	fakes := mpi.NewFake(2, 0)
 	errs := make(chan error, 2)
 	for _, f := range fakes {
 		go func() {
-			errs <- Allreduce([]string{"-b", "4", "-e", "64", "-rounds", "1", "-json", "/nonexistent/ar.json"}, fakeRaw{f}, io.Discard)
+			errs <- Allreduce([]string{"-b", "4", "-e", "64", "-rounds", "1", "-json", filepath.Join(missing, "ar.json")}, fakeRaw{f}, io.Discard)
 		}()
 	}
 	for range fakes {
 		select {
 		case err := <-errs:
-			if err == nil || !strings.Contains(err.Error(), "/nonexistent") && !strings.Contains(err.Error(), "failed on rank 0") {
+			if err == nil || !strings.Contains(err.Error(), missing) && !strings.Contains(err.Error(), "failed on rank 0") {
 				t.Errorf("%v, want every rank to stop on rank 0's bad -json", err)
 			}
 		case <-time.After(time.Minute):

@@ -20,6 +20,7 @@ import (
 func TestBenchFlagsRefused(t *testing.T) {
 	noComm := func() (mpi.Comm, error) { t.Fatal("connected despite a bad flag"); return nil, nil }
 	single := func() (mpi.Comm, error) { return mpi.NewSingle(), nil } // outputs are checked by rank 0 of the job
+	missing := filepath.Join(t.TempDir(), "missing")
 	for _, c := range []struct {
 		run  func([]string) error
 		args string
@@ -51,9 +52,9 @@ func TestBenchFlagsRefused(t *testing.T) {
 		{func(a []string) error { return Step(a, io.Discard) }, "-input 2x2x1 -steps 1", "kernel 2 larger than its input 1x1"},
 		{func(a []string) error { return Affinity(a, "hpctrain", io.Discard) }, "-limit 0", "-limit 0"},
 		// An output that cannot be written, found before minutes of measuring.
-		{func(a []string) error { return Step(a, io.Discard) }, "-json /nonexistent/dir/s.json", "-json /nonexistent/dir/s.json: no such directory"},
+		{func(a []string) error { return Step(a, io.Discard) }, "-json " + missing + "/dir/s.json", "-json " + missing + "/dir/s.json: no such directory"},
 		{func(a []string) error { return Gemm(a, io.Discard, io.Discard) }, "-json /", "-json /: is a directory"},
-		{func(a []string) error { return Scaling(a, single, io.Discard) }, "-png /nonexistent/p.png", "-png /nonexistent/p.png: no such directory"},
+		{func(a []string) error { return Scaling(a, single, io.Discard) }, "-png " + missing + "/p.png", "-png " + missing + "/p.png: no such directory"},
 		{func(a []string) error { return Affinity(a, "hpctrain", io.Discard) }, "-epochs 0", "epochs = 0"},
 	} {
 		err := c.run(strings.Fields(c.args))
