@@ -785,6 +785,41 @@ func (c *Config) inert() []string {
 	return ws
 }
 
+// scheduleNotes lists, as warnings, the schedule settings that this
+// run's length of total steps makes inert or surprising: multistep
+// milestones at or past its last step (a milestone m lowers the lr from
+// step m on, and the steps are 0 to total-1), a multistep gamma above 1
+// (each milestone raises the lr), and a warm-up of constant, multistep or
+// exponential that lasts the whole run (cosine refuses one). Warnings, not
+// errors, as PyTorch's schedulers take them; and a run resumed with a
+// shorter -steps must still start.
+func (c *Config) scheduleNotes(total int) []string {
+	var ws []string
+	s := c.ScheduleConfig
+	if s.Name == "multistep" {
+		var past []string
+		for _, m := range s.Milestones {
+			if m >= total {
+				past = append(past, strconv.Itoa(m))
+			}
+		}
+		if len(past) > 0 {
+			effect := "they have no effect"
+			if len(past) == 1 {
+				effect = "it has no effect"
+			}
+			ws = append(ws, fmt.Sprintf("milestones %s: at or past this run's last step (%s, numbered from 0): %s", strings.Join(past, ", "), plural(total, "step"), effect))
+		}
+		if s.Gamma > 1 {
+			ws = append(ws, fmt.Sprintf("gamma %g is above 1: each milestone raises the lr, it does not lower it", s.Gamma))
+		}
+	}
+	if s.WarmupSteps >= total && s.Name != "cosine" {
+		ws = append(ws, fmt.Sprintf("warmup_steps %d lasts the whole run (%s): the lr never reaches its full value", s.WarmupSteps, plural(total, "step")))
+	}
+	return ws
+}
+
 // andList is "a", "a and b", "a, b and c".
 func andList(s []string) string {
 	if len(s) < 2 {

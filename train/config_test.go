@@ -524,6 +524,42 @@ func TestInertSettings(t *testing.T) {
 	}
 }
 
+// TestScheduleNotes: schedule settings that the run's length makes inert
+// (milestones at or past its last step, a warm-up as long as the run) or
+// that raise the lr (a multistep gamma above 1) are warned of; those that
+// act are not.
+func TestScheduleNotes(t *testing.T) {
+	for _, c := range []struct {
+		args  string
+		total int
+		want  []string
+	}{
+		{"-schedule multistep -milestones 2,4", 10, nil},
+		{"-schedule multistep -milestones 2,10,40", 10, []string{"milestones 10, 40: at or past this run's last step (10 steps, numbered from 0): they have no effect"}},
+		{"-schedule multistep -milestones 9", 10, nil},
+		{"-schedule multistep -milestones 1,9", 9, []string{"milestones 9: at or past this run's last step (9 steps, numbered from 0): it has no effect"}},
+		{"-schedule multistep -milestones 2 -gamma 2", 10, []string{"gamma 2 is above 1: each milestone raises the lr"}},
+		{"-schedule multistep -milestones 2 -gamma 1", 10, nil},
+		{"-schedule constant -warmup-steps 10", 10, []string{"warmup_steps 10 lasts the whole run (10 steps): the lr never reaches its full value"}},
+		{"-schedule exponential -gamma 0.99 -warmup-steps 9", 10, nil},
+		{"-schedule exponential -gamma 0.99 -warmup-steps 20", 1, []string{"(1 step)"}},
+		{"-schedule cosine -warmup-steps 9", 10, nil},
+	} {
+		cfg, _, err := Parse(strings.Fields(c.args), io.Discard)
+		if err != nil {
+			t.Fatalf("%s: %v", c.args, err)
+		}
+		ws := cfg.scheduleNotes(c.total)
+		ok := len(ws) == len(c.want)
+		for i := 0; ok && i < len(ws); i++ {
+			ok = strings.Contains(ws[i], c.want[i])
+		}
+		if !ok {
+			t.Errorf("%s, %d steps: warnings %q, want %q", c.args, c.total, ws, c.want)
+		}
+	}
+}
+
 // TestOptimizerOwnDefaults: lr 0.01 and momentum 0.9, the course's SGD
 // recipe, are sgd's alone; another optimizer given neither (by flag or
 // file) runs with its own defaults, PyTorch's (rmsprop had momentum 0.9

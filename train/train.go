@@ -276,7 +276,7 @@ func start(cfg Config, comm mpi.Comm, out, errOut io.Writer) (r *run, err error)
 	for _, n := range r.pipe.sets.Notes {
 		r.log("hpctrain: warning: %s", n)
 	}
-	for _, w := range cfg.inert() {
+	for _, w := range append(cfg.inert(), cfg.scheduleNotes(r.total)...) {
 		r.log("hpctrain: warning: %s", w)
 	}
 	if cfg.Verbose && c.Rank() == 0 {
