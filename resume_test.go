@@ -287,6 +287,19 @@ func TestCheckpointDirFull(t *testing.T) {
 	refusedAtStart(t, ck, "checkpoint dir "+ck+": not writable: no space left on device")
 }
 
+// TestCheckpointDirNoRoom: a -checkpoint-dir whose disk has room for the
+// start-up probe but not for one checkpoint (2 MB; an mlp checkpoint with
+// SGD's momentum is 3.3 MB, its parameters alone 1.6 MB) stops the run at
+// start-up, exit 2, one line giving both sizes. Before, it trained to its
+// first checkpoint and failed there.
+func TestCheckpointDirNoRoom(t *testing.T) {
+	ck := filepath.Join(smallDisk(t, 2<<20), "ck")
+	refusedAtStart(t, ck, "MB free, and a checkpoint of this run takes 3.3 MB: make room, or use another -checkpoint-dir")
+	if files := dirFiles(t, ck); len(files) != 0 {
+		t.Errorf("files left in the checkpoint dir: %v", files)
+	}
+}
+
 // TestCheckpointDirLocked: a run whose -checkpoint-dir another job holds
 // (here this test, by checkpoint.Lock) is refused at start-up with exit 2,
 // as a directory of another run's checkpoints is, in one line naming the

@@ -108,9 +108,9 @@ func Save(dir string, s *State, keep int) (path string, err error) {
 // checkpoint, hours in. The error is Save's: "checkpoint dir /x: not
 // writable: permission denied". The probe holds one byte, synced: a full
 // disk still takes an empty file, but not a block of data ("not
-// writable: no space left on device"). Room for a whole checkpoint is not
-// checked. A probe left by a crash is a ckpt-*.tmp file, removed by the
-// next Save.
+// writable: no space left on device"). Room for a whole checkpoint is
+// Room's to check. A probe left by a crash is a ckpt-*.tmp file, removed
+// by the next Save.
 func Writable(dir string) error {
 	f, err := os.CreateTemp(dir, "ckpt-probe-*.tmp")
 	if err != nil {
@@ -128,6 +128,30 @@ func Writable(dir string) error {
 		return notWritable(dir, err)
 	}
 	return nil
+}
+
+// Room checks that the file system of dir, an existing directory, has
+// need bytes free for this user (statfs's available blocks, which leave
+// out root's reserve and count quotas where the file system does): a run
+// calls it at its start with the size of its checkpoints, so that a disk
+// with room for Writable's probe but not for a checkpoint stops it before
+// the training. "checkpoint dir ck: 1.2 MB free, and a checkpoint of
+// this run takes 3.3 MB: make room, or use another -checkpoint-dir". A
+// file system that cannot say passes.
+func Room(dir string, need int64) error {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return nil
+	}
+	if free := int64(st.Bavail) * int64(st.Bsize); free < need {
+		return fmt.Errorf("checkpoint dir %s: %s free, and a checkpoint of this run takes %s: make room, or use another -checkpoint-dir", dir, megabytes(free), megabytes(need))
+	}
+	return nil
+}
+
+// megabytes words n bytes as "3.3 MB" (10^6 bytes, as df -H).
+func megabytes(n int64) string {
+	return strconv.FormatFloat(float64(n)/1e6, 'f', 1, 64) + " MB"
 }
 
 // createTemp creates a new ckpt-<step>-<random>.tmp in dir, with mode

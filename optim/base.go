@@ -126,6 +126,15 @@ func (b *base) allocPartial() {
 	}
 }
 
+// StateLen implements StateSizer.
+func (b *base) StateLen() int {
+	n := 0
+	for _, s := range b.sizes {
+		n += s
+	}
+	return n
+}
+
 // State implements Optimizer.
 func (b *base) State() [][]float32 { return b.state }
 

@@ -42,6 +42,14 @@ type Optimizer interface {
 	SetParallel(p Parallel)
 }
 
+// StateSizer is an Optimizer that says, before its first Step, how many
+// float32 values State will hold after it (the step counter's two
+// included): what a checkpoint of the run will take, known at start-up.
+// Every optimizer of this package is one.
+type StateSizer interface {
+	StateLen() int
+}
+
 // BF16Copier is an Optimizer that also writes its parameters in
 // bfloat16: after SetBF16Copy(h) (len(h) == n), every Step leaves each
 // parameter's new value rounded to bfloat16 in h (kernels.GoToBF16's

@@ -211,6 +211,36 @@ func fullConfigs() []Config {
 	return cs
 }
 
+// TestStateLen: every optimizer says before its first Step how many
+// values State holds after it, with every state buffer in use and with
+// the fewest (PyTorch's defaults).
+func TestStateLen(t *testing.T) {
+	var cs []Config
+	for _, name := range Names() {
+		cs = append(cs, Config{Name: name})
+	}
+	for _, c := range append(cs, fullConfigs()...) {
+		p, g, gs := testBuffers(37)
+		o, err := New(c, gs, len(p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, ok := o.(StateSizer)
+		if !ok {
+			t.Fatalf("%s is not a StateSizer", c.Name)
+		}
+		before := s.StateLen()
+		o.Step(p, g, 0.01)
+		n := 0
+		for _, b := range o.State() {
+			n += len(b)
+		}
+		if before != n {
+			t.Errorf("%+v: StateLen %d before the first step, State holds %d after it", c, before, n)
+		}
+	}
+}
+
 func testBuffers(n int) (p, g []float32, gs []Group) {
 	r := rand.New(rand.NewPCG(1, 2))
 	p, g = make([]float32, n), make([]float32, n)

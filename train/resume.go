@@ -310,6 +310,10 @@ func newCheckpointer(cfg Config, c mpi.Comm, net *model.Net, opt optim.Optimizer
 				cp.unlock()
 				return nil, cli.Usage(err)
 			}
+			if err := checkpoint.Room(cfg.CheckpointDir, cp.size()); err != nil {
+				cp.unlock()
+				return nil, cli.Usage(err)
+			}
 			cp.locked, _ = os.Stat(cfg.CheckpointDir)
 		}
 		CatchStopSignals()
@@ -317,6 +321,19 @@ func newCheckpointer(cfg Config, c mpi.Comm, net *model.Net, opt optim.Optimizer
 		WatchUnsavedSignal()
 	}
 	return cp, nil
+}
+
+// size is about the bytes of one checkpoint of this run, before its
+// first step: 4 a value of the parameters, buffers and optimizer state
+// (an optimizer that cannot say counts as none), the model description
+// and configuration, and 64 KB for the rest of the header and the loss
+// scaler.
+func (cp *checkpointer) size() int64 {
+	n := len(cp.net.Params) + len(cp.buffers)
+	if s, ok := cp.opt.(optim.StateSizer); ok {
+		n += s.StateLen()
+	}
+	return 4*int64(n) + int64(len(cp.desc)+len(cp.config)) + 64<<10
 }
 
 // close gives up the checkpoint directory.
