@@ -166,6 +166,19 @@ func TestCUDAOutOfMemory(t *testing.T) {
 	if r.code != 1 || !want.MatchString(r.out) || strings.Count(strings.TrimSpace(r.out), "\n") > 0 {
 		t.Errorf("resnet8 on a device of 3 MB: exit %d, want 1 and one line matching %s:\n%s", r.code, want, r.out)
 	}
+	// A device that holds the MLP at batch 32 but not adam's two values
+	// per parameter besides: the optimizer's state is allocated at
+	// start-up, on both ranks, and named with the sizes and a hint. It was
+	// allocated at the first step, after the data had loaded, and said
+	// "epoch 1 step 1: optimizer step: cudaoptim: adam state: cuda:
+	// cuMemAlloc of 3.1 MiB: CUDA_ERROR_OUT_OF_MEMORY (2)", no more.
+	env = append(emuEnv(t), "HPCTRAIN_CUDAEMU_MEM=5000000")
+	r = hpctrainEnv(t, 2, 2*time.Minute, env, "train", "-model", "mlp", "-device", "cuda", "-optimizer", "adam", "-limit", "512", "-test-limit", "100",
+		"-batch", "32", "-threads", "1", "-progress", "0")
+	line := "cudaoptim: adam state (2 values per parameter, 407050 parameters): cuda: cuMemAlloc of 3.1 MiB: CUDA_ERROR_OUT_OF_MEMORY (2), on a device of 4.8 MiB: lower -batch, use an optimizer that keeps less, or give the rank a device of its own"
+	if r.code != 1 || strings.Count(r.out, line) != 2 || strings.Contains(r.out, "step 1") || strings.Contains(r.out, "hpctrain: data ") {
+		t.Errorf("adam's state on a device of 5 MB: exit %d, want 1, %q on each rank, at start-up:\n%s", r.code, line, r.out)
+	}
 }
 
 // TestCUDALossScaleResumes: fp16's loss scale is in the checkpoint. As

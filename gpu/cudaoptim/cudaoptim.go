@@ -1,6 +1,7 @@
 package cudaoptim
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"runtime"
@@ -18,8 +19,10 @@ import (
 //   - host is the CPU optimizer of the same configuration: it validated
 //     the configuration and groups, and on the host path it is the
 //     optimizer (its State is this one's).
-//   - On the device path, state is 0 until the first Step or Restore, then
-//     nbuf*n float32 on the device: the buffers State()[1:], in order.
+//   - On the device path, state is nbuf*n float32 on the device, zeroed
+//     by New (0 when nbuf or n is 0): the buffers State()[1:], in order.
+//     New allocates it, not the first Step, so that a device too small
+//     for it stops the run at start-up, not after loading and a step.
 type Optimizer struct {
 	ctx           *cuda.Context
 	s             *cuda.Stream
@@ -92,6 +95,10 @@ func New(ctx *cuda.Context, s *cuda.Stream, k *cuda.Module, cfg optim.Config, gr
 		return nil, fmt.Errorf("cudaoptim: %s: %w", host.Name(), err)
 	}
 	if err := o.uploadGroups(groups); err != nil {
+		o.Close()
+		return nil, err
+	}
+	if err := o.ensure(); err != nil {
 		o.Close()
 		return nil, err
 	}
@@ -179,12 +186,16 @@ func (o *Optimizer) Name() string { return o.host.Name() }
 func (o *Optimizer) OnDevice() bool { return o.device }
 
 // ensure allocates the device state, zeroed (every buffer of sgd, adam and
-// adamw starts at 0), on first use.
+// adamw starts at 0), unless it is there.
 func (o *Optimizer) ensure() error {
 	if o.state != 0 || o.nbuf == 0 || o.n == 0 {
 		return nil
 	}
 	p, err := o.ctx.Alloc(4 * o.nbuf * o.n)
+	if ce := (*cuda.Error)(nil); errors.As(err, &ce) && ce.Code == cuda.ErrOutOfMemory {
+		return fmt.Errorf("cudaoptim: %s state (%d values per parameter, %d parameters): %w, on a device of %s: lower -batch, use an optimizer that keeps less, or give the rank a device of its own",
+			o.Name(), o.nbuf, o.n, err, cuda.Bytes(o.ctx.TotalMem()))
+	}
 	if err != nil {
 		return fmt.Errorf("cudaoptim: %s state: %w", o.Name(), err)
 	}
