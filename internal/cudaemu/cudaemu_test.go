@@ -174,8 +174,8 @@ func TestNoDevice(t *testing.T) {
 // emulated devices as the driver does, so that what hpctrain does with
 // it (-device auto on the CPU where it hides every GPU) is tested: the
 // listed devices in the order listed, up to the first entry naming none;
-// an empty value, -1 or Slurm's NoDevFiles leave no device, and cuInit
-// fails with CUDA_ERROR_NO_DEVICE.
+// an empty value, -1, Slurm's NoDevFiles or a device listed twice leave no
+// device, and cuInit fails with CUDA_ERROR_NO_DEVICE.
 func TestVisibleDevices(t *testing.T) {
 	_, emutest, _ := setup(t)
 	for _, c := range []struct{ value, want string }{
@@ -189,8 +189,14 @@ func TestVisibleDevices(t *testing.T) {
 		{" 1 , 2 ", "BUS 2 BUS 3"},
 		{"1,", "BUS 2"},
 		{"0,2,-1,1", "BUS 1 BUS 3"}, // the CUDA guide's own example
-		{"1,1,2", "BUS 2"},
 		{"1,x,2", "BUS 2"},
+		// A device listed twice leaves none (it was "BUS 2": the list
+		// ended at the repeat); an entry is its leading digits, as
+		// strtoul reads it (it ended the list). PyTorch's restatement of
+		// the driver (_parse_visible_devices) says both.
+		{"1,2,1", "NODEVICE"},
+		{"0,0", "NODEVICE"},
+		{"1gpu2,2ampere", "BUS 2 BUS 3"},
 	} {
 		out := run(t, []string{"HPCTRAIN_CUDAEMU_DEVICES=3", "CUDA_VISIBLE_DEVICES=" + c.value}, emutest, "visible")
 		var got []string

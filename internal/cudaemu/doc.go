@@ -16,9 +16,10 @@
 //     compute capability HPCTRAIN_CUDAEMU_CC (default "8.0") and
 //     HPCTRAIN_CUDAEMU_MEM bytes (default 16 GiB, enforced by cuMemAlloc).
 //     CUDA_VISIBLE_DEVICES applies as in the driver: the devices listed, in
-//     the order listed, up to the first entry naming none (the emulated
-//     devices have no UUIDs); emulated device i is on PCI bus i + 1. A value
-//     that leaves none (empty, -1, NoDevFiles) makes cuInit fail with
+//     the order listed, an entry being its leading digits, up to the first
+//     entry naming none (the emulated devices have no UUIDs); emulated
+//     device i is on PCI bus i + 1. A value that leaves none (empty, -1,
+//     NoDevFiles, an index listed twice) makes cuInit fail with
 //     CUDA_ERROR_NO_DEVICE.
 //   - Memory: device memory is host memory (256-byte aligned); a device
 //     pointer is its host address. Every allocation is tracked: freeing an

@@ -261,11 +261,14 @@ static CUresult check_copy(const char *call, CUstream s, uint64_t dst, int dst_d
 // ---- initialisation and devices
 
 // visible_devices applies CUDA_VISIBLE_DEVICES as the driver does: the
-// devices listed, in the order listed, renumbered from 0; the list ends at
-// the first entry that names no device (a negative or too large index, one
-// listed before, or anything else: the emulated devices have no UUIDs),
-// and an empty value shows none. With no device left cuInit fails with
-// CUDA_ERROR_NO_DEVICE, as on a GPU node with CUDA_VISIBLE_DEVICES=-1.
+// devices listed, in the order listed, renumbered from 0. An entry is read
+// as strtoul reads it, its leading digits ("1gpu2" is 1); the list ends at
+// the first entry that names no device (no leading digit, a negative or too
+// large index; the emulated devices have no UUIDs), and an empty value
+// shows none. A device listed twice shows none at all ("0,0"). That is
+// what PyTorch's _parse_visible_devices restates of the driver (pytorch
+// PR 84879, observed with driver 510). With no device left cuInit fails
+// with CUDA_ERROR_NO_DEVICE, as on a GPU node with CUDA_VISIBLE_DEVICES=-1.
 static void visible_devices(void) {
 	const char *v = getenv("CUDA_VISIBLE_DEVICES");
 	if (!v)
@@ -276,15 +279,18 @@ static void visible_devices(void) {
 		while (*p == ' ' || *p == '\t')
 			p++;
 		long i = strtol(p, &end, 10);
-		while (*end == ' ' || *end == '\t')
-			end++;
-		if (end == p || (*end && *end != ',') || i < 0 || i >= ndevices || seen[i])
+		if (end == p || i < 0 || i >= ndevices)
 			break;
+		if (seen[i]) {
+			n = 0;
+			break;
+		}
 		seen[i] = 1;
 		phys[n++] = (int)i;
-		if (!*end)
+		const char *comma = strchr(end, ',');
+		if (!comma)
 			break;
-		p = end + 1;
+		p = comma + 1;
 	}
 	ndevices = n;
 }
