@@ -181,6 +181,27 @@ func TestCUDAOutOfMemory(t *testing.T) {
 	}
 }
 
+// TestCUDAArchitectures: a GPU newer than NVRTC (the emulated NVRTC is
+// 12.4, which has no Blackwell: compute capability 10.0 and 12.0) trains on
+// PTX of the newest architecture NVRTC has (compute_90), which the driver
+// compiles for it; the run compiled for compute_100 and stopped at
+// NVRTC_ERROR_INVALID_OPTION. A GPU older than NVRTC has (Kepler, 3.5) is
+// one line naming the range.
+func TestCUDAArchitectures(t *testing.T) {
+	args := []string{"train", "-model", "mlp", "-device", "cuda", "-limit", "512", "-test-limit", "100", "-steps", "2", "-progress", "0"}
+	for _, cc := range []string{"10.0", "12.0"} {
+		r := hpctrainEnv(t, 0, 2*time.Minute, append(emuEnv(t), "HPCTRAIN_CUDAEMU_CC="+cc), args...)
+		if r.code != 0 || !strings.Contains(r.out, "final: test accuracy") {
+			t.Errorf("compute capability %s: exit %d, want a run:\n%s", cc, r.code, r.out)
+		}
+	}
+	r := hpctrainEnv(t, 0, 2*time.Minute, append(emuEnv(t), "HPCTRAIN_CUDAEMU_CC=3.5"), args...)
+	want := "cuda: NVRTC 12.4 compiles for compute_50 to compute_90, and this GPU is sm_35: install an NVRTC of the CUDA release that still supports it, or use -device cpu"
+	if r.code != 1 || !strings.Contains(r.out, want) || strings.Count(strings.TrimSpace(r.out), "\n") > 0 {
+		t.Errorf("compute capability 3.5: exit %d, want 1 and one line %q:\n%s", r.code, want, r.out)
+	}
+}
+
 // TestCUDALossScaleResumes: fp16's loss scale is in the checkpoint. As
 // TestCUDALossScaling, stopped after step 7 (scale 4096) and resumed to
 // step 12: the overflow at step 10 halves 8192 to 4096, as in the

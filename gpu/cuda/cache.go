@@ -45,8 +45,8 @@ func cacheKey(src, arch string, opts []string, nvrtcMajor, nvrtcMinor int) strin
 }
 
 // CompileModule compiles src with NVRTC for c's device
-// (--gpu-architecture=compute_XY from its compute capability, then opts)
-// and loads it. The PTX is cached on disk under CacheDir, keyed by the
+// (--gpu-architecture=compute_XY from its compute capability, or the newest
+// NVRTC has below it: CompileArch; then opts) and loads it. The PTX is cached on disk under CacheDir, keyed by the
 // sha256 of src, the architecture, opts and the NVRTC version, and written
 // atomically (a temporary file renamed), so concurrent processes share it.
 // A cached PTX that fails to load is compiled again and replaced. A cache
@@ -56,7 +56,14 @@ func (c *Context) CompileModule(name, src string, opts ...string) (*Module, erro
 	if err != nil {
 		return nil, err
 	}
-	arch := fmt.Sprintf("compute_%d%d", c.major, c.minor)
+	archs, err := NVRTCArchs()
+	if err != nil {
+		return nil, err
+	}
+	arch, err := CompileArch(10*c.major+c.minor, archs, major, minor)
+	if err != nil {
+		return nil, err
+	}
 	var path string
 	if dir, err := CacheDir(); err == nil {
 		path = filepath.Join(dir, cacheKey(src, arch, opts, major, minor)+".ptx")

@@ -259,3 +259,29 @@ func TestFunctionMissing(t *testing.T) {
 		t.Errorf("got %v (%T)", err, e)
 	}
 }
+
+// TestCompileArch: a GPU NVRTC has is compiled for as it is; one newer than
+// NVRTC (Blackwell, sm_100 and sm_120, under NVRTC 12.4) gets the newest
+// architecture NVRTC has, whose PTX the driver compiles for it; one older
+// than every architecture (Kepler under NVRTC 12) is an error naming the
+// range. Without a list (NVRTC 11.0, 11.1) the device's own is tried.
+func TestCompileArch(t *testing.T) {
+	nvrtc124 := []int{50, 52, 53, 60, 61, 62, 70, 72, 75, 80, 86, 87, 89, 90}
+	for _, c := range []struct {
+		cc   int
+		want string
+	}{{80, "compute_80"}, {89, "compute_89"}, {90, "compute_90"}, {100, "compute_90"}, {120, "compute_90"}, {51, "compute_50"}} {
+		got, err := CompileArch(c.cc, nvrtc124, 12, 4)
+		if err != nil || got != c.want {
+			t.Errorf("sm_%d under NVRTC 12.4: %q, %v; want %q", c.cc, got, err, c.want)
+		}
+	}
+	_, err := CompileArch(35, nvrtc124, 12, 4)
+	want := "cuda: NVRTC 12.4 compiles for compute_50 to compute_90, and this GPU is sm_35: install an NVRTC of the CUDA release that still supports it, or use -device cpu"
+	if err == nil || err.Error() != want {
+		t.Errorf("sm_35 under NVRTC 12.4: %v, want %q", err, want)
+	}
+	if got, err := CompileArch(100, nil, 11, 1); err != nil || got != "compute_100" {
+		t.Errorf("sm_100 without a list: %q, %v; want compute_100", got, err)
+	}
+}

@@ -118,7 +118,12 @@ func LoadBLAS() error { return blasLib.load(nil) }
 
 // LoadNVRTC loads NVRTC (libnvrtc.so.12, else libnvrtc.so.11.2, else
 // libnvrtc.so.11).
-func LoadNVRTC() error { return nvrtcLib.load(nil) }
+func LoadNVRTC() error {
+	return nvrtcLib.load(func() error {
+		C.hc_nvrtc_resolve_archs(nvrtcLib.handle)
+		return nil
+	})
+}
 
 // LoadNCCL loads NCCL (libnccl.so.2).
 func LoadNCCL() error { return ncclLib.load(nil) }

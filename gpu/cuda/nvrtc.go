@@ -7,6 +7,8 @@ package cuda
 import "C"
 
 import (
+	"fmt"
+	"slices"
 	"sync/atomic"
 	"unsafe"
 )
@@ -25,6 +27,54 @@ func NVRTCVersion() (major, minor int, err error) {
 		return 0, 0, nvrtcError("nvrtcVersion", r)
 	}
 	return int(ma), int(mi), nil
+}
+
+// NVRTCArchs returns the virtual architectures NVRTC compiles for, as
+// compute capabilities times ten (80 for compute_80), ascending
+// (nvrtcGetSupportedArchs); nil where NVRTC cannot say (11.0 and 11.1).
+func NVRTCArchs() ([]int, error) {
+	if err := LoadNVRTC(); err != nil {
+		return nil, err
+	}
+	buf := (*C.int)(C.malloc(C.size_t(256 * C.sizeof_int)))
+	defer C.free(unsafe.Pointer(buf))
+	n := int(C.hc_nvrtc_supported_archs(buf, 256))
+	switch {
+	case n == -1:
+		return nil, nil
+	case n < 0:
+		return nil, &Error{Call: "nvrtcGetSupportedArchs", Code: -1, Name: "NVRTC_ERROR_UNKNOWN"}
+	}
+	archs := make([]int, n)
+	for i, a := range unsafe.Slice(buf, n) {
+		archs[i] = int(a)
+	}
+	slices.Sort(archs)
+	return archs, nil
+}
+
+// CompileArch is the virtual architecture to compile for a device of
+// compute capability cc (times ten) with NVRTC major.minor, which compiles
+// for archs (NVRTCArchs; nil: unknown, cc itself is tried): cc where
+// NVRTC has it, else the newest NVRTC has below cc, whose PTX the driver
+// compiles for the device (PTX runs on later GPUs), as PyTorch's JIT does
+// for a GPU newer than its NVRTC. A device older than every architecture
+// NVRTC has is an error.
+func CompileArch(cc int, archs []int, major, minor int) (string, error) {
+	if len(archs) == 0 || slices.Contains(archs, cc) {
+		return fmt.Sprintf("compute_%d", cc), nil
+	}
+	best := -1
+	for _, a := range archs {
+		if a < cc {
+			best = a
+		}
+	}
+	if best < 0 {
+		return "", fmt.Errorf("cuda: NVRTC %d.%d compiles for compute_%d to compute_%d, and this GPU is sm_%d: install an NVRTC of the CUDA release that still supports it, or use -device cpu",
+			major, minor, archs[0], archs[len(archs)-1], cc)
+	}
+	return fmt.Sprintf("compute_%d", best), nil
 }
 
 func nvrtcError(call string, r C.nvrtcResult) *Error {

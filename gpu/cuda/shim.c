@@ -58,6 +58,28 @@ const char *hc_resolve(void *h, int lib) {
 
 void hc_close(void *h) { dlclose(h); }
 
+// NVRTC's list of architectures (nvrtcGetNumSupportedArchs and
+// nvrtcGetSupportedArchs, from NVRTC 11.2; looked up apart from the rest,
+// since NVRTC 11.0 and 11.1 lack them).
+static int (*p_nvrtcGetNumSupportedArchs)(int *);
+static int (*p_nvrtcGetSupportedArchs)(int *);
+
+void hc_nvrtc_resolve_archs(void *h) {
+	p_nvrtcGetNumSupportedArchs = (int (*)(int *))dlsym(h, "nvrtcGetNumSupportedArchs");
+	p_nvrtcGetSupportedArchs = (int (*)(int *))dlsym(h, "nvrtcGetSupportedArchs");
+}
+
+int hc_nvrtc_supported_archs(int *out, int max) {
+	int n = 0;
+	if (!p_nvrtcGetNumSupportedArchs || !p_nvrtcGetSupportedArchs)
+		return -1;
+	if (p_nvrtcGetNumSupportedArchs(&n) != 0 || n < 0 || n > max)
+		return -2;
+	if (p_nvrtcGetSupportedArchs(out) != 0)
+		return -2;
+	return n;
+}
+
 cublasStatus_t hc_cublas_sgemm(cublasHandle_t h, int ta, int tb, int m, int n, int k, float alpha, CUdeviceptr a, int lda, CUdeviceptr b, int ldb, float beta, CUdeviceptr c, int ldc) {
 	return p_cublasSgemm_v2(h, ta, tb, m, n, k, &alpha, (const float *)(uintptr_t)a, lda,
 	                        (const float *)(uintptr_t)b, ldb, &beta, (float *)(uintptr_t)c, ldc);

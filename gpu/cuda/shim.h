@@ -96,6 +96,9 @@ HC_CUBLAS_FNS(HC_DECLARE)
 HC_NVRTC_FNS(HC_DECLARE)
 HC_NCCL_FNS(HC_DECLARE)
 
+void hc_nvrtc_resolve_archs(void *h);
+int hc_nvrtc_supported_archs(int *out, int max);
+
 // Libraries, as hc_open and hc_resolve number them.
 enum { HC_LIB_CUDA, HC_LIB_CUBLAS, HC_LIB_NVRTC, HC_LIB_NCCL };
 

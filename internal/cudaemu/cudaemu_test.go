@@ -33,7 +33,7 @@ var exports = map[string][]string{
 		"cublasSgemm_v2", "cublasGemmEx"},
 	"libnvrtc.so.12": {"nvrtcVersion", "nvrtcCreateProgram", "nvrtcCompileProgram", "nvrtcGetPTXSize",
 		"nvrtcGetPTX", "nvrtcGetProgramLogSize", "nvrtcGetProgramLog", "nvrtcDestroyProgram",
-		"nvrtcGetErrorString"},
+		"nvrtcGetErrorString", "nvrtcGetNumSupportedArchs", "nvrtcGetSupportedArchs"},
 	"libnccl.so.2": {"ncclGetVersion", "ncclGetUniqueId", "ncclCommInitRank", "ncclAllReduce",
 		"ncclCommAbort", "ncclCommDestroy", "ncclCommGetAsyncError", "ncclGetErrorString"},
 }

@@ -35,7 +35,10 @@
 //     behind shim.h into a shared library cached under
 //     os.TempDir()/hpctrain-cudaemu-<uid>-modules; its "PTX" is
 //     "// cudaemu module\n<path>\n", which cuModuleLoadData dlopens (any
-//     other image is CUDA_ERROR_INVALID_PTX). A launch loops over the grid
+//     other image is CUDA_ERROR_INVALID_PTX). It is NVRTC 12.4: it compiles
+//     for 12.4's architectures (compute_50 to compute_90, as
+//     nvrtcGetSupportedArchs lists them) and refuses others with
+//     NVRTC_ERROR_INVALID_OPTION. A launch loops over the grid
 //     and each block in z, y, x order, one thread at a time.
 //   - cuBLAS: Sgemm and GemmEx (fp32, fp16 and bf16 operands, fp32
 //     accumulation) by OpenBLAS, column-major; TF32 mode rounds fp32

@@ -277,6 +277,27 @@ static void hash_hex(const char *s, size_t n, char out[33]) {
 	snprintf(out, 33, "%016llx%016llx", (unsigned long long)a, (unsigned long long)b);
 }
 
+// archs are the architectures NVRTC 12.4 compiles for (nvrtcVersion says
+// 12.4), as nvrtcGetSupportedArchs lists them: Kepler (sm_35, sm_37) left
+// with CUDA 12.0, Blackwell (sm_100, sm_120) came with 12.8.
+static const int archs[] = {50, 52, 53, 60, 61, 62, 70, 72, 75, 80, 86, 87, 89, 90};
+
+EMU_EXPORT nvrtcResult nvrtcGetNumSupportedArchs(int *n) {
+	if (!n)
+		return NVRTC_ERROR_INVALID_INPUT;
+	*n = (int)(sizeof archs / sizeof archs[0]);
+	return NVRTC_SUCCESS;
+}
+
+EMU_EXPORT nvrtcResult nvrtcGetSupportedArchs(int *out) {
+	if (!out)
+		return NVRTC_ERROR_INVALID_INPUT;
+	memcpy(out, archs, sizeof archs);
+	return NVRTC_SUCCESS;
+}
+
+// valid_arch reports whether a is compute_XY or sm_XY (sm_90a: the one
+// architecture-specific variant 12.4 has) of an architecture of archs.
 static int valid_arch(const char *a) {
 	const char *d;
 	if (strncmp(a, "compute_", 8) == 0)
@@ -287,12 +308,16 @@ static int valid_arch(const char *a) {
 		return 0;
 	if (!(d[0] >= '1' && d[0] <= '9' && d[1] >= '0' && d[1] <= '9'))
 		return 0;
+	int v = (d[0] - '0') * 10 + (d[1] - '0');
 	d += 2;
-	if (*d >= '0' && *d <= '9')
+	if (v == 90 && *d == 'a')
 		d++;
-	if (*d == 'a' || *d == 'f')
-		d++;
-	return *d == 0;
+	if (*d != 0)
+		return 0;
+	for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++)
+		if (archs[i] == v)
+			return 1;
+	return 0;
 }
 
 // parse_options checks the options and writes -D macros into defs as

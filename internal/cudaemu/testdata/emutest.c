@@ -61,6 +61,8 @@ int cublasGemmEx(cublasHandle_t, int, int, int, int, int, const void *, const vo
 
 typedef void *nvrtcProgram;
 int nvrtcVersion(int *, int *);
+int nvrtcGetNumSupportedArchs(int *);
+int nvrtcGetSupportedArchs(int *);
 int nvrtcCreateProgram(nvrtcProgram *, const char *, const char *, int, const char *const *,
                        const char *const *);
 int nvrtcCompileProgram(nvrtcProgram, int, const char *const *);
@@ -436,6 +438,16 @@ static void mode_compile_error(void) {
 	EQ(nvrtcCompileProgram(prog, 1, bad), 5);
 	const char *arch[] = {"-arch", "sm_80"};
 	EQ(nvrtcCompileProgram(prog, 2, arch), 0);
+	// NVRTC 12.4 has neither Kepler nor Blackwell (NVRTC_ERROR_INVALID_OPTION).
+	const char *kepler[] = {"--gpu-architecture=compute_35"};
+	EQ(nvrtcCompileProgram(prog, 1, kepler), 5);
+	const char *blackwell[] = {"--gpu-architecture=compute_100"};
+	EQ(nvrtcCompileProgram(prog, 1, blackwell), 5);
+	int na = 0, list[64];
+	EQ(nvrtcGetNumSupportedArchs(&na), 0);
+	CHECK(na == 14, "%d architectures, want 14", na);
+	EQ(nvrtcGetSupportedArchs(list), 0);
+	CHECK(list[0] == 50 && list[na - 1] == 90, "architectures %d to %d, want 50 to 90", list[0], list[na - 1]);
 	EQ(nvrtcDestroyProgram(&prog), 0);
 	int maj, min;
 	EQ(nvrtcVersion(&maj, &min), 0);
