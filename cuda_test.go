@@ -97,6 +97,10 @@ func TestCUDAMatchesCPU(t *testing.T) {
 				if dev == "cuda" && !strings.Contains(r.out, "cudaemu") {
 					t.Errorf("-report-bindings does not show the CUDA device:\n%s", r.out)
 				}
+				// NCCL sums on the device's stream, MPI on its thread.
+				if want := map[string]string{"cpu": "on the MPI thread", "cuda": "communication: NCCL all-reduce"}[dev]; !strings.Contains(r.out, want) {
+					t.Errorf("-device %s: no %q in the communication line:\n%s", dev, want, r.out)
+				}
 				losses[dev] = readLosses(t, ll)
 				recs := readMetrics(t, mf)
 				acc[dev] = 100 * recs[len(recs)-1]["test_accuracy"].(float64)

@@ -55,6 +55,12 @@ type device struct {
 	nccl *cuda.Comm
 }
 
+// ncclReduces reports whether NCCL sums the gradients (on a stream of
+// the device), not MPI.
+func (d *device) ncclReduces() bool {
+	return d != nil && d.mode == collective.NCCL
+}
+
 // label names where the rank computes, for -report-bindings and the log.
 func (d *device) label() string {
 	if d == nil {

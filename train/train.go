@@ -1067,14 +1067,23 @@ func (r *run) finish() (Result, error) {
 	r.log("final: test accuracy %.2f%% after %s (%s, %s), %.0f samples/s",
 		100*res.TestAccuracy, plural(res.Epoch, "epoch"), plural(res.Step, "step"), plural(res.WorldSize, "rank"), res.SamplesPerSecond)
 	if done := r.step - r.startStep; r.c.Size() > 1 && done > 0 {
-		buckets := "buckets"
-		if r.st.red.Buckets() == 1 {
-			buckets = "bucket"
-		}
-		r.log("communication: all-reduce %.1f ms per step on the MPI thread; %s; %d %s",
-			1e3*res.CommSeconds/float64(done), waited(res.CommSeconds, res.CommWaitSeconds, done), r.st.red.Buckets(), buckets)
+		r.log("%s", r.commLine(res, done))
 	}
 	return res, r.tl.write()
+}
+
+// commLine says what the gradient all-reduce cost the run's done steps.
+// NCCL's runs on a stream of the device, not on the MPI thread, and the
+// host sees only how long it waited after queueing backward: for
+// backward's kernels and the sums both.
+func (r *run) commLine(res Result, done int) string {
+	buckets := plural(r.st.red.Buckets(), "bucket")
+	if r.dev.ncclReduces() {
+		return fmt.Sprintf("communication: NCCL all-reduce on the device's own stream, %s; the host waited %.1f ms per step after queueing backward",
+			buckets, 1e3*res.CommWaitSeconds/float64(done))
+	}
+	return fmt.Sprintf("communication: all-reduce %.1f ms per step on the MPI thread; %s; %s",
+		1e3*res.CommSeconds/float64(done), waited(res.CommSeconds, res.CommWaitSeconds, done), buckets)
 }
 
 // waited says how long the steps waited for the all-reduce after backward,
