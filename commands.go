@@ -213,7 +213,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 		who = fmt.Sprintf("rank %d (%s): ", comm.Rank(), comm.Host())
 		return closeComm(comm, bench.Allreduce(rest, comm, stdout), stderr)
 	}
-	return cli.Usage(fmt.Errorf("unknown benchmark %q (gemm, peak, step, allreduce, affinity, optim, data, scaling)", what))
+	return cli.Usage(fmt.Errorf("unknown benchmark %q (gemm, peak, step, allreduce, affinity, optim, data, scaling; see hpctrain bench -h)", what))
 }
 
 const slurmUsage = `Usage: hpctrain slurm template [-job FILE] [flags]
@@ -227,8 +227,11 @@ func slurmCmd(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprint(stdout, slurmUsage)
 		return nil
 	}
-	if len(args) == 0 || args[0] != "template" {
-		return cli.Usage(fmt.Errorf("hpctrain slurm: want the subcommand template (see hpctrain slurm -h)"))
+	if len(args) == 0 {
+		return cli.Usage(fmt.Errorf("slurm needs the subcommand template (see hpctrain slurm -h)"))
+	}
+	if args[0] != "template" {
+		return cli.Usage(fmt.Errorf("unknown slurm subcommand %q (there is one: template; see hpctrain slurm -h)", args[0]))
 	}
 	s := slurm.DefaultJobSpec()
 	fs := flag.NewFlagSet("hpctrain slurm template", flag.ContinueOnError)

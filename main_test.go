@@ -676,6 +676,27 @@ func TestHelpOnStdout(t *testing.T) {
 	}
 }
 
+// TestSubcommandErrors: a missing or unknown subcommand, and a model
+// argument that is not one, are one line, exit 2, saying so once
+// ("hpctrain: hpctrain slurm: ..." before); a flag after models' NAME is
+// said to go before it (it was counted as a second model).
+func TestSubcommandErrors(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"slurm"}, "hpctrain: slurm needs the subcommand template (see hpctrain slurm -h)\n"},
+		{[]string{"slurm", "render"}, `hpctrain: unknown slurm subcommand "render" (there is one: template; see hpctrain slurm -h)` + "\n"},
+		{[]string{"bench", "gemmm"}, `hpctrain: unknown benchmark "gemmm" (gemm, peak, step, allreduce, affinity, optim, data, scaling; see hpctrain bench -h)` + "\n"},
+		{[]string{"models", "mlp", "cnn"}, "hpctrain: one model at a time, got 2: mlp cnn (see hpctrain models -h)\n"},
+		{[]string{"models", "mlp", "-canonical"}, "hpctrain: -canonical after the model mlp: flags go before it (hpctrain models -canonical mlp)\n"},
+	} {
+		if out, errs, code := streams(t, c.args...); code != 2 || out != "" || errs != c.want {
+			t.Errorf("hpctrain %q: exit %d, stdout %q, stderr %q; want exit 2 and %q", c.args, code, out, errs, c.want)
+		}
+	}
+}
+
 // TestBenchFlagMismatch starts the two ranks of bench allreduce and bench
 // scaling with different flags (MPMD): both stop at once, exit 2, each
 // naming the flag and both values, instead of waiting on each other in

@@ -46,7 +46,14 @@ Flags:
 		return listModels(stdout)
 	case 1:
 	default:
-		return cli.Usage(fmt.Errorf("hpctrain models: one model at a time, got %d (see hpctrain models -h)", fs.NArg()))
+		// The flag package stops at the first argument that is not a
+		// flag: models resnet8 -canonical left -canonical a second model.
+		for _, a := range fs.Args()[1:] {
+			if n, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "="); strings.HasPrefix(a, "-") && fs.Lookup(n) != nil {
+				return cli.Usage(fmt.Errorf("%s after the model %s: flags go before it (hpctrain models %s %s)", a, fs.Arg(0), a, fs.Arg(0)))
+			}
+		}
+		return cli.Usage(fmt.Errorf("one model at a time, got %d: %s (see hpctrain models -h)", fs.NArg(), strings.Join(fs.Args(), " ")))
 	}
 	name := fs.Arg(0)
 	if src, err := model.ZooSource(name); err == nil && !*canonical {
