@@ -58,7 +58,7 @@ func evalCmd(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("hpctrain eval", flag.ContinueOnError)
 	var ck ckptFlags
 	ck.bind(fs)
-	testLimit := fs.Int("test-limit", -1, "evaluate the first `N` test samples only (0: all; default: the training run's -test-limit)")
+	testLimit := fs.Int("test-limit", 0, "evaluate the first `N` test samples only (0: all) (default: the training run's -test-limit)")
 	js := fs.Bool("json", false, "print one JSON object instead of text (messages go to stderr)")
 	plotPath := fs.String("plot", "", "write the confusion matrix as a PNG heat map to `FILE`")
 	df := bindData(fs)
@@ -69,8 +69,15 @@ func evalCmd(args []string, stdout, stderr io.Writer) error {
 	if err := cli.Parse(fs, args, stderr, false); err != nil {
 		return err
 	}
-	if *testLimit < -1 {
-		return cli.Usage(fmt.Errorf("-test-limit %d: must be >= 0", *testLimit))
+	if *testLimit < 0 {
+		return cli.Usage(fmt.Errorf("-test-limit %d: must be >= 0 (0: all)", *testLimit))
+	}
+	// Not given: the run's own (-1 was that, shown in the help as the
+	// default, and taken as such when given).
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == "test-limit" })
+	if !given {
+		*testLimit = -1
 	}
 	if *plotPath != "" {
 		if err := atomicfile.Check(*plotPath); err != nil {

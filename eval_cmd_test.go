@@ -198,6 +198,7 @@ func TestEvalBadInput(t *testing.T) {
 		{[]string{"-checkpoint", ck, "-dataset", "folder", "-data-dir", five}, 2, "has 5 classes, the network 10"},
 		{[]string{"-checkpoint", ck, "-plot", plot}, 2, "no such directory"},
 		{[]string{"-checkpoint", ck, "-test-limit", "-5"}, 2, "-test-limit -5"},
+		{[]string{"-checkpoint", ck, "-test-limit", "-1"}, 2, "-test-limit -1: must be >= 0 (0: all)"},
 		{[]string{"-checkpoint", ck, "-batch", "16777216"}, 2, "-batch 16777216: model mlp with batches of that many samples needs"},
 		{[]string{"-checkpoint", ck, "extra"}, 2, "unexpected argument"},
 	} {

@@ -153,7 +153,8 @@ func TestHelp(t *testing.T) {
 	// -dataset makes them that set's own.
 	r = hpctrain(t, 0, 10*time.Second, "eval", "-h")
 	for _, want := range []string{"(raw or .gz), the CIFAR-10 .bin batches, or the folder's training tree (default: the training run's; with another -dataset, train's default for fashion-mnist, else none)",
-		"(default: the training run's; with another -dataset, the network's input)", "or skip (a counted warning) (default: the training run's)\n"} {
+		"(default: the training run's; with another -dataset, the network's input)", "or skip (a counted warning) (default: the training run's)\n",
+		"test samples only (0: all) (default: the training run's -test-limit)\n"} {
 		if !strings.Contains(r.out, want) {
 			t.Errorf("eval -h lacks %q:\n%s", want, r.out)
 		}
