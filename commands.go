@@ -248,6 +248,20 @@ func slurmCmd(args []string, stdout, stderr io.Writer) error {
 	fs.BoolVar(&s.Oversubscribe, "oversubscribe", s.Oversubscribe, "add --oversubscribe to mpirun")
 	var sbatchOpts sbatchFlag
 	fs.Var(&sbatchOpts, "sbatch", "a further sbatch `option`, --name=value, written as an #SBATCH line after the job file's (repeat the flag for more: -sbatch --qos=high -sbatch --exclusive)")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `Usage: hpctrain slurm template -config TRAIN.toml [flags] > train.sbatch
+       hpctrain slurm template -job JOB.toml [flags] > train.sbatch
+
+Writes an sbatch script that runs hpctrain train -config TRAIN.toml
+-checkpoint-dir DIR -resume auto under mpirun, forwards SLURM's warning
+signal so that the run checkpoints, and requeues the job when it exits 85.
+The job comes from the flags, or from a job TOML whose keys the flags fill
+in or correct. What train would refuse in the queue is refused now, exit 2.
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
 	if err := cli.Parse(fs, args[1:], stderr, false); err != nil {
 		return err
 	}
@@ -386,8 +400,20 @@ const maxLocalRanks = 4096
 // plotCmd draws loss and accuracy curves of one or more runs' -metrics files.
 func plotCmd(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("hpctrain plot", flag.ContinueOnError)
-	metrics := fs.String("metrics", "", "comma-separated -metrics JSON-lines files, overlaid")
-	out := fs.String("out", "out/curves.png", "PNG file to write")
+	metrics := fs.String("metrics", "", "comma-separated -metrics JSON-lines `files` of train, overlaid (required)")
+	out := fs.String("out", "out/curves.png", "PNG `file` to write, in a directory that exists")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `Usage: hpctrain plot -metrics FILE[,FILE...] [-out FILE.png]
+
+Draws the loss and accuracy curves of one or more training runs, from the
+files their -metrics flag wrote, overlaid in one PNG; each run is named by
+the shortest end of its path that tells it from the others. A resumed
+run's file is drawn once per epoch, from the run that went on.
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
 	if err := cli.Parse(fs, args, stderr, false); err != nil {
 		return err
 	}
