@@ -17,7 +17,6 @@ import (
 	"hpctrain/export"
 	"hpctrain/internal/atomicfile"
 	"hpctrain/internal/cli"
-	"hpctrain/model"
 )
 
 const exportUsage = `Usage: hpctrain export -checkpoint FILE -format onnx|safetensors -o PATH
@@ -33,9 +32,10 @@ Writes a trained network for other tools:
                 equivalent nn.Module; the model description, classes and
                 normalisation in the metadata.
 
--format defaults to the extension of -o (.onnx, .safetensors). The file is
-written whole or not at all. -o - writes to standard output (give -format),
-and the closing line then goes to standard error.
+-format defaults to the extension of -o (.onnx, .safetensors), and where
+both are given they must agree. The file is written whole or not at all.
+-o - writes to standard output (give -format), and the closing line then
+goes to standard error.
 
 Flags:
 `
@@ -60,28 +60,31 @@ func exportCmd(args []string, stdout, stderr io.Writer) error {
 	if *out == "" {
 		return cli.Usage(fmt.Errorf("-o PATH is missing (see hpctrain export -h)"))
 	}
-	f := *format
-	if f == "" {
-		switch strings.ToLower(filepath.Ext(*out)) {
-		case ".onnx":
-			f = "onnx"
-		case ".safetensors":
-			f = "safetensors"
-		default:
-			if *out == "-" {
-				return cli.Usage(errors.New("-o - (standard output) has no extension to go by: give -format onnx or -format safetensors"))
-			}
-			return cli.Usage(fmt.Errorf("-format is missing and -o %s has neither .onnx nor .safetensors as extension", *out))
-		}
+	byExt := ""
+	switch strings.ToLower(filepath.Ext(*out)) {
+	case ".onnx":
+		byExt = "onnx"
+	case ".safetensors":
+		byExt = "safetensors"
 	}
-	var write func(io.Writer, *model.Net, export.Info) error
-	switch f {
-	case "onnx":
-		write = export.ONNX
-	case "safetensors":
-		write = export.Safetensors
-	default:
+	f := *format
+	switch {
+	case f == "" && byExt != "":
+		f = byExt
+	case f == "" && *out == "-":
+		return cli.Usage(errors.New("-o - (standard output) has no extension to go by: give -format onnx or -format safetensors"))
+	case f == "":
+		return cli.Usage(fmt.Errorf("-format is missing and -o %s has neither .onnx nor .safetensors as extension", *out))
+	case f != "onnx" && f != "safetensors":
 		return cli.Usage(fmt.Errorf("-format %q: want onnx or safetensors", f))
+	case byExt != "" && f != byExt:
+		// A file named for the other format, which a tool that goes by
+		// the name would misread.
+		return cli.Usage(fmt.Errorf("-format %s but -o %s is named for %s: name it .%s, or leave -format out", f, *out, byExt, f))
+	}
+	write := export.ONNX
+	if f == "safetensors" {
+		write = export.Safetensors
 	}
 	toStdout := *out == "-"
 	var stop exportStop
