@@ -152,25 +152,23 @@ func writeCPUKernels(w io.Writer) {
 	fmt.Fprintf(w, "cpu kernels: %s, oneDNN: %s; hpctrain's own: %s; -precision bf16: %s; fp32 3x3 Winograd: %s\n", k, dnnl.ISA(), kernels.ISA(), bf, wino)
 }
 
-const benchUsage = `Usage: hpctrain bench <what> [flags]
-
-  gemm        SGEMM GFLOP/s for the CNN's shapes and 2048^3
-  peak        the cores' peak GFLOP/s: fp32 fused multiply-adds, bf16 dot products
-  step        training steps of a model: samples/s, GFLOP/s, per layer, memory
-  allreduce   the gradient all-reduce, nccl-tests style (run under mpirun)
-  affinity    instances x threads grid, bound and not (launches mpirun)
-  optim       every optimizer on J(x,y) = 100x^2 + y^2: PNG and CSV
-  data        loader throughput by workers and transforms; step with vs without loader
-  scaling     predicted samples/s and efficiency on N nodes (measures compute here, all-reduce under mpirun)
-`
+// benchUsage is bench -h: a line for each benchmark.
+func benchUsage() string {
+	var b strings.Builder
+	b.WriteString("Usage: hpctrain bench <what> [flags]\n\n")
+	for _, x := range bench.Benchmarks {
+		fmt.Fprintf(&b, "  %-11s %s\n", x.Name, x.Line)
+	}
+	return b.String()
+}
 
 func benchCmd(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, benchUsage) // an error's: standard error
+		fmt.Fprint(stderr, benchUsage()) // an error's: standard error
 		return cli.Usage(fmt.Errorf("bench needs a benchmark name"))
 	}
 	if args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help" {
-		fmt.Fprint(stdout, benchUsage)
+		fmt.Fprint(stdout, benchUsage())
 		return nil
 	}
 	what, rest := args[0], args[1:]
@@ -213,7 +211,11 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 		who = fmt.Sprintf("rank %d (%s): ", comm.Rank(), comm.Host())
 		return closeComm(comm, bench.Allreduce(rest, comm, stdout), stderr)
 	}
-	return cli.Usage(fmt.Errorf("unknown benchmark %q (gemm, peak, step, allreduce, affinity, optim, data, scaling; see hpctrain bench -h)", what))
+	var names []string
+	for _, b := range bench.Benchmarks {
+		names = append(names, b.Name)
+	}
+	return cli.Usage(fmt.Errorf("unknown benchmark %q (%s; see hpctrain bench -h)", what, strings.Join(names, ", ")))
 }
 
 const slurmUsage = `Usage: hpctrain slurm template [-job FILE] [flags]

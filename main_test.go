@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"hpctrain/bench"
 	"hpctrain/internal/mpitest"
 )
 
@@ -656,12 +657,17 @@ func TestHelpOnStdout(t *testing.T) {
 		want := "Usage"
 		if args[0] == "help" && len(args) > 1 {
 			want = "Usage: hpctrain " + strings.Join(args[1:], " ") // the command's own
-			if args[1] == "bench" && len(args) > 2 {
-				want = "Usage of hpctrain " + strings.Join(args[1:], " ")
-			}
 		}
 		if code != 0 || !strings.Contains(out, want) || errs != "" {
 			t.Errorf("hpctrain %q: exit %d, stdout %d bytes, stderr %q; want %q on stdout, exit 0", args, code, len(out), errs, want)
+		}
+	}
+	// Every benchmark's help says how it is called and what it measures,
+	// before its flags (it was Go's bare "Usage of hpctrain bench gemm:").
+	for _, b := range bench.Benchmarks {
+		out, _, code := streams(t, "bench", b.Name, "-h")
+		if want := "Usage: " + b.Call + " [flags]\n\n"; code != 0 || !strings.HasPrefix(out, want) || !strings.Contains(out, b.Line[1:]+".\n\nFlags:\n  -") {
+			t.Errorf("hpctrain bench %s -h: exit %d, stdout %q; want it to start %q and give %q", b.Name, code, out, want, b.Line)
 		}
 	}
 	for _, args := range [][]string{{"models", "-nope"}, {"summary", "-nope"}, {"plot", "-nope"}, {"train", "-nope"}, {"bench", "gemm", "-nope"}, {"help", "nope"}} {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/csv"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"image/color"
 	"io"
@@ -45,7 +44,7 @@ type GridCell struct {
 // pinned (-bind cores) and unpinned (-bind none), launching the launcher
 // itself, and reports wall time, samples/s and test accuracy.
 func Affinity(args []string, self string, out io.Writer) error {
-	fs := flag.NewFlagSet("hpctrain bench affinity", flag.ContinueOnError)
+	fs := newFlags("affinity")
 	launcher := fs.String("launcher", "mpirun --oversubscribe --bind-to none", "launcher command; -np N and the program follow it")
 	modelName := fs.String("model", "cnn", "model every cell trains")
 	limit := fs.Int("limit", 12800, "training samples (the same in every cell)")

@@ -2,7 +2,6 @@ package bench
 
 import (
 	"encoding/binary"
-	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -99,7 +98,7 @@ type rawAllreducer interface {
 // raw in-place blocks adjacent with their order alternating, so that the
 // wrapper/raw ratio compares calls made within milliseconds of each other.
 func Allreduce(args []string, c mpi.Comm, out io.Writer) error {
-	fs := flag.NewFlagSet("hpctrain bench allreduce", flag.ContinueOnError)
+	fs := newFlags("allreduce")
 	minB := fs.Int("b", 4, "smallest size in bytes")
 	maxB := fs.Int("e", 64<<20, "largest size in bytes")
 	factor := fs.Int("f", 2, "size multiplication factor")

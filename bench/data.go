@@ -75,7 +75,7 @@ type StepWithLoader struct {
 // round's mean step time counts every stall; the table shows the median
 // round of each variant and their ratio.
 func Data(args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("hpctrain bench data", flag.ContinueOnError)
+	fs := newFlags("data")
 	dsName := fs.String("dataset", "fashion-mnist", "fashion-mnist (files in -data-dir) or synthetic (10,000 generated samples of -image-shape)")
 	dir := fs.String("data-dir", "/usr/share/datasets/fashion-mnist", "Fashion-MNIST files")
 	shape := fs.String("image-shape", "32x32x3", "synthetic: sample shape `HxWxC` (CIFAR-10's by default)")

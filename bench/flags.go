@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 
 	"hpctrain/data"
 	"hpctrain/internal/atomicfile"
@@ -18,6 +19,35 @@ import (
 	"hpctrain/optim"
 	"hpctrain/train"
 )
+
+// Benchmarks lists the benchmarks in the order bench -h gives them: the
+// name, how it is called, and what it measures.
+var Benchmarks = []struct{ Name, Call, Line string }{
+	{"gemm", "hpctrain bench gemm", "SGEMM GFLOP/s for the CNN's shapes and 2048^3"},
+	{"peak", "hpctrain bench peak", "the cores' peak GFLOP/s: fp32 fused multiply-adds, bf16 dot products"},
+	{"step", "hpctrain bench step", "training steps of a model: samples/s, GFLOP/s, per layer, memory"},
+	{"allreduce", "mpirun -np N hpctrain bench allreduce", "the gradient all-reduce, nccl-tests style (run under mpirun)"},
+	{"affinity", "hpctrain bench affinity", "instances x threads grid, bound and not (launches mpirun)"},
+	{"optim", "hpctrain bench optim", "every optimizer on J(x,y) = 100x^2 + y^2: PNG and CSV"},
+	{"data", "hpctrain bench data", "loader throughput by workers and transforms; step with vs without loader"},
+	{"scaling", "hpctrain bench scaling", "predicted samples/s and efficiency on N nodes (measures compute here, all-reduce under mpirun)"},
+}
+
+// newFlags is the flag set of the benchmark name, whose -h gives how it
+// is called and what it measures before the flags, as every other
+// command's does.
+func newFlags(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet("hpctrain bench "+name, flag.ContinueOnError)
+	for _, b := range Benchmarks {
+		if b.Name == name {
+			fs.Usage = func() {
+				fmt.Fprintf(fs.Output(), "Usage: %s [flags]\n\n%s%s.\n\nFlags:\n", b.Call, strings.ToUpper(b.Line[:1]), b.Line[1:])
+				fs.PrintDefaults()
+			}
+		}
+	}
+	return fs
+}
 
 // A flag check: each names the flag and the range it must be in, so that
 // a bad value is refused in one line before anything runs; firstBad

@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"flag"
 	"fmt"
 	"hpctrain/internal/cli"
 	"hpctrain/internal/openblas"
@@ -44,7 +43,7 @@ var gemmShapes = []struct {
 // implementation, single call, this thread. A long run (many -reps) says
 // how far it is on progress, every gemmProgressEvery.
 func Gemm(args []string, out, progress io.Writer) error {
-	fs := flag.NewFlagSet("hpctrain bench gemm", flag.ContinueOnError)
+	fs := newFlags("gemm")
 	reps := fs.Int("reps", 7, fmt.Sprintf("timed repetitions per shape (median reported); a progress line on stderr every %v of a long run", gemmProgressEvery))
 	js := fs.String("json", "", "also write the rows as JSON to `FILE`")
 	if err := cli.Parse(fs, args, os.Stderr, false); err != nil {

@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -17,7 +16,7 @@ import (
 // J(x, y) = 100x^2 + y^2 from (1, 1), drawn over J's contours (PNG) and
 // written step by step (CSV): the course's momentum figure, for all of them.
 func Optim(args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("hpctrain bench optim", flag.ContinueOnError)
+	fs := newFlags("optim")
 	steps := fs.Int("steps", 200, "optimizer steps")
 	dir := fs.String("out", "out", "directory for optim_trajectories.png and .csv")
 	if err := cli.Parse(fs, args, os.Stderr, false); err != nil {

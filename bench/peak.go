@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -25,7 +24,7 @@ type PeakRow struct {
 // one core and on -threads cores at once, each thread pinned to its own
 // CPU of the mask: the ceiling the step's GFLOP/s are measured against.
 func Peak(args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("hpctrain bench peak", flag.ContinueOnError)
+	fs := newFlags("peak")
 	threads := fs.Int("threads", 0, "cores measured at once besides one (0: every CPU of the mask)")
 	js := fs.String("json", "", "also write the rows as JSON to `FILE`")
 	if err := cli.Parse(fs, args, os.Stderr, false); err != nil {

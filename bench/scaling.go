@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -103,7 +102,7 @@ type ScalingRow struct {
 // (scaling_model.go). connect opens the job's communicator (a job of one
 // without a launcher); the caller closes it.
 func Scaling(args []string, connect func() (mpi.Comm, error), out io.Writer) (err error) {
-	fs := flag.NewFlagSet("hpctrain bench scaling", flag.ContinueOnError)
+	fs := newFlags("scaling")
 	name := fs.String("model", "cnn", "model: "+fmt.Sprint(model.Names()))
 	input := fs.String("input", "28x28x1", "shape of one input sample, `HxWxC`")
 	classes := fs.Int("classes", 10, "number of classes")

@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"flag"
 	"fmt"
 	"hpctrain/internal/cli"
 	"io"
@@ -55,7 +54,7 @@ type LayerTime struct {
 // backward, optimizer update) of a model on pinned workers, with the
 // per-layer breakdown and the SGEMM rate measured in the same run.
 func Step(args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("hpctrain bench step", flag.ContinueOnError)
+	fs := newFlags("step")
 	name := fs.String("model", "cnn", "model: "+fmt.Sprint(model.Names()))
 	input := fs.String("input", "28x28x1", "shape of one input sample, `HxWxC` (random pixels in [0,1))")
 	classes := fs.Int("classes", 10, "number of classes (outputs; random labels)")
