@@ -669,6 +669,10 @@ func TestHelpOnStdout(t *testing.T) {
 		if want := "Usage: " + b.Call + " [flags]\n\n"; code != 0 || !strings.HasPrefix(out, want) || !strings.Contains(out, b.Line[1:]+".\n\nFlags:\n  -") {
 			t.Errorf("hpctrain bench %s -h: exit %d, stdout %q; want it to start %q and give %q", b.Name, code, out, want, b.Line)
 		}
+		// A model description file works wherever -model is taken.
+		if strings.Contains(out, "  -model") && !strings.Contains(out, "or a description FILE.toml") {
+			t.Errorf("hpctrain bench %s -h: -model does not say a FILE.toml is taken:\n%s", b.Name, out)
+		}
 	}
 	for _, args := range [][]string{{"models", "-nope"}, {"summary", "-nope"}, {"plot", "-nope"}, {"train", "-nope"}, {"bench", "gemm", "-nope"}, {"help", "nope"}} {
 		out, errs, code := streams(t, args...)

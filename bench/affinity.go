@@ -23,6 +23,7 @@ import (
 	"hpctrain/affinity"
 	"hpctrain/internal/atomicfile"
 	"hpctrain/internal/cli"
+	"hpctrain/model"
 	"hpctrain/train"
 )
 
@@ -46,7 +47,7 @@ type GridCell struct {
 func Affinity(args []string, self string, out io.Writer) error {
 	fs := newFlags("affinity")
 	launcher := fs.String("launcher", "mpirun --oversubscribe --bind-to none", "launcher command; -np N and the program follow it")
-	modelName := fs.String("model", "cnn", "model every cell trains")
+	modelName := fs.String("model", "cnn", "network every cell trains: a built-in model ("+strings.Join(model.Names(), ", ")+") or a description FILE.toml")
 	limit := fs.Int("limit", 12800, "training samples (the same in every cell)")
 	epochs := fs.Int("epochs", 1, "epochs")
 	testLimit := fs.Int("test-limit", 2000, "test samples")

@@ -103,7 +103,7 @@ type ScalingRow struct {
 // without a launcher); the caller closes it.
 func Scaling(args []string, connect func() (mpi.Comm, error), out io.Writer) (err error) {
 	fs := newFlags("scaling")
-	name := fs.String("model", "cnn", "model: "+fmt.Sprint(model.Names()))
+	name := fs.String("model", "cnn", "network: a built-in model ("+strings.Join(model.Names(), ", ")+") or a description FILE.toml")
 	input := fs.String("input", "28x28x1", "shape of one input sample, `HxWxC`")
 	classes := fs.Int("classes", 10, "number of classes")
 	batch := fs.Int("batch", 64, "batch per rank (as hpctrain train -batch)")

@@ -55,7 +55,7 @@ type LayerTime struct {
 // per-layer breakdown and the SGEMM rate measured in the same run.
 func Step(args []string, out io.Writer) error {
 	fs := newFlags("step")
-	name := fs.String("model", "cnn", "model: "+fmt.Sprint(model.Names()))
+	name := fs.String("model", "cnn", "network: a built-in model ("+strings.Join(model.Names(), ", ")+") or a description FILE.toml")
 	input := fs.String("input", "28x28x1", "shape of one input sample, `HxWxC` (random pixels in [0,1))")
 	classes := fs.Int("classes", 10, "number of classes (outputs; random labels)")
 	batch := fs.Int("batch", 64, "batch")
