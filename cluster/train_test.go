@@ -158,3 +158,60 @@ func TestRankKilledAcrossHosts(t *testing.T) {
 		t.Errorf("no message naming rank 3 and node2:\n%s", out.String())
 	}
 }
+
+// TestHostLinkDown takes node2's link down mid-training (the hub's end of
+// its veth: the host is still running but no longer answers): the ranks on
+// node1 time out in the gradient all-reduce (-collective-timeout 5s) and
+// abort, and the job must end within 90 s with a non-zero code and the
+// watchdog's line, and node2's orted and ranks must go too. Before up.sh set
+// tcp_retries2, mpirun waited ~15 min for node2's orted after the abort.
+func TestHostLinkDown(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "hpctrain")
+	if out, err := exec.Command("go", "build", "-o", bin, "..").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	mpirun := upCluster(t, 2)
+	cmd := exec.Command(mpirun, "-np", "4", "--host", "node1:2,node2:2", bin, "train", "-model", "mlp", "-epochs", "50",
+		"-limit", "4096", "-test-limit", "256", "-threads", "1", "-progress", "300ms", "-collective-timeout", "5s")
+	var out mpitest.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	defer cmd.Process.Kill() // down.sh (upCluster's cleanup) ends the rest
+	for deadline := time.Now().Add(time.Minute); !strings.Contains(out.String(), "step "); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no progress after a minute:\n%s", out.String())
+		}
+	}
+	if b, err := exec.Command("ip", "-n", "hpct-hub", "link", "set", "vnode2", "down").CombinedOutput(); err != nil {
+		t.Fatalf("ip link set vnode2 down: %v\n%s", err, b)
+	}
+	start := time.Now()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(90 * time.Second):
+		t.Fatalf("job still running 90 s after node2's link went down (-collective-timeout 5s):\n%s", out.String())
+	}
+	t.Logf("job ended %v after node2's link went down, exit %d", time.Since(start).Round(time.Millisecond), code(err))
+	if code(err) == 0 {
+		t.Errorf("exit 0 with node2 gone:\n%s", out.String())
+	}
+	if !strings.Contains(out.String(), "collective timeout") {
+		t.Errorf("no watchdog line:\n%s", out.String())
+	}
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		left := netnsPids(t, "hpct-node2")
+		if len(left) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("processes left on node2 60 s after the job ended: %v", left)
+			break
+		}
+	}
+}
