@@ -3,6 +3,7 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -293,4 +295,57 @@ func code(err error) int {
 		return ee.ExitCode()
 	}
 	return -1
+}
+
+// TestUpInterrupted stops up.sh half-way through a cluster of 100 hosts, by
+// SIGINT to its process group (Ctrl-C) and by SIGTERM to up.sh alone (what
+// timeout(1) sends): either way up.sh must tear down what it had built and
+// exit non-zero, leaving no namespace, /etc/netns entry or state dir.
+func TestUpInterrupted(t *testing.T) {
+	lockCluster(t)
+	for _, c := range []struct {
+		sig   syscall.Signal
+		group bool
+	}{{syscall.SIGINT, true}, {syscall.SIGTERM, false}} {
+		cmd := exec.Command(filepath.Join(scriptsDir, "up.sh"), "100")
+		cmd.Env = append(os.Environ(), "HPCT_CLUSTER=hpct")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			if _, err := os.Stat("/run/netns/hpct-node5"); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				cmd.Process.Kill()
+				t.Fatalf("hpct-node5 not made after 30 s:\n%s", out.String())
+			}
+		}
+		pid := cmd.Process.Pid
+		if c.group {
+			pid = -pid
+		}
+		syscall.Kill(pid, c.sig)
+		err := cmd.Wait()
+		t.Logf("%v: up.sh exit %d:\n%s", c.sig, code(err), out.String())
+		if err == nil {
+			t.Errorf("%v: up.sh exit 0", c.sig)
+		}
+		list, _ := exec.Command("ip", "netns", "list").CombinedOutput()
+		if strings.Contains(string(list), "hpct-") {
+			t.Errorf("%v: namespaces left after an interrupted up.sh:\n%s", c.sig, list)
+		}
+		if left, _ := filepath.Glob("/etc/netns/hpct-*"); len(left) > 0 {
+			t.Errorf("%v: left after an interrupted up.sh: %d entries, %v...", c.sig, len(left), left[0])
+		}
+		if _, err := os.Stat("/run/hpct-cluster"); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%v: state dir /run/hpct-cluster left after an interrupted up.sh (%v)", c.sig, err)
+		}
+		if out, err := script(30*time.Second, nil, "down.sh"); err != nil {
+			t.Fatalf("down.sh: %v\n%s", err, out)
+		}
+	}
 }

@@ -66,6 +66,24 @@ func TestMain(m *testing.M) {
 // kernel refuses network namespaces. Tests that call it must not be parallel.
 func upCluster(t *testing.T, n int) (mpirun string) {
 	t.Helper()
+	lockCluster(t)
+	start := time.Now()
+	out, err := script(60*time.Second, nil, "up.sh", fmt.Sprint(n))
+	if err != nil {
+		if strings.Contains(out, "Operation not permitted") {
+			t.Skipf("kernel refuses network namespaces here:\n%s", out)
+		}
+		t.Fatalf("up.sh %d: %v\n%s", n, err, out)
+	}
+	t.Logf("cluster of %d hosts up in %v", n, time.Since(start).Round(time.Millisecond))
+	return filepath.Join(scriptsDir, "mpirun.sh")
+}
+
+// lockCluster is upCluster without up.sh: it skips as upCluster does, takes
+// the cluster lock for the rest of t and runs down.sh in t.Cleanup, for tests
+// that run up.sh themselves.
+func lockCluster(t *testing.T) {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("-short: not starting a multi-host test cluster")
 	}
@@ -83,16 +101,6 @@ func upCluster(t *testing.T, n int) (mpirun string) {
 			t.Errorf("down.sh: %v\n%s", err, out)
 		}
 	})
-	start := time.Now()
-	out, err := script(60*time.Second, nil, "up.sh", fmt.Sprint(n))
-	if err != nil {
-		if strings.Contains(out, "Operation not permitted") {
-			t.Skipf("kernel refuses network namespaces here:\n%s", out)
-		}
-		t.Fatalf("up.sh %d: %v\n%s", n, err, out)
-	}
-	t.Logf("cluster of %d hosts up in %v", n, time.Since(start).Round(time.Millisecond))
-	return filepath.Join(scriptsDir, "mpirun.sh")
 }
 
 // script runs scripts/cluster/NAME with args and returns its combined output.

@@ -37,14 +37,20 @@ fi
 
 "$here/down.sh" >/dev/null
 
-# If anything below fails, leave nothing half-built behind.
+# If anything below fails, leave nothing half-built behind; nor when up.sh
+# is stopped (Ctrl-C, timeout(1)): bash runs no EXIT trap for a signal that
+# kills it, so each one exits through it.
 undo() {
 	local rc=$?
 	[ "$rc" -eq 0 ] && return
+	trap '' INT TERM HUP # the tear-down itself is not to be cut short
 	echo "cluster up.sh: failed, tearing down" >&2
 	"$here/down.sh" >&2 || true
 }
 trap undo EXIT
+trap 'exit 129' HUP
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 mkdir -p "$STATE"
 {
@@ -84,7 +90,7 @@ for i in $(seq "$n"); do
 	ip -n "$ns" link show eth0 | grep -q LOWER_UP || die "$ns: eth0 has no carrier"
 done
 echo "$n" >"$STATE/nodes"
-trap - EXIT
+trap - EXIT HUP INT TERM
 
 hosts=$(seq -f 'node%g:2' 1 "$n" | paste -sd,)
 cat <<USAGE
