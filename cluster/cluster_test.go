@@ -349,3 +349,39 @@ func TestUpInterrupted(t *testing.T) {
 		}
 	}
 }
+
+// TestNetemBadArgs gives netem.sh arguments it must refuse: each is exit 2
+// with one line naming what was wrong, checked before the kernel's support
+// (a bad delay is not "no netem here"), and leaves node1's link as it was.
+func TestNetemBadArgs(t *testing.T) {
+	upCluster(t, 1)
+	for _, c := range []struct{ args, want string }{
+		{"", "usage:"},
+		{"bogus", "usage:"},
+		{"on", "usage:"},
+		{"on 5xs", "bad delay '5xs'"},
+		{"on -5ms", "bad delay '-5ms'"},
+		{"on 5", "bad delay '5'"},
+		{"on 5ms 200%", "bad loss '200%'"},
+		{"on 5ms -1%", "bad loss '-1%'"},
+		{"on 5ms 1% 2ms", "usage:"},
+		{"rate 0mbit", "bad rate '0mbit'"},
+		{"rate -5mbit", "bad rate '-5mbit'"},
+		{"rate 10Mbps", "bad rate '10Mbps'"},
+		{"rate 0.0001kbit", "bad rate '0.0001kbit'"}, // tc: 0 bytes/s, 'the "rate" parameter is mandatory'
+		{"rate 1.2.3mbit", "bad rate '1.2.3mbit'"},
+		{"drop 101%", "bad loss '101%'"},
+		{"drop -1%", "bad loss '-1%'"},
+		{"off now", "usage:"},
+	} {
+		out, err := script(20*time.Second, nil, "netem.sh", strings.Fields(c.args)...)
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		if code(err) != 2 || len(lines) != 1 || !strings.HasPrefix(lines[0], "cluster netem.sh: ") || !strings.Contains(out, c.want) {
+			t.Errorf("netem.sh %s: exit %d, output:\n%s\nwant exit 2 and one line with %q", c.args, code(err), out, c.want)
+		}
+	}
+	qd, err := exec.Command("ip", "netns", "exec", "hpct-node1", "tc", "qdisc", "show", "dev", "eth0").CombinedOutput()
+	if err != nil || strings.Contains(string(qd), "tbf") || strings.Contains(string(qd), "netem") {
+		t.Errorf("node1's eth0 after refused arguments (%v):\n%s", err, qd)
+	}
+}

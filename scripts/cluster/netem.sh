@@ -17,17 +17,55 @@
 #   netem.sh check            exit 0 if the kernel has netem, 3 if not
 #   netem.sh check-rate       exit 0 if the kernel has tbf, 3 if not
 #
-# Exit status 3: the kernel lacks what the mode needs (sch_netem for on and
-# check, nf_tables for drop, sch_tbf for rate and check-rate); nothing was
-# changed. Tests skip on 3.
+# Exit status 2: bad arguments (DELAY, LOSS or RATE not of the forms above),
+# checked before anything else; 3: the kernel lacks what the mode needs
+# (sch_netem for on and check, nf_tables for drop, sch_tbf for rate and
+# check-rate). Nothing was changed in either case. Tests skip on 3.
 # Environment: HPCT_CLUSTER, as for up.sh.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source-path=SCRIPTDIR source=common.sh
 . "$here/common.sh"
 die() { echo "cluster netem.sh: $*" >&2; exit 1; }
+bad() { echo "cluster netem.sh: $*" >&2; exit 2; }
 unsupported() { echo "cluster netem.sh: $*" >&2; exit 3; }
 usage="usage: netem.sh on DELAY [LOSS] | drop LOSS | rate RATE | off | check | check-rate"
+
+# bits RATE: RATE (100mbit, 1gbit, 500kbit) in bits per second, at least
+# 1 kbit/s (tc keeps bytes per second: below 8 bit/s is no rate at all).
+bits() {
+	awk -v s="$1" 'BEGIN { m = 0; if (s ~ /^[0-9]+(\.[0-9]+)?gbit$/) m = 1e9; else if (s ~ /^[0-9]+(\.[0-9]+)?mbit$/) m = 1e6; else if (s ~ /^[0-9]+(\.[0-9]+)?kbit$/) m = 1e3
+		if (m == 0) exit 1; sub(/[gmk]bit$/, "", s); if (s * m < 1000) exit 1; printf "%d\n", s * m }' ||
+		bad "bad rate '$1' (want a number and kbit, mbit or gbit, at least 1kbit: e.g. 200mbit, 1gbit)"
+}
+
+# per10000 1% -> 100, 0.5% -> 50, 2 -> 200.
+per10000() {
+	awk -v s="$1" 'BEGIN { sub(/%$/, "", s); if (s !~ /^[0-9]+(\.[0-9]+)?$/ || s + 0 > 100) exit 1; printf "%d\n", s * 100 + 0.5 }' ||
+		bad "bad loss '$1' (want a percentage from 0 to 100 such as 1% or 0.5%)"
+}
+
+# delay DELAY: refuses what tc netem would not read as a time with a unit
+# (5ms, 0.5s, 100us; tc takes a bare number as microseconds).
+delay() {
+	[[ "$1" =~ ^[0-9]+(\.[0-9]+)?(s|sec|ms|msec|us|usec)$ ]] ||
+		bad "bad delay '$1' (want a number and s, ms or us: e.g. 5ms)"
+}
+
+# Arguments first: a bad one changes nothing, whatever the kernel has.
+case "${1:-}" in
+on) { [ $# -ge 2 ] && [ $# -le 3 ]; } || bad "$usage"
+	delay "$2"
+	spec=(delay "$2")
+	[ $# -lt 3 ] || { per10000 "$3" >/dev/null && spec+=(loss "${3%\%}%"); } ;;
+rate) [ $# -eq 2 ] || bad "$usage"
+	b=$(bits "$2") ;;
+drop) [ $# -eq 2 ] || bad "$usage"
+	p=$(per10000 "$2") ;;
+off | check | check-rate) [ $# -eq 1 ] || bad "$usage" ;;
+*) bad "$usage" ;;
+esac
+
 [ "$(id -u)" -eq 0 ] || die "must run as root"
 [ -s "$STATE/nodes" ] || die "no cluster: run $here/up.sh first"
 n=$(cat "$STATE/nodes")
@@ -57,20 +95,7 @@ have_tbf() {
 }
 why_not_tbf="this kernel has no tbf qdisc (CONFIG_NET_SCH_TBF unset and sch_tbf not loadable)"
 
-# bits RATE: RATE (100mbit, 1gbit, 500kbit) in bits per second.
-bits() {
-	awk -v s="$1" 'BEGIN { m = 0; if (s ~ /^[0-9.]+gbit$/) m = 1e9; else if (s ~ /^[0-9.]+mbit$/) m = 1e6; else if (s ~ /^[0-9.]+kbit$/) m = 1e3
-		if (m == 0) exit 1; sub(/[gmk]bit$/, "", s); if (s + 0 <= 0) exit 1; printf "%d\n", s * m }' ||
-		die "bad rate '$1' (want e.g. 200mbit, 1gbit)"
-}
-
 why_not="this kernel has no netem qdisc (CONFIG_NET_SCH_NETEM unset and sch_netem not loadable); 'netem.sh drop LOSS' needs only nf_tables"
-
-# per10000 1% -> 100, 0.5% -> 50, 2 -> 200.
-per10000() {
-	awk -v s="$1" 'BEGIN { sub(/%$/, "", s); if (s !~ /^[0-9]+(\.[0-9]+)?$/ || s + 0 > 100) exit 1; printf "%d\n", s * 100 + 0.5 }' ||
-		die "bad loss '$1' (want a percentage such as 1% or 0.5%)"
-}
 
 table=hpct_loss
 case "${1:-}" in
@@ -79,10 +104,7 @@ check)
 	echo "cluster netem.sh: netem supported"
 	;;
 on)
-	{ [ $# -ge 2 ] && [ $# -le 3 ]; } || die "$usage"
 	have_netem || unsupported "$why_not"
-	spec=(delay "$2")
-	[ $# -lt 3 ] || spec+=(loss "$3")
 	for i in $(seq "$n"); do
 		ip netns exec "$(node_ns "$i")" tc qdisc replace dev eth0 root netem "${spec[@]}" ||
 			die "tc netem ${spec[*]} on node$i failed"
@@ -94,8 +116,6 @@ check-rate)
 	echo "cluster netem.sh: tbf supported"
 	;;
 rate)
-	[ $# -eq 2 ] || die "$usage"
-	b=$(bits "$2")
 	have_tbf || unsupported "$why_not_tbf"
 	# Bucket: 1 ms at the rate, at least 32 KiB (a few full-size frames;
 	# tbf splits larger GSO packets); queue: 50 ms at the rate, at least
@@ -109,8 +129,6 @@ rate)
 	echo "cluster netem.sh: tbf rate $2 (burst $burst B, queue $limit B) on eth0 of node1..node$n"
 	;;
 drop)
-	[ $# -eq 2 ] || die "$usage"
-	p=$(per10000 "$2")
 	if ! command -v nft >/dev/null 2>&1; then
 		echo "cluster netem.sh: installing nftables" >&2
 		export DEBIAN_FRONTEND=noninteractive
@@ -128,7 +146,7 @@ table inet $table {
 }
 NFT
 	done
-	echo "cluster netem.sh: dropping $2 of packets arriving on eth0 of node1..node$n"
+	echo "cluster netem.sh: dropping ${2%\%}% of packets arriving on eth0 of node1..node$n"
 	;;
 off)
 	for i in $(seq "$n"); do
@@ -138,5 +156,4 @@ off)
 	done
 	echo "cluster netem.sh: links of node1..node$n restored"
 	;;
-*) die "$usage" ;;
 esac
