@@ -385,3 +385,35 @@ func TestNetemBadArgs(t *testing.T) {
 		t.Errorf("node1's eth0 after refused arguments (%v):\n%s", err, qd)
 	}
 }
+
+// TestNetemRateQueue checks that netem.sh rate gives the token bucket the
+// queue it promises, 50 ms at the rate, at 100 Mbit/s and at 10 Gbit/s:
+// above 2.1 Gbit/s, awk's %d (mawk: at most 2^31-1) cut the rate short in
+// the sums, and 10gbit got 10.5 ms of queue and 0.2 ms of bucket.
+func TestNetemRateQueue(t *testing.T) {
+	upCluster(t, 1)
+	if out, err := script(20*time.Second, nil, "netem.sh", "check-rate"); err != nil {
+		if code(err) == 3 {
+			t.Skipf("kernel lacks tbf (netem.sh exit 3): %s", strings.TrimSpace(out))
+		}
+		t.Fatalf("netem.sh check-rate: %v\n%s", err, out)
+	}
+	latRE := regexp.MustCompile(`\blat ([0-9.]+)ms\b`)
+	for _, c := range []struct{ rate, burst string }{{"100mbit", "burst 32768 B"}, {"10gbit", "burst 1250000 B"}} {
+		out, err := script(20*time.Second, nil, "netem.sh", "rate", c.rate)
+		if err != nil {
+			t.Fatalf("netem.sh rate %s: %v\n%s", c.rate, err, out)
+		}
+		if !strings.Contains(out, c.burst) {
+			t.Errorf("netem.sh rate %s: %s; want %s (1 ms at the rate, at least 32 KiB)", c.rate, strings.TrimSpace(out), c.burst)
+		}
+		qd, err := exec.Command("ip", "netns", "exec", "hpct-node1", "tc", "qdisc", "show", "dev", "eth0").CombinedOutput()
+		m := latRE.FindSubmatch(qd)
+		if err != nil || m == nil {
+			t.Fatalf("tc qdisc show on node1 (%v):\n%s", err, qd)
+		}
+		if lat, _ := strconv.ParseFloat(string(m[1]), 64); lat < 40 || lat > 60 {
+			t.Errorf("netem.sh rate %s: tbf queue of %v ms on node1, want about 50:\n%s", c.rate, lat, qd)
+		}
+	}
+}

@@ -35,7 +35,7 @@ usage="usage: netem.sh on DELAY [LOSS] | drop LOSS | rate RATE | off | check | c
 # 1 kbit/s (tc keeps bytes per second: below 8 bit/s is no rate at all).
 bits() {
 	awk -v s="$1" 'BEGIN { m = 0; if (s ~ /^[0-9]+(\.[0-9]+)?gbit$/) m = 1e9; else if (s ~ /^[0-9]+(\.[0-9]+)?mbit$/) m = 1e6; else if (s ~ /^[0-9]+(\.[0-9]+)?kbit$/) m = 1e3
-		if (m == 0) exit 1; sub(/[gmk]bit$/, "", s); if (s * m < 1000) exit 1; printf "%d\n", s * m }' ||
+		if (m == 0) exit 1; sub(/[gmk]bit$/, "", s); if (s * m < 1000) exit 1; printf "%.0f\n", s * m }' ||
 		bad "bad rate '$1' (want a number and kbit, mbit or gbit, at least 1kbit: e.g. 200mbit, 1gbit)"
 }
 
