@@ -417,3 +417,27 @@ func TestNetemRateQueue(t *testing.T) {
 		}
 	}
 }
+
+// TestUpDownUsage gives up.sh and down.sh arguments they must refuse: exit
+// 2 and one line, and no cluster made ("up.sh 2 3" made one of 2 hosts).
+func TestUpDownUsage(t *testing.T) {
+	lockCluster(t)
+	for _, c := range []struct{ name, args, want string }{
+		{"up.sh", "abc", "usage: up.sh [N]"},
+		{"up.sh", "-1", "usage: up.sh [N]"},
+		{"up.sh", "0", "N must be 1..200, not 0"},
+		{"up.sh", "201", "N must be 1..200, not 201"},
+		{"up.sh", "2 3", "usage: up.sh [N]"},
+		{"down.sh", "now", "usage: down.sh"},
+	} {
+		out, err := script(30*time.Second, nil, c.name, strings.Fields(c.args)...)
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		if code(err) != 2 || len(lines) != 1 || !strings.Contains(out, c.want) {
+			t.Errorf("%s %s: exit %d, output:\n%s\nwant exit 2 and one line with %q", c.name, c.args, code(err), out, c.want)
+		}
+		if _, err := os.Stat("/run/hpct-cluster"); err == nil {
+			t.Errorf("%s %s made a cluster", c.name, c.args)
+			script(30*time.Second, nil, "down.sh")
+		}
+	}
+}

@@ -10,6 +10,7 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source-path=SCRIPTDIR source=common.sh
 . "$here/common.sh"
+[ $# -eq 0 ] || { echo "cluster down.sh: usage: down.sh (no arguments; HPCT_CLUSTER names the cluster)" >&2; exit 2; }
 [ "$(id -u)" -eq 0 ] || { echo "cluster down.sh: must run as root" >&2; exit 1; }
 command -v ip >/dev/null 2>&1 || { rm -rf "$STATE"; exit 0; } # up.sh never ran
 

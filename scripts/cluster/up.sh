@@ -13,6 +13,7 @@
 #
 # Any cluster of the same name is torn down first (down.sh), so up.sh also
 # recovers from a run that was killed before its tear-down.
+# Exit status 2: a bad N (nothing is touched); 1: anything else failed.
 # Environment: HPCT_CLUSTER (default hpct) prefixes namespaces and state dir.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -20,9 +21,11 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$here/common.sh"
 
 die() { echo "cluster up.sh: $*" >&2; exit 1; }
+bad() { echo "cluster up.sh: $*" >&2; exit 2; }
+[ $# -le 1 ] || bad "usage: up.sh [N]   (N hosts, 1..200)"
 n=${1:-2}
-case "$n" in '' | *[!0-9]*) die "usage: up.sh [N]   (N hosts, 1..200)" ;; esac
-{ [ "$n" -ge 1 ] && [ "$n" -le 200 ]; } || die "N must be 1..200, not $n"
+case "$n" in '' | *[!0-9]*) bad "usage: up.sh [N]   (N hosts, 1..200)" ;; esac
+{ [ "$n" -ge 1 ] && [ "$n" -le 200 ]; } || bad "N must be 1..200, not $n"
 [ "$(id -u)" -eq 0 ] || die "must run as root (creates network namespaces)"
 
 need=()
