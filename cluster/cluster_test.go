@@ -441,3 +441,40 @@ func TestUpDownUsage(t *testing.T) {
 		}
 	}
 }
+
+// TestScalingBadInput gives scaling.sh settings it must refuse: each is exit
+// 2 with one line naming the setting, at once (before go build, up.sh or any
+// measurement), leaving no temporary directory. A bad RATES or STEPS was
+// found minutes into a run (STEPS in silence: train's output is filtered),
+// a bad OUT only at the end, and a bad HOSTS after the build, leaving
+// /tmp/hpct-scaling.* with its binary.
+func TestScalingBadInput(t *testing.T) {
+	lockCluster(t)
+	out := t.TempDir()
+	before, _ := filepath.Glob("/tmp/hpct-scaling.*")
+	for _, c := range []struct{ env, want string }{
+		{"HOSTS=0x2", "HOSTS: '0x2'"},
+		{"HOSTS=1x", "HOSTS: '1x'"},
+		{"HOSTS=201", "HOSTS: '201'"},
+		{"HOSTS= ", "HOSTS: no layout"},
+		{"RATES=abc", "RATES: 'abc'"},
+		{"RATES=0", "RATES: '0'"},
+		{"STEPS=abc", "STEPS=abc"},
+		{"BATCH=0", "BATCH=0"},
+		{"BUCKET_MB=-1", "BUCKET_MB=-1"},
+		{"OUT=" + filepath.Join(out, "missing"), "OUT="},
+		{"DATA=" + filepath.Join(out, "missing"), "DATA="},
+		{"BIN=" + filepath.Join(out, "missing"), "BIN="},
+	} {
+		start := time.Now()
+		o, err := script(20*time.Second, []string{"HOSTS=1", "RATES=1000", "OUT=" + out, c.env}, "scaling.sh")
+		lines := strings.Split(strings.TrimSpace(o), "\n")
+		if code(err) != 2 || len(lines) != 1 || !strings.Contains(o, c.want) {
+			t.Errorf("%s scaling.sh: exit %d after %v, output:\n%s\nwant exit 2 and one line with %q", c.env, code(err),
+				time.Since(start).Round(time.Millisecond), o, c.want)
+		}
+	}
+	if after, _ := filepath.Glob("/tmp/hpct-scaling.*"); len(after) > len(before) {
+		t.Errorf("temporary directories left: %v (before: %v)", after, before)
+	}
+}

@@ -23,15 +23,15 @@
 # OUT (default docs/), DATA (default /usr/share/datasets/fashion-mnist),
 # HPCT_BTL (default vader,tcp,self: MPI's shared-memory transport between
 # ranks of one host, as on a real cluster; mpirun.sh's own default is TCP).
-# Exit 3: the kernel has no tbf (nothing to validate against); 1: failure.
+# Exit 2: a bad setting (checked before anything is built or run); 3: the
+# kernel has no tbf (nothing to validate against); 1: failure.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 # shellcheck source-path=SCRIPTDIR source=common.sh
 . "$here/common.sh"
 die() { echo "cluster scaling.sh: $*" >&2; exit 1; }
-[ "$(id -u)" -eq 0 ] || die "must run as root"
-for c in jq mpirun tc; do command -v "$c" >/dev/null 2>&1 || die "$c missing (scripts/setup.sh installs it)"; done
+bad() { echo "cluster scaling.sh: $*" >&2; exit 2; }
 
 HOSTS=${HOSTS:-"1 2 4 1x2 2x2"}
 RATES=${RATES:-"1000 200"}
@@ -42,12 +42,9 @@ BUCKET_MB=${BUCKET_MB:-0}
 OUT=${OUT:-$repo/docs}
 export HPCT_BTL=${HPCT_BTL:-vader,tcp,self}
 DATA=${DATA:-/usr/share/datasets/fashion-mnist}
-[ -d "$DATA" ] || die "no data set at $DATA"
-work=$(mktemp -d /tmp/hpct-scaling.XXXXXX)
-if [ -z "${BIN:-}" ]; then
-	BIN=$work/hpctrain
-	(cd "$repo" && GOTOOLCHAIN=${GOTOOLCHAIN:-auto} go build -o "$BIN" .) || die "go build failed"
-fi
+
+# The settings are checked before anything is built or measured: a bad one
+# found later would cost the runs before it.
 # layout TOKEN: "H R" from H or HxR.
 layout() {
 	case "$1" in
@@ -55,12 +52,31 @@ layout() {
 	*) echo "$1 1" ;;
 	esac
 }
+posint() { case "$1" in '' | *[!0-9]* | 0*) return 1 ;; esac; }
+[ -n "${HOSTS//[[:space:]]/}" ] || bad "HOSTS: no layout given"
+[ -n "${RATES//[[:space:]]/}" ] || bad "RATES: no rate given"
 for tok in $HOSTS; do
 	read -r h r <<<"$(layout "$tok")"
-	case "$h$r" in '' | *[!0-9]*) die "HOSTS: $tok is not H or HxR" ;; esac
-	{ [ "$h" -ge 1 ] && [ "$r" -ge 1 ]; } || die "HOSTS: $tok is not H or HxR"
+	{ posint "$h" && posint "$r" && [ "$h" -le 200 ]; } || bad "HOSTS: '$tok' is not H or HxR (H hosts 1..200, R ranks per host from 1)"
 done
+for rate in $RATES; do
+	posint "$rate" || bad "RATES: '$rate' is not a rate in Mbit/s (a whole number from 1)"
+done
+for v in STEPS BATCH; do posint "${!v}" || bad "$v=${!v}: want a whole number from 1"; done
+[[ "$BUCKET_MB" =~ ^[0-9]+(\.[0-9]+)?$ ]] || bad "BUCKET_MB=$BUCKET_MB: want a number of MiB from 0"
+{ [ -d "$OUT" ] && [ -w "$OUT" ]; } || bad "OUT=$OUT: not a writable directory"
+[ -d "$DATA" ] || bad "DATA=$DATA: no data set there"
+[ -z "${BIN:-}" ] || [ -x "$BIN" ] || bad "BIN=$BIN: not an executable"
+[ "$(id -u)" -eq 0 ] || die "must run as root"
+for c in jq mpirun tc; do command -v "$c" >/dev/null 2>&1 || die "$c missing (scripts/setup.sh installs it)"; done
 maxh=$(for tok in $HOSTS 2; do layout "$tok"; done | awk '{print $1}' | sort -n | tail -1)
+
+work=$(mktemp -d /tmp/hpct-scaling.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+if [ -z "${BIN:-}" ]; then
+	BIN=$work/hpctrain
+	(cd "$repo" && GOTOOLCHAIN=${GOTOOLCHAIN:-auto} go build -o "$BIN" .) || die "go build failed"
+fi
 
 "$here/up.sh" "$maxh" >/dev/null
 cleanup() {
