@@ -478,3 +478,31 @@ func TestScalingBadInput(t *testing.T) {
 		t.Errorf("temporary directories left: %v (before: %v)", after, before)
 	}
 }
+
+// TestScalingRunFails runs scaling.sh's smallest case (one host, one rate)
+// with a data directory that has no data: the benchmarks run, training
+// fails, and scaling.sh must stop naming the run, with hpctrain's own line.
+// Training's output went through grep for its final line, and scaling.sh
+// ended with exit 1 and not a word.
+func TestScalingRunFails(t *testing.T) {
+	lockCluster(t)
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "hpctrain")
+	if out, err := exec.Command("go", "build", "-o", bin, "..").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	empty := filepath.Join(dir, "nodata")
+	if err := os.Mkdir(empty, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	out, err := script(3*time.Minute, []string{"HOSTS=1", "RATES=1000", "STEPS=2", "BIN=" + bin, "DATA=" + empty, "OUT=" + dir}, "scaling.sh")
+	t.Logf("scaling.sh: exit %d after %v:\n%s", code(err), time.Since(start).Round(time.Millisecond), out)
+	if code(err) == 3 {
+		t.Skip("kernel lacks tbf (scaling.sh exit 3)")
+	}
+	if code(err) != 1 || !strings.Contains(out, "cluster scaling.sh: train on 1 x 1 at 1000 Mbit/s failed (exit 2)") ||
+		!strings.Contains(out, "no train-images-idx3-ubyte") {
+		t.Errorf("want exit 1, a line naming the failed training and hpctrain's line on the data")
+	}
+}

@@ -100,11 +100,25 @@ run_job() { # hosts ranks-per-host args...: hpctrain on that many hosts
 	shift 2
 	"$here/mpirun.sh" -np $((h * r)) --host "$(hostlist "$h" "$r")" "$BIN" "$@"
 }
+# job LOG WHAT hosts ranks-per-host args...: run_job with its output in LOG;
+# if it fails, stop naming WHAT, with the exit status and LOG's last lines
+# (the caller shows only some of the output: it would fail in silence).
+job() {
+	local log=$1 what=$2 rc=0
+	shift 2
+	run_job "$@" >"$log" 2>&1 || rc=$?
+	[ "$rc" -eq 0 ] && return
+	{
+		echo "cluster scaling.sh: $what failed (exit $rc); its last lines:"
+		tail -n 15 "$log" | sed 's/^/  /'
+	} >&2
+	exit 1
+}
 
 # Latency of the unlimited link (veth, bridge, TCP): the alpha of the
 # nominal-rate predictions.
 "$here/netem.sh" off >/dev/null
-run_job 2 1 bench scaling "${common[@]}" -q -nodes 2 -link-gbps "" -json "$work/alpha.json" >/dev/null
+job "$work/alpha.log" "bench scaling on 2 hosts, unlimited link" 2 1 bench scaling "${common[@]}" -q -nodes 2 -link-gbps "" -json "$work/alpha.json"
 alpha=$(jq '.inter_node_measured.alpha_us' "$work/alpha.json")
 echo "cluster scaling.sh: unlimited link: alpha $alpha us, $(jq '.inter_node_measured.gbit_s' "$work/alpha.json") Gbit/s"
 
@@ -114,7 +128,7 @@ declare -A sum
 for tok in $HOSTS; do
 	read -r h r <<<"$(layout "$tok")"
 	[ "$r" -gt 1 ] && [ -z "${sum[$r]:-}" ] || continue
-	run_job 1 "$r" bench scaling "${common[@]}" -q -nodes 1 -link-gbps 1 -json "$work/sum_$r.json" >/dev/null
+	job "$work/sum_$r.log" "bench scaling on one host of $r ranks" 1 "$r" bench scaling "${common[@]}" -q -nodes 1 -link-gbps 1 -json "$work/sum_$r.json"
 	sum[$r]="-shm-alpha-us $(jq '.intra_node.alpha_us' "$work/sum_$r.json") -shm-gbps $(jq '.intra_node.gbit_s' "$work/sum_$r.json")"
 	echo "cluster scaling.sh: the node-shared sum on one host of $r ranks: ${sum[$r]}"
 done
@@ -128,15 +142,17 @@ for rate in $RATES; do
 		pred=$work/pred_${rate}_$tok.json
 		given=() # across hosts, the node's sum to take away from the sweep
 		if [ "$h" -gt 1 ] && [ "$r" -gt 1 ]; then read -ra given <<<"${sum[$r]}"; fi
-		run_job "$h" "$r" bench scaling "${common[@]}" -nodes "$h" -ranks-per-node "$r" -link-gbps "$gbps" -alpha-us "$alpha" \
-			"${given[@]}" -json "$pred" | sed "s/^/[${rate}M $h x $r bench] /"
+		log=$work/${rate}_$tok
+		job "$log.bench" "bench scaling on $h x $r at $rate Mbit/s" "$h" "$r" bench scaling "${common[@]}" -nodes "$h" -ranks-per-node "$r" \
+			-link-gbps "$gbps" -alpha-us "$alpha" "${given[@]}" -json "$pred"
+		sed "s/^/[${rate}M $h x $r bench] /" "$log.bench"
 		m=$work/train_${rate}_$tok.jsonl
-		run_job "$h" "$r" train "${common[@]}" -data-dir "$DATA" -epochs 1 -steps "$STEPS" -test-limit 500 -metrics "$m" 2>&1 |
-			grep -E '^(final|communication)' | sed "s/^/[${rate}M $h x $r train] /"
+		job "$log.train" "train on $h x $r at $rate Mbit/s" "$h" "$r" train "${common[@]}" -data-dir "$DATA" -epochs 1 -steps "$STEPS" -test-limit 500 -metrics "$m"
+		grep -E '^(final|communication)' "$log.train" | sed "s/^/[${rate}M $h x $r train] /"
 		mm=$work/train_mpi_${rate}_$tok.jsonl
 		if [ "$r" -gt 1 ]; then
-			run_job "$h" "$r" train "${common[@]}" -collective mpi -data-dir "$DATA" -epochs 1 -steps "$STEPS" -test-limit 500 -metrics "$mm" 2>&1 |
-				grep -E '^final' | sed "s/^/[${rate}M $h x $r train -collective mpi] /"
+			job "$log.mpi" "train -collective mpi on $h x $r at $rate Mbit/s" "$h" "$r" train "${common[@]}" -collective mpi -data-dir "$DATA" -epochs 1 -steps "$STEPS" -test-limit 500 -metrics "$mm"
+			grep -E '^final' "$log.mpi" | sed "s/^/[${rate}M $h x $r train -collective mpi] /"
 		else
 			: >"$mm"
 		fi
