@@ -5,6 +5,7 @@ package cluster
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -504,5 +505,62 @@ func TestScalingRunFails(t *testing.T) {
 	if code(err) != 1 || !strings.Contains(out, "cluster scaling.sh: train on 1 x 1 at 1000 Mbit/s failed (exit 2)") ||
 		!strings.Contains(out, "no train-images-idx3-ubyte") {
 		t.Errorf("want exit 1, a line naming the failed training and hpctrain's line on the data")
+	}
+}
+
+// TestScalingOut runs scaling.sh's smallest case (one host, one rate, 2
+// steps) with OUT in a temporary directory: it must write its JSON and
+// table there, the table with the columns of docs/scaling_validation.md,
+// and leave docs/scaling.md alone (its table is the run of record; a trial
+// with OUT elsewhere replaced it).
+func TestScalingOut(t *testing.T) {
+	lockCluster(t)
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "hpctrain")
+	if out, err := exec.Command("go", "build", "-o", bin, "..").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	doc := filepath.Join("..", "docs", "scaling.md")
+	before, err := os.ReadFile(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if now, _ := os.ReadFile(doc); !bytes.Equal(now, before) {
+			os.WriteFile(doc, before, 0o644) // put it back, failed or not
+		}
+	})
+	out, err := script(3*time.Minute, []string{"HOSTS=1", "RATES=1000", "STEPS=2", "BIN=" + bin, "OUT=" + dir}, "scaling.sh")
+	if code(err) == 3 {
+		t.Skip("kernel lacks tbf (scaling.sh exit 3)")
+	}
+	if err != nil {
+		t.Fatalf("scaling.sh: %v\n%s", err, out)
+	}
+	if now, _ := os.ReadFile(doc); !bytes.Equal(now, before) {
+		t.Errorf("scaling.sh with OUT=%s rewrote %s", dir, doc)
+	}
+	var v struct {
+		Command string
+		Rows    []map[string]any
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "scaling_validation.json")); err != nil || json.Unmarshal(b, &v) != nil {
+		t.Fatalf("scaling_validation.json in OUT: %v\n%s", err, b)
+	}
+	if len(v.Rows) != 1 || v.Rows[0]["hosts"] != 1.0 || v.Rows[0]["rate_mbit"] != 1000.0 || !(v.Rows[0]["train"].(float64) > 0) {
+		t.Errorf("scaling_validation.json rows: %v", v.Rows)
+	}
+	header := func(md string) string {
+		for _, l := range strings.Split(md, "\n") {
+			if strings.HasPrefix(l, "| link |") {
+				return l
+			}
+		}
+		return ""
+	}
+	md, _ := os.ReadFile(filepath.Join(dir, "scaling_validation.md"))
+	ref, _ := os.ReadFile(filepath.Join("..", "docs", "scaling_validation.md"))
+	if h := header(string(md)); h == "" || h != header(string(ref)) || !strings.Contains(string(md), "| 1000 Mbit/s | 1 x 1 |") {
+		t.Errorf("scaling_validation.md in OUT:\n%s\nwant the table header of docs/scaling_validation.md:\n%s\nand a row for 1000 Mbit/s, 1 x 1", md, header(string(ref)))
 	}
 }

@@ -14,8 +14,8 @@
 #   2. hpctrain train on the same hosts, same batch, threads and buckets,
 #      on Fashion-MNIST: samples/s from its final metrics line; with R > 1
 #      also with -collective mpi (MPI_Allreduce alone), for comparison.
-# Writes $OUT/scaling_validation.json and .md, and puts the table into
-# docs/scaling.md between its validation markers.
+# Writes $OUT/scaling_validation.json and .md and, when OUT is docs/ (its
+# default), puts the table into docs/scaling.md between its validation markers.
 #
 # Environment: HOSTS (default "1 2 4 1x2 2x2"), RATES in Mbit/s (default "1000 200"),
 # STEPS training steps (default 40), BATCH (64), MODEL (cnn), BUCKET_MB (0),
@@ -198,7 +198,8 @@ md=$work/table.md
 } >"$md"
 cp "$md" "$OUT/scaling_validation.md"
 doc=$repo/docs/scaling.md
-if [ -f "$doc" ] && grep -q '<!-- validation:begin -->' "$doc"; then
+# Only a run that writes to docs/ (OUT's default) is the validation of record.
+if [ "$(cd "$OUT" && pwd -P)" = "$(cd "$repo/docs" && pwd -P)" ] && [ -f "$doc" ] && grep -q '<!-- validation:begin -->' "$doc"; then
 	awk -v f="$md" '
 		/<!-- validation:begin -->/ { print; while ((getline l < f) > 0) print l; skip = 1; next }
 		/<!-- validation:end -->/ { skip = 0 }
