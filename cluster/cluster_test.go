@@ -480,13 +480,28 @@ func TestScalingBadInput(t *testing.T) {
 	}
 }
 
+// scalingCluster skips t as upCluster does and returns the environment for
+// scaling.sh: a cluster name of its own, hpctscal, since scaling.sh takes
+// that name's lock itself (and refuses to run while another holds it).
+func scalingCluster(t *testing.T) []string {
+	t.Helper()
+	needCluster(t)
+	env := []string{"HPCT_CLUSTER=hpctscal"}
+	t.Cleanup(func() {
+		if out, err := script(30*time.Second, env, "down.sh"); err != nil {
+			t.Errorf("down.sh: %v\n%s", err, out)
+		}
+	})
+	return env
+}
+
 // TestScalingRunFails runs scaling.sh's smallest case (one host, one rate)
 // with a data directory that has no data: the benchmarks run, training
 // fails, and scaling.sh must stop naming the run, with hpctrain's own line.
 // Training's output went through grep for its final line, and scaling.sh
 // ended with exit 1 and not a word.
 func TestScalingRunFails(t *testing.T) {
-	lockCluster(t)
+	env := scalingCluster(t)
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "hpctrain")
 	if out, err := exec.Command("go", "build", "-o", bin, "..").CombinedOutput(); err != nil {
@@ -497,7 +512,7 @@ func TestScalingRunFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	out, err := script(3*time.Minute, []string{"HOSTS=1", "RATES=1000", "STEPS=2", "BIN=" + bin, "DATA=" + empty, "OUT=" + dir}, "scaling.sh")
+	out, err := script(3*time.Minute, append(env, "HOSTS=1", "RATES=1000", "STEPS=2", "BIN="+bin, "DATA="+empty, "OUT="+dir), "scaling.sh")
 	t.Logf("scaling.sh: exit %d after %v:\n%s", code(err), time.Since(start).Round(time.Millisecond), out)
 	if code(err) == 3 {
 		t.Skip("kernel lacks tbf (scaling.sh exit 3)")
@@ -514,7 +529,7 @@ func TestScalingRunFails(t *testing.T) {
 // and leave docs/scaling.md alone (its table is the run of record; a trial
 // with OUT elsewhere replaced it).
 func TestScalingOut(t *testing.T) {
-	lockCluster(t)
+	env := scalingCluster(t)
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "hpctrain")
 	if out, err := exec.Command("go", "build", "-o", bin, "..").CombinedOutput(); err != nil {
@@ -530,7 +545,7 @@ func TestScalingOut(t *testing.T) {
 			os.WriteFile(doc, before, 0o644) // put it back, failed or not
 		}
 	})
-	out, err := script(3*time.Minute, []string{"HOSTS=1", "RATES=1000", "STEPS=2", "BIN=" + bin, "OUT=" + dir}, "scaling.sh")
+	out, err := script(3*time.Minute, append(env, "HOSTS=1", "RATES=1000", "STEPS=2", "BIN="+bin, "OUT="+dir), "scaling.sh")
 	if code(err) == 3 {
 		t.Skip("kernel lacks tbf (scaling.sh exit 3)")
 	}
@@ -562,5 +577,23 @@ func TestScalingOut(t *testing.T) {
 	ref, _ := os.ReadFile(filepath.Join("..", "docs", "scaling_validation.md"))
 	if h := header(string(md)); h == "" || h != header(string(ref)) || !strings.Contains(string(md), "| 1000 Mbit/s | 1 x 1 |") {
 		t.Errorf("scaling_validation.md in OUT:\n%s\nwant the table header of docs/scaling_validation.md:\n%s\nand a row for 1000 Mbit/s, 1 x 1", md, header(string(ref)))
+	}
+}
+
+// TestScalingClusterBusy runs scaling.sh while this test has a cluster up:
+// scaling.sh must refuse at once, naming the lock, and leave the cluster as
+// it was. It ran up.sh, which tore the test's cluster down and built its
+// own, and its down.sh at the end left none.
+func TestScalingClusterBusy(t *testing.T) {
+	upCluster(t, 1)
+	out, err := script(2*time.Minute, []string{"HOSTS=1", "RATES=1000", "BIN=/bin/true", "OUT=" + t.TempDir()}, "scaling.sh")
+	if code(err) != 1 || !strings.Contains(out, "another process holds /run/lock/hpct-cluster.lock") {
+		t.Errorf("scaling.sh: exit %d, output:\n%s\nwant exit 1 and a line naming the lock", code(err), out)
+	}
+	if _, err := os.Stat("/run/netns/hpct-node1"); err != nil {
+		t.Errorf("the test's cluster is gone: %v", err)
+	}
+	if _, err := os.Stat("/run/netns/hpct-node2"); err == nil {
+		t.Errorf("a cluster of 2 hosts replaced the test's of 1")
 	}
 }

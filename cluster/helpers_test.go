@@ -84,6 +84,21 @@ func upCluster(t *testing.T, n int) (mpirun string) {
 // that run up.sh themselves.
 func lockCluster(t *testing.T) {
 	t.Helper()
+	needCluster(t)
+	if err := acquire(50 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if out, err := release(false); err != nil {
+			t.Errorf("down.sh: %v\n%s", err, out)
+		}
+	})
+}
+
+// needCluster skips t as upCluster does: with -short, without root or
+// without mpirun.
+func needCluster(t *testing.T) {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("-short: not starting a multi-host test cluster")
 	}
@@ -93,14 +108,6 @@ func lockCluster(t *testing.T) {
 	if _, err := exec.LookPath("mpirun"); err != nil {
 		t.Skip("no mpirun in PATH (scripts/setup.sh installs Open MPI)")
 	}
-	if err := acquire(50 * time.Second); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if out, err := release(false); err != nil {
-			t.Errorf("down.sh: %v\n%s", err, out)
-		}
-	})
 }
 
 // script runs scripts/cluster/NAME with args and returns its combined output.

@@ -71,8 +71,20 @@ for v in STEPS BATCH; do posint "${!v}" || bad "$v=${!v}: want a whole number fr
 for c in jq mpirun tc; do command -v "$c" >/dev/null 2>&1 || die "$c missing (scripts/setup.sh installs it)"; done
 maxh=$(for tok in $HOSTS 2; do layout "$tok"; done | awk '{print $1}' | sort -n | tail -1)
 
+# The cluster is ours alone for the run: up.sh would tear down one of the
+# same name, a test's (they hold this lock, cluster/helpers_test.go) or a
+# user's, with its jobs. The lock's holder removes the file before letting
+# go, so a lock taken on a file no longer at lockf's path is no lock.
+lockf=/run/lock/$HPCT_CLUSTER-cluster.lock
+exec 9>>"$lockf"
+{ flock -n 9 && [ "$(stat -L -c %d:%i /dev/fd/9)" = "$(stat -c %d:%i "$lockf" 2>/dev/null)" ]; } ||
+	die "another process holds $lockf (a cluster test?); wait for it, or set HPCT_CLUSTER to another name"
+[ ! -e "$STATE" ] || {
+	rm -f "$lockf"
+	die "a cluster named $HPCT_CLUSTER is up ($STATE): $here/down.sh it first, or set HPCT_CLUSTER to another name"
+}
 work=$(mktemp -d /tmp/hpct-scaling.XXXXXX)
-trap 'rm -rf "$work"' EXIT
+trap 'rm -rf "$work"; rm -f "$lockf"' EXIT
 if [ -z "${BIN:-}" ]; then
 	BIN=$work/hpctrain
 	(cd "$repo" && GOTOOLCHAIN=${GOTOOLCHAIN:-auto} go build -o "$BIN" .) || die "go build failed"
@@ -83,6 +95,7 @@ cleanup() {
 	"$here/netem.sh" off >/dev/null 2>&1 || true
 	"$here/down.sh" >/dev/null 2>&1 || true
 	rm -rf "$work"
+	rm -f "$lockf"
 }
 trap cleanup EXIT
 rc=0
