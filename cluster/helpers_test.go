@@ -38,6 +38,10 @@ var held struct {
 }
 
 func TestMain(m *testing.M) {
+	// The tests look at hpct-* namespaces and lock lockPath, hpct's: a
+	// cluster name of the caller's own (HPCT_CLUSTER) would reach the scripts
+	// and mpirun.sh through the environment but not them.
+	os.Setenv("HPCT_CLUSTER", "hpct")
 	// The trap: an interrupt or termination tears our cluster down first.
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
