@@ -597,3 +597,37 @@ func TestScalingClusterBusy(t *testing.T) {
 		t.Errorf("a cluster of 2 hosts replaced the test's of 1")
 	}
 }
+
+// TestUpNamedCluster starts a cluster of another name (HPCT_CLUSTER) and
+// runs the shell and stop commands up.sh prints: they must act on that
+// cluster. They were the bare scripts, which act on hpct: the printed
+// down.sh took down the default cluster (another's) and left this one.
+func TestUpNamedCluster(t *testing.T) {
+	lockCluster(t) // hpct's lock: where the printed commands go wrong, they act on hpct
+	env := []string{"HPCT_CLUSTER=hpctnamed"}
+	t.Cleanup(func() { script(30*time.Second, env, "down.sh") })
+	out, err := script(60*time.Second, env, "up.sh", "1")
+	if err != nil {
+		t.Fatalf("up.sh 1: %v\n%s", err, out)
+	}
+	printed := map[string]string{}
+	for _, l := range strings.Split(out, "\n") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(l), ":"); ok && (k == "shell" || k == "stop") {
+			printed[k] = strings.TrimSpace(v)
+		}
+	}
+	sh := func(line string) string {
+		b, err := exec.Command("sh", "-c", line).CombinedOutput()
+		if err != nil {
+			t.Errorf("%s: %v\n%s", line, err, b)
+		}
+		return string(b)
+	}
+	if got := sh(printed["shell"]); !strings.Contains(got, "node1") || !strings.Contains(got, "10.77.0.11") {
+		t.Errorf("up.sh's shell command %q printed:\n%s", printed["shell"], got)
+	}
+	sh(printed["stop"])
+	if _, err := os.Stat("/run/netns/hpctnamed-node1"); err == nil {
+		t.Errorf("up.sh's stop command %q left cluster hpctnamed up; up.sh printed:\n%s", printed["stop"], out)
+	}
+}

@@ -96,10 +96,14 @@ echo "$n" >"$STATE/nodes"
 trap - EXIT HUP INT TERM
 
 hosts=$(seq -f 'node%g:2' 1 "$n" | paste -sd,)
+# The commands below name this cluster when it is not the default: the bare
+# scripts act on hpct (down.sh would take down another's cluster).
+s=$here
+[ "$HPCT_CLUSTER" = hpct ] || s="HPCT_CLUSTER=$HPCT_CLUSTER $here"
 cat <<USAGE
-cluster up: $n hosts ($(for i in $(seq "$n"); do printf 'node%d=%s ' "$i" "$(node_ip "$i")"; done | sed 's/ $//'))
-  run:    $here/mpirun.sh -np $((2 * n)) --host $hosts PROGRAM ARGS...
-  shell:  $here/rsh-agent.sh node1 'hostname; ip -br addr'
-  links:  $here/netem.sh on 5ms 1%   |   $here/netem.sh off
-  stop:   $here/down.sh
+cluster up: $n host$([ "$n" -eq 1 ] || echo s) ($(for i in $(seq "$n"); do printf 'node%d=%s ' "$i" "$(node_ip "$i")"; done | sed 's/ $//'))
+  run:    $s/mpirun.sh -np $((2 * n)) --host $hosts PROGRAM ARGS...
+  shell:  $s/rsh-agent.sh node1 'hostname; ip -br addr'
+  links:  $s/netem.sh on 5ms 1%   |   $s/netem.sh off
+  stop:   $s/down.sh
 USAGE
