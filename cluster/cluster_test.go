@@ -575,6 +575,11 @@ func TestScalingOut(t *testing.T) {
 	}
 	md, _ := os.ReadFile(filepath.Join(dir, "scaling_validation.md"))
 	ref, _ := os.ReadFile(filepath.Join("..", "docs", "scaling_validation.md"))
+	// The latency in the prose is rounded to the microsecond (it was
+	// jq's float, "(1047.6538871578025 us)").
+	if !regexp.MustCompile(`latency \([0-9]+ us\)`).Match(md) {
+		t.Errorf("scaling_validation.md in OUT: the unlimited link's latency is not in whole microseconds:\n%s", md)
+	}
 	if h := header(string(md)); h == "" || h != header(string(ref)) || !strings.Contains(string(md), "| 1000 Mbit/s | 1 x 1 |") {
 		t.Errorf("scaling_validation.md in OUT:\n%s\nwant the table header of docs/scaling_validation.md:\n%s\nand a row for 1000 Mbit/s, 1 x 1", md, header(string(ref)))
 	}
