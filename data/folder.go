@@ -17,6 +17,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 
 	"hpctrain/internal/cli"
 )
@@ -296,7 +297,7 @@ func (f *Folder) check() error {
 }
 
 func (f *Folder) checkOne(path string) error {
-	r, err := os.Open(path)
+	r, err := openImage(path)
 	if err != nil {
 		return badImage(path, err)
 	}
@@ -382,6 +383,29 @@ func (f *Folder) parallel(fn func(i int)) {
 	wg.Wait()
 }
 
+// openImage opens the image file at path for reading, refusing what is
+// not a regular file. The listing refused those by their mode, but a file
+// replaced after it (during a run, in lazy mode) is opened again each
+// epoch: a named pipe would block the open, and so the loader's worker,
+// the rank and its peers, for ever. O_NONBLOCK makes the open of a pipe
+// return at once (it changes nothing for a regular file's reads), and the
+// mode of what was opened decides.
+func openImage(path string) (*os.File, error) {
+	r, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	fi, err := r.Stat()
+	if err == nil && !fi.Mode().IsRegular() {
+		err = fmt.Errorf("%s, not an image file", cli.NotRegular(fi.Mode()))
+	}
+	if err != nil {
+		r.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
 // decode reads the image at path into dst (H, W, C).
 func (f *Folder) decode(path string, dst []byte) (err error) {
 	defer func() {
@@ -391,7 +415,7 @@ func (f *Folder) decode(path string, dst []byte) (err error) {
 			err = badImage(path, fmt.Errorf("decoder panicked: %v", r))
 		}
 	}()
-	r, err := os.Open(path)
+	r, err := openImage(path)
 	if err != nil {
 		return badImage(path, err)
 	}

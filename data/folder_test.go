@@ -3,6 +3,7 @@ package data
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"image"
 	"image/color"
 	"image/color/palette"
@@ -13,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -383,5 +385,77 @@ func TestImageFolderLinks(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("blocked on a FIFO")
+	}
+}
+
+// TestImageFolderReplacedMidRun: images of a lazy folder removed, or
+// replaced by a named pipe or a directory, after it was listed (during a
+// run) are bad images when their batch is assembled, by loader workers
+// prefetching ahead: read as zeros, each failure naming its file, and the
+// loader ends its epoch and closes. A named pipe blocked its worker's
+// open for ever, and with it the loader's Next and Close: the rank hung,
+// and its peers until the collective timeout, naming no file.
+func TestImageFolderReplacedMidRun(t *testing.T) {
+	root := t.TempDir()
+	for _, cls := range []string{"cat", "dog"} {
+		for i := 0; i < 8; i++ {
+			writeImage(t, filepath.Join(root, cls, fmt.Sprintf("%d.png", i)), rgbaImage(8, 8))
+		}
+	}
+	var mu sync.Mutex
+	var warnings []string
+	warn := func(s string) { mu.Lock(); warnings = append(warnings, s); mu.Unlock() }
+	f, err := LoadImageFolder(root, Shape{8, 8, 3}, FolderOptions{Lazy: true, Warn: warn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fifo, dir, gone := filepath.Join(root, "cat", "3.png"), filepath.Join(root, "dog", "5.png"), filepath.Join(root, "dog", "6.png")
+	for _, p := range []string{fifo, dir, gone} {
+		os.Remove(p)
+	}
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	os.Mkdir(dir, 0o755)
+
+	l, err := NewLoader(f, NewSampler(f.Len(), 4, 0, 1, 1), LoaderOptions{Workers: 2, Prefetch: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan int, 1)
+	go func() {
+		bad := 0
+		l.Start(1)
+		for {
+			b, ok := l.Next()
+			if !ok {
+				break
+			}
+			bad += b.Bad
+			l.Release(b)
+		}
+		l.Close()
+		done <- bad
+	}()
+	select {
+	case bad := <-done:
+		if bad != 3 {
+			t.Errorf("%d bad samples in the epoch's batches, want 3", bad)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the loader blocked on an image replaced by a named pipe")
+	}
+	all := strings.Join(warnings, "\n")
+	for _, want := range []string{
+		fifo + ": a named pipe (FIFO), not an image file",
+		dir + ": a directory, not an image file",
+		gone + ": open: no such file or directory",
+	} {
+		if !strings.Contains(all, want) {
+			t.Errorf("no warning %q in:\n%s", want, all)
+		}
+	}
+	if err := f.Err(); err == nil || !strings.Contains(err.Error(), "(3 bad images read as zeros)") {
+		t.Errorf("Err: %v, want the first failure and a count of 3", err)
 	}
 }
