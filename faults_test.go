@@ -673,13 +673,15 @@ func TestEpochReportSurvivesDeath(t *testing.T) {
 
 // TestReportAndSaveFail: a run whose epoch report cannot be written
 // (-metrics on /dev/full) checkpoints before it stops; when that fails
-// too (the checkpoint does not fit on its disk) both are said on rank 0's
-// one line. Before, errors.Join put the checkpoint's failure on a second
-// line, without the rank's prefix.
+// too (a second checkpoint does not fit on its disk) both are said on
+// rank 0's one line. Before, errors.Join put the checkpoint's failure on a
+// second line, without the rank's prefix.
 func TestReportAndSaveFail(t *testing.T) {
-	disk := smallDisk(t, 1<<20) // the start-up probe fits, an mlp checkpoint (3.3 MB) does not
+	// Room for one mlp checkpoint (3.3 MB), which start-up checks for and
+	// step 6 writes, not for the second at the epoch's end (step 10).
+	disk := smallDisk(t, 5<<20)
 	r := hpctrain(t, 2, time.Minute, "train", "-model", "mlp", "-limit", "640", "-test-limit", "100", "-batch", "32", "-threads", "1", "-progress", "0",
-		"-checkpoint-dir", filepath.Join(disk, "ck"), "-metrics", "/dev/full")
+		"-checkpoint-dir", filepath.Join(disk, "ck"), "-checkpoint-every", "6", "-metrics", "/dev/full")
 	var line string
 	for _, l := range strings.Split(r.out, "\n") {
 		if strings.Contains(l, "save checkpoint") {
