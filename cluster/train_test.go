@@ -103,35 +103,60 @@ func TestTrainAcrossHosts(t *testing.T) {
 	}
 }
 
-// TestRankKilledAcrossHosts kills a rank on node2 mid-training: the job must
-// end within 30 s with a non-zero code and a message naming node2.
-func TestRankKilledAcrossHosts(t *testing.T) {
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "hpctrain")
+// trainAcross starts a 4-rank mlp training on a cluster of 2 hosts, 2
+// ranks each, with extra flags, and returns once it has made progress:
+// the job, its output so far and the channel its end is sent on.
+func trainAcross(t *testing.T, extra ...string) (*exec.Cmd, *mpitest.Buffer, <-chan error) {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "hpctrain")
 	if out, err := exec.Command("go", "build", "-o", bin, "..").CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
 	mpirun := upCluster(t, 2)
-	cmd := exec.Command(mpirun, "-np", "4", "--host", "node1:2,node2:2", bin, "train", "-model", "mlp", "-epochs", "50",
-		"-limit", "4096", "-test-limit", "256", "-threads", "1", "-progress", "300ms")
-	var out mpitest.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
+	args := append([]string{"-np", "4", "--host", "node1:2,node2:2", bin, "train", "-model", "mlp", "-epochs", "50",
+		"-limit", "4096", "-test-limit", "256", "-threads", "1", "-progress", "300ms"}, extra...)
+	cmd := exec.Command(mpirun, args...)
+	out := new(mpitest.Buffer)
+	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
+	for deadline := time.Now().Add(time.Minute); !strings.Contains(out.String(), "step "); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatalf("no progress after a minute:\n%s", out.String())
+		}
+	}
+	return cmd, out, done
+}
+
+// jobEnd waits at most limit for the job's end after what happened to it,
+// and returns how it ended.
+func jobEnd(t *testing.T, done <-chan error, out *mpitest.Buffer, limit time.Duration, what string) error {
+	t.Helper()
+	start := time.Now()
+	select {
+	case err := <-done:
+		t.Logf("job ended %v after %s, exit %d", time.Since(start).Round(time.Millisecond), what, code(err))
+		return err
+	case <-time.After(limit):
+		t.Fatalf("job still running %v after %s:\n%s", limit, what, out.String())
+		return nil
+	}
+}
+
+// TestRankKilledAcrossHosts kills a rank on node2 mid-training: the job must
+// end within 30 s with a non-zero code and a message naming node2.
+func TestRankKilledAcrossHosts(t *testing.T) {
+	cmd, out, done := trainAcross(t)
 	defer func() {
 		for _, pid := range netnsPids(t, "hpct-node2") {
 			syscall.Kill(pid, syscall.SIGKILL)
 		}
 		cmd.Process.Kill()
 	}()
-	for deadline := time.Now().Add(time.Minute); !strings.Contains(out.String(), "step "); time.Sleep(100 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no progress after a minute:\n%s", out.String())
-		}
-	}
 	victim := 0
 	for _, pid := range netnsPids(t, "hpct-node2") {
 		env, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
@@ -143,14 +168,7 @@ func TestRankKilledAcrossHosts(t *testing.T) {
 		t.Fatalf("rank 3 not found in node2's namespace")
 	}
 	syscall.Kill(victim, syscall.SIGKILL)
-	start := time.Now()
-	var err error
-	select {
-	case err = <-done:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("job still running 30 s after rank 3 on node2 was killed:\n%s", out.String())
-	}
-	t.Logf("job ended %v after SIGKILL of rank 3 on node2, exit %d", time.Since(start).Round(time.Millisecond), code(err))
+	err := jobEnd(t, done, out, 30*time.Second, "SIGKILL of rank 3 on node2")
 	if code(err) == 0 {
 		t.Errorf("exit 0 after a rank was killed:\n%s", out.String())
 	}
@@ -166,38 +184,12 @@ func TestRankKilledAcrossHosts(t *testing.T) {
 // watchdog's line, and node2's orted and ranks must go too. Before up.sh set
 // tcp_retries2, mpirun waited ~15 min for node2's orted after the abort.
 func TestHostLinkDown(t *testing.T) {
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "hpctrain")
-	if out, err := exec.Command("go", "build", "-o", bin, "..").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
-	mpirun := upCluster(t, 2)
-	cmd := exec.Command(mpirun, "-np", "4", "--host", "node1:2,node2:2", bin, "train", "-model", "mlp", "-epochs", "50",
-		"-limit", "4096", "-test-limit", "256", "-threads", "1", "-progress", "300ms", "-collective-timeout", "5s")
-	var out mpitest.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	cmd, out, done := trainAcross(t, "-collective-timeout", "5s")
 	defer cmd.Process.Kill() // down.sh (upCluster's cleanup) ends the rest
-	for deadline := time.Now().Add(time.Minute); !strings.Contains(out.String(), "step "); time.Sleep(100 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no progress after a minute:\n%s", out.String())
-		}
-	}
 	if b, err := exec.Command("ip", "-n", "hpct-hub", "link", "set", "vnode2", "down").CombinedOutput(); err != nil {
 		t.Fatalf("ip link set vnode2 down: %v\n%s", err, b)
 	}
-	start := time.Now()
-	var err error
-	select {
-	case err = <-done:
-	case <-time.After(90 * time.Second):
-		t.Fatalf("job still running 90 s after node2's link went down (-collective-timeout 5s):\n%s", out.String())
-	}
-	t.Logf("job ended %v after node2's link went down, exit %d", time.Since(start).Round(time.Millisecond), code(err))
+	err := jobEnd(t, done, out, 90*time.Second, "node2's link went down (-collective-timeout 5s)")
 	if code(err) == 0 {
 		t.Errorf("exit 0 with node2 gone:\n%s", out.String())
 	}
