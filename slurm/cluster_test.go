@@ -21,8 +21,9 @@ import (
 // job and a script rendered by Render whose fake trainer is told to stop by
 // `scancel --signal=USR1 --batch`, checks that the script forwards the signal,
 // sees ExitRequeue and requeues the job, and stops the cluster with down.sh;
-// the same with the signal arriving before the trainer starts, and with
-// the requeue refused by SLURM.
+// the same with the signal arriving before the trainer starts, with
+// mpirun killed by the forwarded signal, and with the requeue refused by
+// SLURM.
 // It takes about 20 s; -short skips it.
 func TestCluster(t *testing.T) {
 	if testing.Short() {
@@ -116,6 +117,40 @@ for i in $(seq 400); do sleep 0.1; done
 		if log, _ := os.ReadFile(out); bytes.Contains(log, []byte("of 2 started")) {
 			t.Errorf("the trainer was started after the job was told to stop:\n%s", log)
 		}
+	})
+
+	// mpirun killed by the SIGUSR1 the script forwards (it relays USR1 to
+	// the ranks only until they begin to end: a signal as the run finishes
+	// kills it): the script sees 138, not the trainer's status, and must
+	// requeue as for a stop, not end the job FAILED with 138. A stand-in
+	// mpirun that a USR1 kills, found first on the job's PATH, makes the
+	// moment certain.
+	t.Run("mpirun killed by the forwarded signal", func(t *testing.T) {
+		bin := filepath.Join(dir, "usr1-kills")
+		if err := os.Mkdir(bin, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, filepath.Join(bin, "mpirun"), 0o755, "#!/bin/sh\necho \"stand-in mpirun started\"\nexec sleep 60\n")
+		env := slices.Clone(c.env)
+		for i, e := range env {
+			if p, ok := strings.CutPrefix(e, "PATH="); ok {
+				env[i] = "PATH=" + bin + ":" + p
+			}
+		}
+		cmd := exec.CommandContext(ctx, "sbatch", "--parsable", "-D", dir, filepath.Join(dir, "job.sbatch"))
+		cmd.Env = env
+		b, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("sbatch: %v\n%s", err, b)
+		}
+		id := strings.TrimSpace(string(b))
+		defer c.cancel(id)
+		out := filepath.Join(dir, "fake-"+id+".out")
+		waitFor(ctx, t, out, "stand-in mpirun started")
+		c.run(t, dir, "scancel", "--signal=USR1", "--batch", id)
+		waitFor(ctx, t, out, "trainer exited with status 138")
+		waitJob(ctx, t, c, id, "JobState=PENDING", "Restarts=1")
+		waitFor(ctx, t, out, "requeueing job "+id)
 	})
 
 	// A job whose requeue SLURM refuses (sbatch --no-requeue overrides the

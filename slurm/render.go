@@ -161,6 +161,16 @@ else
 	echo "hpctrain.sbatch: trainer exited with status $rc at $(date -Is)"
 fi
 {{if .Requeue}}
+# 138 (128 + SIGUSR1) after a forwarded signal: mpirun itself was killed by
+# the SIGUSR1, which it no longer relays once its ranks are ending (the
+# signal came as the run finished). The trainer's own status is lost, so
+# treat it as a stop: -resume auto goes on from the newest checkpoint, or
+# reports the finished run's result and exits 0.
+if [ -n "$stop" ] && [ "$rc" -eq 138 ]; then
+	echo "hpctrain.sbatch: mpirun was killed by the SIGUSR1 forwarded to it (status 138), so the trainer's own status is lost: taking it as a stop"
+	rc={{.ExitRequeue}}
+fi
+
 # {{.ExitRequeue}} (slurm.ExitRequeue) means "checkpointed because asked to stop": put
 # the job back in the queue; the rerun resumes with -resume auto.
 if [ "$rc" -eq {{.ExitRequeue}} ]; then
