@@ -452,6 +452,24 @@ func TestSignalDuringStartup(t *testing.T) {
 	}
 }
 
+// TestUnsavedSignalDuringStartup: SIGUSR1 (SLURM's warning before the
+// time limit) reaching a run without -checkpoint-dir before MPI_Init is
+// said at the first step, as one that comes later is, and the run goes
+// on to its end. Before, Go dropped it without a word until the run had
+// built its checkpointer.
+func TestUnsavedSignalDuringStartup(t *testing.T) {
+	j := startJob(t, 1, []string{"HPCTRAIN_FAULT=stop@0:init"}, "train", "-model", "mlp", "-limit", "640", "-test-limit", "100",
+		"-threads", "1", "-progress", "0")
+	pid := waitStopped(t, j.out.String, func() int { return j.findRank(0) })
+	syscall.Kill(pid, syscall.SIGUSR1)
+	syscall.Kill(pid, syscall.SIGCONT)
+	code, _ := j.end(t, time.Minute)
+	said := "hpctrain: warning: SIGUSR1 received at step 1, but this run writes no checkpoints (no -checkpoint-dir): nothing to save; training goes on"
+	if code != 0 || strings.Count(j.out.String(), said) != 1 {
+		t.Errorf("SIGUSR1 during start-up of a run without checkpoints: exit %d, want 0 and %q once:\n%s", code, said, j.out.String())
+	}
+}
+
 // waitStopped waits until the process find returns (0: none yet) is
 // stopped (a stop@ fault), and returns it; out is the job's output so far.
 func waitStopped(t *testing.T, out func() string, find func() int) int {

@@ -159,6 +159,8 @@ func trainCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	if cfg.CheckpointDir != "" {
 		train.CatchStopSignals() // from here on: a preemption during start-up is not lost
+	} else {
+		train.WatchUnsavedSignal() // SLURM's warning during start-up is said, not dropped
 	}
 	train.StopBeforeInit() // a test fault: a rank that never reaches MPI_Init
 	comm, err := connectWithin(cfg.CollectiveTimeout)
