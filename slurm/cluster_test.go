@@ -101,14 +101,7 @@ for i in $(seq 400); do sleep 0.1; done
 			t.Fatal(err)
 		}
 		writeFile(t, filepath.Join(dir, "slow.sbatch"), 0o644, script.String())
-		cmd := exec.CommandContext(ctx, "sbatch", "--parsable", "-D", dir, filepath.Join(dir, "slow.sbatch"))
-		cmd.Env = append(slices.Clip(c.env), `BASH_FUNC_module%%=() {  echo "module $*: loading"; sleep 3; }`)
-		b, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("sbatch: %v\n%s", err, b)
-		}
-		id := strings.TrimSpace(string(b))
-		defer c.cancel(id)
+		id := c.submit(t, dir, filepath.Join(dir, "slow.sbatch"), `BASH_FUNC_module%%=() {  echo "module $*: loading"; sleep 3; }`)
 		out := filepath.Join(dir, "fake-"+id+".out")
 		waitFor(ctx, t, out, "module load slow/1: loading")
 		c.run(t, dir, "scancel", "--signal=USR1", "--batch", id)
@@ -131,20 +124,7 @@ for i in $(seq 400); do sleep 0.1; done
 			t.Fatal(err)
 		}
 		writeFile(t, filepath.Join(bin, "mpirun"), 0o755, "#!/bin/sh\necho \"stand-in mpirun started\"\nexec sleep 60\n")
-		env := slices.Clone(c.env)
-		for i, e := range env {
-			if p, ok := strings.CutPrefix(e, "PATH="); ok {
-				env[i] = "PATH=" + bin + ":" + p
-			}
-		}
-		cmd := exec.CommandContext(ctx, "sbatch", "--parsable", "-D", dir, filepath.Join(dir, "job.sbatch"))
-		cmd.Env = env
-		b, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("sbatch: %v\n%s", err, b)
-		}
-		id := strings.TrimSpace(string(b))
-		defer c.cancel(id)
+		id := c.submit(t, dir, filepath.Join(dir, "job.sbatch"), "PATH="+bin+":"+os.Getenv("PATH"))
 		out := filepath.Join(dir, "fake-"+id+".out")
 		waitFor(ctx, t, out, "stand-in mpirun started")
 		c.run(t, dir, "scancel", "--signal=USR1", "--batch", id)
@@ -237,6 +217,22 @@ func (c *testCluster) run(t *testing.T, wd, name string, args ...string) string 
 		t.Fatalf("%s %s: %v\n%s%s", name, strings.Join(args, " "), err, out.String(), errb.String())
 	}
 	return out.String()
+}
+
+// submit submits script with sbatch from wd, in the cluster's
+// environment and extra (a variable set there again takes the new value),
+// and returns the job's id; the job is cancelled when t ends.
+func (c *testCluster) submit(t *testing.T, wd, script string, extra ...string) string {
+	t.Helper()
+	cmd := exec.CommandContext(c.ctx, "sbatch", "--parsable", "-D", wd, script)
+	cmd.Env = append(slices.Clip(c.env), extra...)
+	b, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("sbatch %s: %v\n%s", script, err, b)
+	}
+	id := strings.TrimSpace(string(b))
+	t.Cleanup(func() { c.cancel(id) })
+	return id
 }
 
 // cancel cancels job id if it is still there, ignoring scancel's error for
