@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"flag"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -79,16 +78,6 @@ func floatIn(name string, v, lo, hi float64) flagCheck {
 	return func() error {
 		if !(v >= lo && v <= hi) {
 			return fmt.Errorf("-%s %v: must be %v to %v", name, v, lo, hi)
-		}
-		return nil
-	}
-}
-
-// finiteFrom checks that -name's value v is a finite number >= lo.
-func finiteFrom(name string, v, lo float64) flagCheck {
-	return func() error {
-		if !(v >= lo) || math.IsInf(v, 0) {
-			return fmt.Errorf("-%s %v: must be a finite number >= %v", name, v, lo)
 		}
 		return nil
 	}

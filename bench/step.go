@@ -134,15 +134,10 @@ func Step(args []string, out io.Writer) error {
 	return writeJSON(*js, reps)
 }
 
-// StepRate measures steps of the named model for input shape in (zero:
-// 28x28x1) and classes outputs, each updating the parameters with the
-// named optimizer ("none": no update).
-func StepRate(name string, in model.Shape, classes, batch, threads, steps int, optimizer string) (StepReport, error) {
-	return StepRateKernels(model.DefaultKernels(), name, in, classes, batch, threads, steps, optimizer)
-}
-
-// StepRateKernels is StepRate with the given convolution and linear
-// kernels.
+// StepRateKernels measures steps of the named model, with the given
+// convolution and linear kernels, for input shape in (zero: 28x28x1) and
+// classes outputs, each updating the parameters with the named optimizer
+// ("none": no update).
 func StepRateKernels(k model.Kernels, name string, in model.Shape, classes, batch, threads, steps int, optimizer string) (StepReport, error) {
 	// Refused in one line, as train refuses it, before the allocation
 	// would end the process.

@@ -86,17 +86,7 @@ type Labeled interface {
 	Label(i int) int32
 }
 
-// Subset returns the view of d whose sample k is d's sample idx[k]. idx is
-// kept, not copied.
-func Subset(d Dataset, idx []int) Dataset {
-	for _, i := range idx {
-		if i < 0 || i >= d.Len() {
-			panic("data: Subset index outside the data set")
-		}
-	}
-	return subset{d, idx}
-}
-
+// subset is the view of a data set whose sample k is its sample idx[k].
 type subset struct {
 	Dataset
 	idx []int

@@ -176,9 +176,6 @@ func NewLoader(ds Dataset, sampler *Sampler, opts LoaderOptions) (*Loader, error
 // Shape is the shape of an assembled sample (after transforms).
 func (l *Loader) Shape() Shape { return l.shape }
 
-// BatchSize is the number of samples in a full batch.
-func (l *Loader) BatchSize() int { return l.batch }
-
 // Steps is the number of batches of the current run.
 func (l *Loader) Steps() int { return l.steps }
 
@@ -205,8 +202,9 @@ func (l *Loader) StartAt(epoch, first int) {
 }
 
 // StartRange begins an evaluation pass over samples [lo, hi) in order,
-// with EvalTransforms and no augmentation, in batches of BatchSize; the
-// last batch may be short (Batch.N). It abandons any run in progress.
+// with EvalTransforms and no augmentation, in batches of the loader's
+// batch (LoaderOptions.Batch, or the sampler's); the last batch may be
+// short (Batch.N). It abandons any run in progress.
 func (l *Loader) StartRange(lo, hi int) {
 	if lo < 0 || hi < lo || hi > l.ds.Len() {
 		panic("data: Loader.StartRange outside the data set")

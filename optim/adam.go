@@ -28,8 +28,6 @@ type Adam struct {
 	m, v, vmax    int
 	decoupled     bool    // AdamW
 	step, bc2sqrt float64 // this step's lr/(1-b1^t) and sqrt(1-b2^t)
-	l2            float64 // L2 coefficient added to the gradient (Adam)
-	shrink        float64 // 1 - lr*wd, the decoupled decay (AdamW)
 }
 
 func newAdam(c Config, b base) (Optimizer, error) {

@@ -77,14 +77,11 @@ func NewNCCL(c HostComm) (*cuda.Comm, error) {
 	return comm, nil
 }
 
-// CUDAAware reports whether the MPI library takes device pointers
+// cudaAware reports whether the MPI library takes device pointers
 // (MPIX_Query_cuda_support, looked up in the running process so that the
 // build does not need Open MPI's mpi-ext.h); false when it has no such
-// function.
-func CUDAAware() bool { return cudaAware() }
-
-// cudaAware is CUDAAware; tests replace it to run the device-pointer path
-// on the emulated device, whose device memory is host memory.
+// function. Tests replace it to run the device-pointer path on the
+// emulated device, whose device memory is host memory.
 var cudaAware = func() bool { return C.hpc_mpi_cuda_aware() != 0 }
 
 // Mode is how a Reducer sums: NCCL, or MPI through host memory (or device

@@ -13,8 +13,8 @@
 //     after it by another.
 //   - MPI: each bucket copied into page-locked host memory, summed by the
 //     host communicator (MPI_Allreduce) and copied back; with an MPI
-//     library that takes device pointers (CUDAAware), the device memory
-//     goes to MPI directly.
+//     library that takes device pointers (MPIX_Query_cuda_support), the
+//     device memory goes to MPI directly.
 //
 // Finish then unscales the sums (fp16 loss scaling) and reports whether
 // all are finite. All ranks hold the same sums, so all ranks get the same

@@ -611,13 +611,12 @@ func TestNoAllocs(t *testing.T) {
 func TestOneThreadAndConcurrent(t *testing.T) {
 	shapes := []ConvShape{convShapes[5], convShapes[2]}
 	type work struct {
-		s         ConvShape
-		x, w, dy  []float32
-		y, dx, dw []float32
-		a, b, c   []float32
-		conv      *Conv
-		gemm      *Gemm
-		typ       Type
+		s        ConvShape
+		x, w, dy []float32
+		a, b     []float32
+		conv     *Conv
+		gemm     *Gemm
+		typ      Type
 	}
 	types := []Type{F32, F32}
 	if ok, _ := HasBF16(); ok {
