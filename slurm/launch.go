@@ -128,7 +128,11 @@ type candidate struct {
 
 func readOMPI(getenv func(string) string) (candidate, error) {
 	c := candidate{name: "ompi", what: "OMPI_COMM_WORLD_RANK/SIZE", localWhat: "OMPI_COMM_WORLD_LOCAL_RANK/SIZE"}
-	return c, c.fill(getenv, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE")
+	// fill first, then c: in "return c, c.fill(...)" the order in which c
+	// and the call are evaluated is unspecified (Go spec, Order of
+	// evaluation), so c could be returned unfilled.
+	err := c.fill(getenv, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE")
+	return c, err
 }
 
 func readPMI(getenv func(string) string) (candidate, error) {
