@@ -112,8 +112,7 @@ func (f *Fake) exchange(v any, read func(slots []any)) error {
 
 func (f *Fake) AllreduceSum(buf []float32) error {
 	sum := make([]float32, len(buf))
-	var err error
-	err = f.exchange(buf, func(s []any) {
+	err := f.exchange(buf, func(s []any) {
 		for _, v := range s {
 			b := v.([]float32)
 			if len(b) != len(buf) {
