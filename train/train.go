@@ -390,7 +390,7 @@ func (r *run) newStep() error {
 
 // build makes the model, the optimizer and the learning-rate schedule.
 func (r *run) build() error {
-	cfg, c := r.cfg, r.c
+	c := r.c
 	in, classes := model.Shape(r.pipe.trainLoad.Shape()), r.pipe.train.Classes()
 	err := r.fitModel(in, classes)
 	if err = agree(c, "building the model", err); err != nil {
@@ -399,7 +399,7 @@ func (r *run) build() error {
 	if r.dev, err = r.openDevice(); err != nil {
 		return err
 	}
-	cfg = r.cfg // precision auto is now what the ranks resolved it to
+	cfg := r.cfg // precision auto is now what the ranks resolved it to
 	r.closers = append(r.closers, r.dev.close)
 	if r.dev != nil {
 		// The device the rank computes on, then the GPU placement chose
