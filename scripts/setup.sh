@@ -101,6 +101,18 @@ if [ "$cuda" -eq 1 ] && ! have_nvrtc; then
 	fi
 fi
 
-# go.mod asks for Go 1.27; GOTOOLCHAIN=auto fetches it through the module proxy.
+# go.mod asks for Go 1.27; GOTOOLCHAIN=auto fetches it through the module
+# proxy, which any Go from 1.21 on does by itself (Debian 12's golang-go is
+# 1.19, too old). go env GOVERSION, in the module, is the Go it will build with.
 export GOTOOLCHAIN=auto
-go version >/dev/null
+cd "$(dirname "$0")/.."
+want=$(sed -n 's/^go //p' go.mod)
+if ! have_cmd go; then
+	echo "setup: no go command on PATH: install Go 1.21 or newer (https://go.dev/dl/), which fetches go.mod's Go $want itself" >&2
+	exit 1
+fi
+got=$(go env GOVERSION) || exit 1 # go's own line says why the fetch failed
+if [ "$(printf '%s\n' "go$want" "$got" | sort -V | head -1)" != "go$want" ]; then
+	echo "setup: $got on PATH cannot fetch go.mod's Go $want (GOTOOLCHAIN needs Go 1.21 or newer): install a newer Go (https://go.dev/dl/) first on PATH" >&2
+	exit 1
+fi

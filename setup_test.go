@@ -1,0 +1,109 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// These tests run the real scripts/setup.sh and Makefile against this
+// machine's packages, with PATH narrowed to a directory of links to
+// /usr/bin's commands (never /sbin), where a test leaves some out and puts
+// small scripts in place of others: id (to be root or not), apt-get (which
+// logs what it was asked and installs nothing), pkg-config, dpkg-query, go.
+
+// shimPath makes the directory PATH is set to: a link to every command in
+// /usr/bin and to go, except those in without, and a script for each fake.
+func shimPath(t *testing.T, without []string, fakes map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	skip := map[string]bool{}
+	for _, c := range without {
+		skip[c] = true
+	}
+	link := func(path string) {
+		name := filepath.Base(path)
+		if skip[name] || fakes[name] != "" {
+			return
+		}
+		if err := os.Symlink(path, filepath.Join(dir, name)); err != nil && !os.IsExist(err) {
+			t.Fatal(err)
+		}
+	}
+	ents, err := os.ReadDir("/usr/bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		link(filepath.Join("/usr/bin", e.Name()))
+	}
+	if gobin, err := exec.LookPath("go"); err == nil {
+		link(gobin)
+	}
+	for name, script := range fakes {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("#!/bin/bash\n"+script+"\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// Fakes for shimPath.
+const (
+	fakeRoot   = "echo 0"
+	fakeUser   = "echo 1000"
+	fakeAptGet = `echo "apt-get $*" >>"$SETUP_LOG"`
+	fakeNoBLAS = `[ "$2" = openblas ] && exit 1; exec /usr/bin/pkg-config "$@"`
+	fakeNoDebs = `exit 1` // dpkg-query: no package installed
+	fakeOldGo  = `[ "$*" = "env GOVERSION" ] && { echo go1.19.8; exit; }; echo "go version go1.19.8 linux/amd64"`
+)
+
+// runIn runs name with args in the repository root with PATH set to path and
+// SETUP_LOG to a file, and returns what it printed, its exit status and what
+// the fake apt-get logged.
+func runIn(t *testing.T, path string, env []string, name string, args ...string) (out string, code int, log string) {
+	t.Helper()
+	logf := filepath.Join(t.TempDir(), "apt.log")
+	cmd := exec.Command(name, args...)
+	cmd.Env = append(os.Environ(), "PATH="+path, "SETUP_LOG="+logf, "GOTOOLCHAIN=auto")
+	cmd.Env = append(cmd.Env, env...)
+	b, err := cmd.CombinedOutput()
+	if err != nil {
+		ee, ok := err.(*exec.ExitError)
+		if !ok {
+			t.Fatalf("%s %s: %v", name, strings.Join(args, " "), err)
+		}
+		code = ee.ExitCode()
+	}
+	l, _ := os.ReadFile(logf)
+	return string(b), code, string(l)
+}
+
+// TestSetupGo: without a go command, or with one too old to fetch go.mod's
+// Go (GOTOOLCHAIN needs Go 1.21), setup says so in one line and exits 1,
+// instead of bash's "go: command not found" (127) or nothing at all.
+func TestSetupGo(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		fakes map[string]string
+		want  string
+	}{
+		{"no go", nil, "setup: no go command on PATH"},
+		{"go 1.19", map[string]string{"go": fakeOldGo}, "setup: go1.19.8 on PATH cannot fetch"},
+	} {
+		without := []string{}
+		if c.fakes == nil {
+			without = append(without, "go")
+		}
+		out, code, _ := runIn(t, shimPath(t, without, c.fakes), nil, "scripts/setup.sh")
+		last := strings.TrimSpace(out)
+		if i := strings.LastIndexByte(last, '\n'); i >= 0 {
+			last = last[i+1:]
+		}
+		if code != 1 || !strings.HasPrefix(last, c.want) {
+			t.Errorf("%s: scripts/setup.sh: exit %d, last line %q, want exit 1 and %q...\n%s", c.name, code, last, c.want, out)
+		}
+	}
+}
