@@ -107,3 +107,34 @@ func TestSetupGo(t *testing.T) {
 		}
 	}
 }
+
+// TestSetupInstalls: as root, setup asks apt-get for what is missing and
+// nothing else: Open MPI when only MPICH's ompi-less pkg-config files are
+// there (hpctrain's mpi package links with pkg-config ompi).
+func TestSetupInstalls(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		without []string
+		fakes   map[string]string
+		want    string // the packages apt-get install was asked for
+	}{
+		{"nothing missing", nil, nil, ""},
+		{"openblas", nil, map[string]string{"pkg-config": fakeNoBLAS}, "libopenblas-dev"},
+		{"mpich", nil, map[string]string{"pkg-config": `[ "$2" = ompi ] && exit 1; exec /usr/bin/pkg-config "$@"`}, "openmpi-bin libopenmpi-dev"},
+	} {
+		fakes := map[string]string{"id": fakeRoot, "apt-get": fakeAptGet}
+		for k, v := range c.fakes {
+			fakes[k] = v
+		}
+		out, code, log := runIn(t, shimPath(t, c.without, fakes), nil, "scripts/setup.sh")
+		got := ""
+		for _, l := range strings.Split(log, "\n") {
+			if p, ok := strings.CutPrefix(l, "apt-get install -y -qq --no-install-recommends "); ok {
+				got = p
+			}
+		}
+		if code != 0 || got != c.want {
+			t.Errorf("%s: scripts/setup.sh: exit %d, installed %q, want exit 0 and %q\n%s\napt-get log:\n%s", c.name, code, got, c.want, out, log)
+		}
+	}
+}

@@ -28,7 +28,9 @@ have_cmd() { command -v "$1" >/dev/null 2>&1; }
 have_pc() { have_cmd pkg-config && pkg-config --exists "$1"; }
 
 have_cmd pkg-config || need+=(pkg-config)
-if ! { have_cmd mpirun && have_cmd mpicc && { have_pc ompi || have_pc mpich || have_pc mpi; }; }; then
+# Open MPI itself: package mpi links with pkg-config's ompi (an MPICH's mpi.pc
+# or mpich.pc does not build it, and its mpirun has no --oversubscribe).
+if ! { have_cmd mpirun && have_cmd mpicc && have_pc ompi; }; then
 	need+=(openmpi-bin libopenmpi-dev)
 fi
 have_pc openblas || need+=(libopenblas-dev)
