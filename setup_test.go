@@ -109,8 +109,9 @@ func TestSetupGo(t *testing.T) {
 }
 
 // TestSetupInstalls: as root, setup asks apt-get for what is missing and
-// nothing else: Open MPI when only MPICH's ompi-less pkg-config files are
-// there (hpctrain's mpi package links with pkg-config ompi).
+// nothing else: gcc, which cgo needs (Go turns cgo off without it), and
+// Open MPI when only MPICH's ompi-less pkg-config files are there
+// (hpctrain's mpi package links with pkg-config ompi).
 func TestSetupInstalls(t *testing.T) {
 	for _, c := range []struct {
 		name    string
@@ -120,6 +121,7 @@ func TestSetupInstalls(t *testing.T) {
 	}{
 		{"nothing missing", nil, nil, ""},
 		{"openblas", nil, map[string]string{"pkg-config": fakeNoBLAS}, "libopenblas-dev"},
+		{"gcc", []string{"gcc"}, nil, "gcc"},
 		{"mpich", nil, map[string]string{"pkg-config": `[ "$2" = ompi ] && exit 1; exec /usr/bin/pkg-config "$@"`}, "openmpi-bin libopenmpi-dev"},
 	} {
 		fakes := map[string]string{"id": fakeRoot, "apt-get": fakeAptGet}

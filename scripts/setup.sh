@@ -28,6 +28,10 @@ have_cmd() { command -v "$1" >/dev/null 2>&1; }
 have_pc() { have_cmd pkg-config && pkg-config --exists "$1"; }
 
 have_cmd pkg-config || need+=(pkg-config)
+# cgo's C compiler ($CC, else gcc): without it Go turns cgo off and make
+# build stops at cgo-check.
+cc=${CC:-gcc}
+have_cmd "${cc%% *}" || need+=(gcc)
 # Open MPI itself: package mpi links with pkg-config's ompi (an MPICH's mpi.pc
 # or mpich.pc does not build it, and its mpirun has no --oversubscribe).
 if ! { have_cmd mpirun && have_cmd mpicc && have_pc ompi; }; then
