@@ -140,3 +140,26 @@ func TestSetupInstalls(t *testing.T) {
 		}
 	}
 }
+
+// TestSetupCannotInstall: when something is missing and setup cannot install
+// it (not root, or no apt-get), it names the packages and the commands that
+// install them in one line, runs no apt-get, and exits 1.
+func TestSetupCannotInstall(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		without []string
+		fakes   map[string]string
+		want    string
+	}{
+		{"not root", nil, map[string]string{"id": fakeUser, "apt-get": fakeAptGet},
+			"setup: missing libopenblas-dev: as root run apt-get update && apt-get install --no-install-recommends libopenblas-dev"},
+		{"no apt-get", []string{"apt-get"}, map[string]string{"id": fakeRoot},
+			"setup: missing libopenblas-dev, and no apt-get to install it with"},
+	} {
+		c.fakes["pkg-config"] = fakeNoBLAS
+		out, code, log := runIn(t, shimPath(t, c.without, c.fakes), nil, "scripts/setup.sh")
+		if code != 1 || strings.Count(out, "\n") != 1 || !strings.HasPrefix(out, c.want) || log != "" {
+			t.Errorf("%s: scripts/setup.sh: exit %d, printed\n%s\nwant exit 1 and one line %q..., apt-get log %q", c.name, code, out, c.want, log)
+		}
+	}
+}

@@ -49,8 +49,12 @@ have_pc openblas || need+=(libopenblas-dev)
 /usr/bin/python3 -c 'import torch' 2>/dev/null || need+=(python3-torch)
 
 if [ ${#need[@]} -gt 0 ]; then
+	if ! have_cmd apt-get; then
+		echo "setup: missing ${need[*]}, and no apt-get to install it with (not Debian): install the equivalents or load modules that provide them" >&2
+		exit 1
+	fi
 	if [ "$(id -u)" -ne 0 ]; then
-		echo "setup: missing ${need[*]}; install them (as root: apt-get install ${need[*]}) or load the matching modules" >&2
+		echo "setup: missing ${need[*]}: as root run apt-get update && apt-get install --no-install-recommends ${need[*]}, or load modules that provide them" >&2
 		exit 1
 	fi
 	echo "setup: installing ${need[*]}"
