@@ -163,3 +163,18 @@ func TestSetupCannotInstall(t *testing.T) {
 		}
 	}
 }
+
+// TestSetupCUDAUser: setup --cuda, run by a user whose PATH has no /sbin (a
+// login shell's), finds an NVRTC that the loader's cache knows (one from
+// NVIDIA's packages or a CUDA install, which dpkg-query does not know) and
+// passes, where it said "no NVRTC" and stopped make test.
+func TestSetupCUDAUser(t *testing.T) {
+	if out, _ := exec.Command("/sbin/ldconfig", "-p").Output(); !strings.Contains(string(out), "libnvrtc.so.") {
+		t.Skip("no NVRTC in the loader's cache (scripts/setup.sh --cuda installs one)")
+	}
+	fakes := map[string]string{"id": fakeUser, "dpkg-query": fakeNoDebs, "apt-get": fakeAptGet}
+	out, code, log := runIn(t, shimPath(t, nil, fakes), []string{"LD_LIBRARY_PATH="}, "scripts/setup.sh", "--cuda")
+	if code != 0 || log != "" {
+		t.Errorf("scripts/setup.sh --cuda as a user: exit %d, apt-get log %q\n%s", code, log, out)
+	}
+}
