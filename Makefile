@@ -42,8 +42,11 @@ readme-tables:
 		--table scaling_validation=docs/scaling_validation.json \
 		--table cpu_targets:targets=docs/figures/compare_cnn.json,docs/figures/compare_cnn_avx2.json,docs/figures/compare_cnn_bf16.json,docs/figures/compare_resnet8_bf16.json,docs/figures/cpu_precision_e2e.json,docs/figures/cpu_precision.json,docs/figures/cpu_precision_cosine.json,docs/figures/cpu_precision_cosine_1ep_95ae3fc.json
 
+# gofmt is the one of the Go that builds (go.mod's, through GOTOOLCHAIN), not
+# whichever is on PATH, if any; it walks the tree (a tarball has no git ls-files).
 vet:
-	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
+	@bad=$$("$$($(GO) env GOROOT)/bin/gofmt" -l .) || exit 1; \
+	[ -z "$$bad" ] || { echo "vet: gofmt needed:" $$bad "(gofmt -w them)" >&2; exit 1; }
 	$(GO) vet ./...
 
 test: build setup-cuda vet

@@ -178,3 +178,41 @@ func TestSetupCUDAUser(t *testing.T) {
 		t.Errorf("scripts/setup.sh --cuda as a user: exit %d, apt-get log %q\n%s", code, log, out)
 	}
 }
+
+// TestMakeVetGofmt: make vet finds a file gofmt would change with the gofmt
+// of the Go it builds with (go.mod's, through GOTOOLCHAIN), also when no
+// gofmt is on PATH and in a copy that is not a git checkout (a release
+// tarball); both passed it unchecked, and the second left gofmt waiting on
+// stdin.
+func TestMakeVetGofmt(t *testing.T) {
+	for _, git := range []bool{false, true} {
+		dir := t.TempDir()
+		for _, f := range []string{"Makefile", "go.mod"} {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.WriteFile(filepath.Join(dir, "bad.go"), []byte("package bad\nfunc  x( ) {}\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		path := os.Getenv("PATH")
+		if git {
+			path = shimPath(t, []string{"gofmt"}, nil)
+			for _, args := range [][]string{{"init", "-q"}, {"add", "."}} {
+				if out, err := exec.Command("git", append([]string{"-C", dir}, args...)...).CombinedOutput(); err != nil {
+					t.Fatalf("git %v: %v\n%s", args, err, out)
+				}
+			}
+		}
+		cmd := exec.Command("make", "-s", "-C", dir, "vet")
+		cmd.Env = append(os.Environ(), "PATH="+path)
+		out, err := cmd.CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "bad.go") {
+			t.Errorf("make vet (git checkout %v) of a file gofmt would change: %v\n%s", git, err, out)
+		}
+	}
+}
