@@ -8,17 +8,22 @@ GO ?= go
 NP ?= 2
 DEMO_ARGS ?= -model cnn -epochs 1 -batch 64 -lr 0.01 -momentum 0.9 -metrics out/demo.jsonl
 
-.PHONY: all setup setup-cuda cgo-check build demo test vet bench clean readme-tables
+.PHONY: all setup-build setup setup-cuda cgo-check build demo test vet bench clean readme-tables
 all: build
+
+# What building and training need (make build, make demo); setup adds the
+# tests' python3-onnx and python3-torch, setup-cuda also NVRTC 11.8 from Debian
+# (two small packages) for the kernel compile check.
+setup-build:
+	scripts/setup.sh --build
 
 setup:
 	scripts/setup.sh
 
-# NVRTC 11.8 from Debian (two small packages) for the kernel compile check.
 setup-cuda:
 	scripts/setup.sh --cuda
 
-build: setup cgo-check
+build: setup-build cgo-check
 	$(GO) build -o hpctrain .
 
 # Without cgo the build fails in a page of undefined symbols; say why instead.

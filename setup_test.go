@@ -216,3 +216,27 @@ func TestMakeVetGofmt(t *testing.T) {
 		}
 	}
 }
+
+// TestSetupBuildNoPython: make build and make demo need neither python3-onnx
+// nor python3-torch, so a user whose /usr/bin/python3 lacks them can build
+// and train; setup.sh without --build (make test's) still asks for them.
+func TestSetupBuildNoPython(t *testing.T) {
+	hide := t.TempDir() // torch and onnx that fail to import
+	for _, m := range []string{"torch", "onnx"} {
+		if err := os.WriteFile(filepath.Join(hide, m+".py"), []byte("raise ImportError('hidden')\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	path := shimPath(t, nil, map[string]string{"id": fakeUser, "apt-get": fakeAptGet})
+	env := []string{"PYTHONPATH=" + hide}
+	if out, code, _ := runIn(t, path, env, "scripts/setup.sh", "--build"); code != 0 {
+		t.Errorf("scripts/setup.sh --build without torch, as a user: exit %d\n%s", code, out)
+	}
+	if out, code, _ := runIn(t, path, env, "scripts/setup.sh"); code != 1 || !strings.Contains(out, "missing python3-onnx python3-torch:") {
+		t.Errorf("scripts/setup.sh without torch, as a user: exit %d, want 1 naming python3-onnx python3-torch\n%s", code, out)
+	}
+	out, err := exec.Command("make", "-n", "build", "demo").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "scripts/setup.sh --build\n") || strings.Contains(string(out), "scripts/setup.sh\n") {
+		t.Errorf("make -n build demo: %v, want setup.sh --build and not setup.sh alone:\n%s", err, out)
+	}
+}

@@ -3,21 +3,23 @@
 # already there. On a cluster where mpicc/mpirun come from environment
 # modules and the data and OpenBLAS exist, it installs nothing.
 #
-#   scripts/setup.sh            build + train + tests (python3-onnx and
+#   scripts/setup.sh --build    build + train (make build, make demo)
+#   scripts/setup.sh            also what the tests need: python3-onnx and
 #                               python3-torch for the export checks and the
-#                               PyTorch peer benchmarks)
+#                               PyTorch peer benchmarks
 #   scripts/setup.sh --cuda     also NVRTC (CUDA 11.8, Debian non-free:
 #                               libnvrtc11.2 libnvrtc-builtins11.8) for the
 #                               kernel compile check; not the CUDA toolkit
 set -euo pipefail
 
-cuda=0
+cuda=0 python=1
 for arg in "$@"; do
 	case $arg in
+	--build) python=0 ;;
 	--cuda) cuda=1 ;;
 	--torch) ;; # once the only way to get PyTorch; now always installed
 	*)
-		echo "setup: unknown option $arg (known: --cuda)" >&2
+		echo "setup: unknown option $arg (known: --build, --cuda)" >&2
 		exit 2
 		;;
 	esac
@@ -45,8 +47,11 @@ have_pc openblas || need+=(libopenblas-dev)
 # The export tests check hpctrain's ONNX and safetensors files with ONNX's
 # checker and PyTorch: Debian's packages, which install into /usr/bin/python3.
 # (--torch, once the only way to get PyTorch, is still accepted.)
-/usr/bin/python3 -c 'import onnx' 2>/dev/null || need+=(python3-onnx)
-/usr/bin/python3 -c 'import torch' 2>/dev/null || need+=(python3-torch)
+# Building and training need neither (--build).
+if [ "$python" -eq 1 ]; then
+	/usr/bin/python3 -c 'import onnx' 2>/dev/null || need+=(python3-onnx)
+	/usr/bin/python3 -c 'import torch' 2>/dev/null || need+=(python3-torch)
+fi
 
 if [ ${#need[@]} -gt 0 ]; then
 	if ! have_cmd apt-get; then
