@@ -9,6 +9,10 @@ NP ?= 2
 DEMO_ARGS ?= -model cnn -epochs 1 -batch 64 -lr 0.01 -momentum 0.9 -metrics out/demo.jsonl
 
 .PHONY: all setup-build setup setup-cuda cgo-check build demo test vet bench clean readme-tables
+# One target at a time, also under make -j: two setups at once would run two
+# apt-get (one fails on dpkg's lock), and cgo-check or vet would run before
+# setup installed gcc and the headers. go build and go test use every core.
+.NOTPARALLEL:
 all: build
 
 # What building and training need (make build, make demo); setup adds the

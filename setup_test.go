@@ -240,3 +240,17 @@ func TestSetupBuildNoPython(t *testing.T) {
 		t.Errorf("make -n build demo: %v, want setup.sh --build and not setup.sh alone:\n%s", err, out)
 	}
 }
+
+// TestMakeSerial: under make -j, the setup targets still run one after the
+// other, so two apt-get never hold dpkg's lock at once (the fake apt-get
+// fails as apt does when another holds it), and cgo-check and vet run after
+// setup has installed gcc and the headers.
+func TestMakeSerial(t *testing.T) {
+	fakes := map[string]string{"id": fakeRoot, "pkg-config": fakeNoBLAS,
+		"apt-get": `mkdir "$SETUP_LOG.lock" 2>/dev/null || { echo "E: Could not get lock /var/lib/dpkg/lock-frontend" >&2; exit 100; }
+echo "apt-get $*" >>"$SETUP_LOG"; sleep 2; rmdir "$SETUP_LOG.lock"`}
+	out, code, log := runIn(t, shimPath(t, nil, fakes), nil, "make", "-s", "-j2", "setup-build", "setup")
+	if code != 0 || strings.Count(log, "apt-get install") != 2 {
+		t.Errorf("make -j2 setup-build setup, both installing: exit %d\n%s\napt-get log:\n%s", code, out, log)
+	}
+}
