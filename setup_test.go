@@ -254,3 +254,12 @@ echo "apt-get $*" >>"$SETUP_LOG"; sleep 2; rmdir "$SETUP_LOG.lock"`}
 		t.Errorf("make -j2 setup-build setup, both installing: exit %d\n%s\napt-get log:\n%s", code, out, log)
 	}
 }
+
+// TestMpirunScriptNoMPI: scripts/mpirun.sh without an mpirun on PATH says
+// what to do in one line, instead of bash's "exec: mpirun: not found".
+func TestMpirunScriptNoMPI(t *testing.T) {
+	out, code, _ := runIn(t, shimPath(t, []string{"mpirun"}, nil), nil, "scripts/mpirun.sh", "-np", "2", "true")
+	if code != 1 || !strings.HasPrefix(out, "mpirun.sh: no mpirun on PATH") || strings.Count(out, "\n") != 1 {
+		t.Errorf("scripts/mpirun.sh without mpirun: exit %d\n%s", code, out)
+	}
+}

@@ -6,4 +6,8 @@
 if [ "$(id -u)" -eq 0 ]; then
 	export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 fi
+if ! command -v mpirun >/dev/null; then
+	echo "mpirun.sh: no mpirun on PATH: make build (scripts/setup.sh) installs Open MPI, or load an Open MPI module" >&2
+	exit 1
+fi
 exec mpirun --oversubscribe --bind-to none "$@"
