@@ -76,8 +76,12 @@ have_nvrtc() {
 	for d in ${LD_LIBRARY_PATH:+${LD_LIBRARY_PATH//:/ }}; do
 		[ -e "$d/libnvrtc.so.12" ] || [ -e "$d/libnvrtc.so.11.2" ] && return 0
 	done
-	# ldconfig is in /sbin, which a user's PATH does not have.
-	{ ldconfig -p || /sbin/ldconfig -p; } 2>/dev/null | grep -Eq 'libnvrtc\.so\.(12|11\.2) '
+	# ldconfig is in /sbin, which a user's PATH does not have. Its list is read
+	# whole: grep -q's early exit would end ldconfig on SIGPIPE and, under
+	# pipefail, fail the pipeline whatever grep found.
+	local cache
+	cache=$({ ldconfig -p || /sbin/ldconfig -p; } 2>/dev/null)
+	grep -Eq 'libnvrtc\.so\.(12|11\.2) ' <<<"$cache"
 }
 have_deb() { [ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null)" = "install ok installed" ]; }
 
