@@ -13,6 +13,8 @@ import (
 // /usr/bin's commands (never /sbin), where a test leaves some out and puts
 // small scripts in place of others: id (to be root or not), apt-get (which
 // logs what it was asked and installs nothing), pkg-config, dpkg-query, go.
+// Most run setup.sh --build, which leaves out the Python packages, so that
+// they do not depend on whether /usr/bin/python3 has torch.
 
 // shimPath makes the directory PATH is set to: a link to every command in
 // /usr/bin and to go, except those in without, and a script for each fake.
@@ -97,7 +99,7 @@ func TestSetupGo(t *testing.T) {
 		if c.fakes == nil {
 			without = append(without, "go")
 		}
-		out, code, _ := runIn(t, shimPath(t, without, c.fakes), nil, "scripts/setup.sh")
+		out, code, _ := runIn(t, shimPath(t, without, c.fakes), nil, "scripts/setup.sh", "--build")
 		last := strings.TrimSpace(out)
 		if i := strings.LastIndexByte(last, '\n'); i >= 0 {
 			last = last[i+1:]
@@ -128,7 +130,7 @@ func TestSetupInstalls(t *testing.T) {
 		for k, v := range c.fakes {
 			fakes[k] = v
 		}
-		out, code, log := runIn(t, shimPath(t, c.without, fakes), nil, "scripts/setup.sh")
+		out, code, log := runIn(t, shimPath(t, c.without, fakes), nil, "scripts/setup.sh", "--build")
 		got := ""
 		for _, l := range strings.Split(log, "\n") {
 			if p, ok := strings.CutPrefix(l, "apt-get install -y -qq --no-install-recommends "); ok {
@@ -157,7 +159,7 @@ func TestSetupCannotInstall(t *testing.T) {
 			"setup: missing libopenblas-dev, and no apt-get to install it with"},
 	} {
 		c.fakes["pkg-config"] = fakeNoBLAS
-		out, code, log := runIn(t, shimPath(t, c.without, c.fakes), nil, "scripts/setup.sh")
+		out, code, log := runIn(t, shimPath(t, c.without, c.fakes), nil, "scripts/setup.sh", "--build")
 		if code != 1 || strings.Count(out, "\n") != 1 || !strings.HasPrefix(out, c.want) || log != "" {
 			t.Errorf("%s: scripts/setup.sh: exit %d, printed\n%s\nwant exit 1 and one line %q..., apt-get log %q", c.name, code, out, c.want, log)
 		}
