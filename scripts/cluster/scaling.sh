@@ -68,7 +68,9 @@ for v in STEPS BATCH; do posint "${!v}" || bad "$v=${!v}: want a whole number fr
 [ -d "$DATA" ] || bad "DATA=$DATA: no data set there"
 [ -z "${BIN:-}" ] || [ -x "$BIN" ] || bad "BIN=$BIN: not an executable"
 [ "$(id -u)" -eq 0 ] || die "must run as root"
-for c in jq mpirun tc; do command -v "$c" >/dev/null 2>&1 || die "$c missing (scripts/setup.sh installs it)"; done
+command -v jq >/dev/null 2>&1 || die "jq missing: apt-get install jq"
+command -v mpirun >/dev/null 2>&1 || die "mpirun missing: scripts/setup.sh installs Open MPI"
+command -v tc >/dev/null 2>&1 || die "tc missing: scripts/cluster/up.sh installs iproute2"
 maxh=$(for tok in $HOSTS 2; do layout "$tok"; done | awk '{print $1}' | sort -n | tail -1)
 
 # The cluster is ours alone for the run: up.sh would tear down one of the
