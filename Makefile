@@ -8,7 +8,7 @@ GO ?= go
 NP ?= 2
 DEMO_ARGS ?= -model cnn -epochs 1 -batch 64 -lr 0.01 -momentum 0.9 -metrics out/demo.jsonl
 
-.PHONY: all setup-build setup setup-cuda cgo-check build demo test vet bench clean readme-tables
+.PHONY: all setup-build setup setup-cuda cgo-check build demo test vet lint bench clean readme-tables
 # One target at a time, also under make -j: two setups at once would run two
 # apt-get (one fails on dpkg's lock), and cgo-check or vet would run before
 # setup installed gcc and the headers. go build and go test use every core.
@@ -57,6 +57,17 @@ vet:
 	@bad=$$("$$($(GO) env GOROOT)/bin/gofmt" -l .) || exit 1; \
 	[ -z "$$bad" ] || { echo "vet: gofmt needed:" $$bad "(gofmt -w them)" >&2; exit 1; }
 	$(GO) vet ./...
+
+# Static checks beyond vet, for before a commit (not part of make test: the
+# tools come through the Go module proxy). staticcheck's default checks over
+# both builds at once (-matrix: code unused in one build only is not
+# reported), and nilness over each; both are clean and should stay so.
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+NILNESS ?= golang.org/x/tools/go/analysis/passes/nilness/cmd/nilness@v0.52.0
+lint: setup-build
+	printf 'cgo:\npurego: -tags purego\n' | $(GO) run $(STATICCHECK) -matrix ./...
+	$(GO) run $(NILNESS) ./...
+	$(GO) run $(NILNESS) -tags purego ./...
 
 test: build setup-cuda vet
 	$(GO) test -count=1 -timeout 40m ./...
