@@ -43,8 +43,13 @@ func TestGPUPlacement(t *testing.T) {
 	if r.code != 2 || !strings.Contains(r.out, `"x" is not a GPU number`) {
 		t.Errorf("-gpus 0,x: %d\n%s", r.code, r.out)
 	}
+	// Skipped only where topo shows a GPU's matrix (TestTopoGPU's two
+	// answers); anything else (a panic, an error) is a failure, not a GPU.
 	if probe := hpctrain(t, 0, 20*time.Second, "topo", "-gpu"); !strings.HasPrefix(probe.out, "no GPU found") {
-		t.Skip("this machine has a GPU; the no-GPU cases below do not apply")
+		if probe.code == 0 && strings.Contains(probe.out, "CPU Affinity") {
+			t.Skip("this machine has a GPU; the no-GPU cases below do not apply")
+		}
+		t.Fatalf("topo -gpu: exit %d, neither \"no GPU found\" nor a GPU's matrix:\n%s", probe.code, probe.out)
 	}
 	r = hpctrain(t, 0, time.Minute, "train", "-model", "mlp", "-limit", "640", "-epochs", "1", "-progress", "0", "-gpus", "0")
 	// A request this node cannot meet is bad input, as a bad flag: exit 2.
