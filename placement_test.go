@@ -63,24 +63,12 @@ func TestRanksPinnedUnderMPI(t *testing.T) {
 	if mask.Len() < 2 {
 		t.Fatalf("this test needs 2 cpus in the mask, have %s", mask)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := mpitest.Command(ctx, 2, bin, "train", "-model", "cnn", "-limit", "12800", "-epochs", "3", "-progress", "0", "-threads", "1")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { cmd.Process.Kill(); cmd.Wait() }()
-	time.Sleep(5 * time.Second) // start-up and placement done; training
-	out, _ := exec.Command("pgrep", "-f", "^"+bin+" train").Output()
-	var pids []int
-	for _, f := range strings.Fields(string(out)) {
-		if p, err := strconv.Atoi(f); err == nil {
-			pids = append(pids, p)
-		}
-	}
-	if len(pids) != 2 {
-		t.Fatalf("found %d ranks: %q", len(pids), out)
-	}
+	j := startJob(t, 2, nil, "train", "-model", "cnn", "-limit", "12800", "-epochs", "3", "-progress", "200ms", "-threads", "1")
+	// The first progress line: start-up and placement done on both ranks,
+	// training. (A fixed 5 s sleep was too short for a start-up on a
+	// machine busy with other tests: the masks read were start-up's.)
+	j.waitFor(t, "step ", time.Minute)
+	pids := []int{j.rankPID(t, 0), j.rankPID(t, 1)}
 	var cores []affinity.CPUSet
 	for _, pid := range pids {
 		masks := threadMasks(pid)
