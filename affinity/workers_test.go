@@ -28,6 +28,7 @@ type nopTask struct{}
 func (nopTask) Run(w, lo, hi int) {}
 
 func allowedCPUs(t testing.TB) []int {
+	t.Helper()
 	mask, err := Allowed()
 	if err != nil {
 		t.Fatal(err)

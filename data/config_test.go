@@ -201,6 +201,7 @@ func TestLoaderRefusesAbsurdSizes(t *testing.T) {
 // hugePNG is a PNG whose header announces w x h pixels, with almost no
 // data behind it.
 func hugePNG(t *testing.T, w, h uint32) []byte {
+	t.Helper()
 	var b bytes.Buffer
 	if err := png.Encode(&b, rgbaImage(1, 1)); err != nil {
 		t.Fatal(err)

@@ -57,6 +57,7 @@ func trained(t testing.TB, d model.Desc, in model.Shape, seed uint64) *model.Net
 }
 
 func zooNet(t testing.TB, name string) *model.Net {
+	t.Helper()
 	d, err := model.LoadDesc(name)
 	if err != nil {
 		t.Fatal(err)

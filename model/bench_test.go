@@ -11,6 +11,7 @@ import (
 // (the calling goroutine): 28x28x1 for the cnn and mlp, 32x32x3 for the
 // others.
 func benchNet(b *testing.B, name string) (*Net, []int32) {
+	b.Helper()
 	in := Shape{}
 	if name != "cnn" && name != "mlp" {
 		in = Shape{32, 32, 3}

@@ -44,6 +44,7 @@ func stepOnce(t *testing.T, p Parallel, nb int) (*Net, float64) {
 }
 
 func stepShape(t *testing.T, name string, in Shape, p Parallel, nb int) (*Net, float64) {
+	t.Helper()
 	d, err := LoadDesc(name)
 	if err != nil {
 		d, err = ParseDesc(name, []byte(name)) // a description given inline

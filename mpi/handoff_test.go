@@ -44,6 +44,7 @@ func newTestQueue(t *testing.T) *testQueue {
 
 // asleep waits until the consumer sleeps.
 func (tq *testQueue) asleep(t *testing.T) {
+	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for !tq.sleeping.Load() {
 		if time.Now().After(deadline) {

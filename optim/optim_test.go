@@ -43,6 +43,7 @@ func (gc goldenCase) groups() []Group {
 // config maps the case's toml-named keys onto Config and onto the
 // reference's hyper (which starts from the restated defaults).
 func (gc goldenCase) config(t *testing.T) (Config, hyper) {
+	t.Helper()
 	c := Config{Name: gc.Optimizer}
 	h := refDefaults(gc.Optimizer)
 	for k, v := range gc.Config {

@@ -69,6 +69,7 @@ func writeFloats(path string, a []float32) error {
 }
 
 func readFloats(t *testing.T, path string) []float32 {
+	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)

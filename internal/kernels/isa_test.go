@@ -22,6 +22,7 @@ const isaHashEnv = "HPCTRAIN_KERNELS_ISA_HASH"
 // 16-channel blocks and rows that leave a tail, and hashes the results'
 // bits.
 func isaHash(t *testing.T) string {
+	t.Helper()
 	rng := rand.New(rand.NewPCG(1, 2))
 	h := sha256.New()
 	put := func(s []float32) {
