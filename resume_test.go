@@ -146,7 +146,10 @@ func TestResumeCompletedRun(t *testing.T) {
 	if acc == nil {
 		t.Fatalf("no final line:\n%s", r.out)
 	}
-	metrics, _ := os.ReadFile(m)
+	metrics, err := os.ReadFile(m)
+	if err != nil || len(metrics) == 0 {
+		t.Fatalf("first run's metrics: %q, %v; want its epochs' records", metrics, err)
+	}
 	ckBefore := dirFiles(t, ck)
 
 	r = hpctrain(t, 2, 2*time.Minute, with("-checkpoint-dir", ck, "-metrics", m, "-resume", "auto")...)
@@ -157,8 +160,8 @@ func TestResumeCompletedRun(t *testing.T) {
 	if strings.Contains(r.out, "final: test accuracy 0.00%") || strings.Contains(r.out, "after 0 epochs") {
 		t.Errorf("resuming the completed run printed an empty result:\n%s", r.out)
 	}
-	if after, _ := os.ReadFile(m); !bytes.Equal(after, metrics) {
-		t.Errorf("metrics changed:\nbefore %s\nafter  %s", metrics, after)
+	if after, err := os.ReadFile(m); err != nil || !bytes.Equal(after, metrics) {
+		t.Errorf("metrics changed (%v):\nbefore %s\nafter  %s", err, metrics, after)
 	}
 	after := dirFiles(t, ck)
 	for name, b := range ckBefore {
