@@ -17,7 +17,9 @@
 //
 // Errors are printed as one line on stderr, prefixed with rank and host, and
 // the exit code is non-zero: 2 for bad flags or configuration, 1 for
-// failures while running.
+// failures while running, 3 for a job that hung (a collective or MPI_Init
+// past -collective-timeout), 85 and 130 for a run that checkpointed on a
+// stop signal or on Ctrl-C.
 package main
 
 import (
@@ -114,8 +116,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 // exitCode is the process's exit status after err: 0, ExitRequeue for a
 // run that checkpointed because it was asked to stop (the batch script
-// requeues it), ExitInterrupted for one that checkpointed on Ctrl-C, 2 for
-// bad flags or configuration, 1 for the rest.
+// requeues it), ExitInterrupted for one that checkpointed on Ctrl-C,
+// ExitWatchdog for a job whose ranks did not all reach MPI_Init in time (as
+// for a collective that timed out), 2 for bad flags or configuration, 1 for
+// the rest.
 func exitCode(err error) int {
 	switch {
 	case err == nil, errors.Is(err, flag.ErrHelp):
@@ -124,6 +128,8 @@ func exitCode(err error) int {
 		return train.ExitRequeue
 	case errors.Is(err, train.ErrInterrupted):
 		return train.ExitInterrupted
+	case errors.Is(err, mpi.ErrInitTimeout):
+		return train.ExitWatchdog
 	case errors.As(err, new(cli.UsageError)):
 		return 2
 	}

@@ -56,6 +56,11 @@ type Comm interface {
 // ErrClosed is returned by calls on a closed communicator.
 var ErrClosed = errors.New("mpi: communicator closed")
 
+// ErrInitTimeout is wrapped by StartWithin's error when MPI_Init did not
+// complete in time: another rank never reached it. It is a hang of the job
+// as a collective timeout is, and a caller should exit as it would for one.
+var ErrInitTimeout = errors.New("MPI_Init timed out")
+
 // Launched reports whether the environment shows that an MPI-aware launcher
 // (mpirun/mpiexec of Open MPI, MPICH/Hydra or PMIx, or srun with a PMI plugin)
 // started this process. Without one, hpctrain runs as a job of one process and

@@ -122,8 +122,9 @@ func Start() (*World, error) { return StartWithin(0) }
 // StartWithin is Start with a time limit on MPI_Init (0: none). MPI_Init
 // waits for every rank of the job to arrive; a rank that never does (a
 // node that hangs while starting, a process stopped before MPI) would hang
-// the others here. After timeout StartWithin returns an error, and the
-// caller should exit: MPI cannot be used or finalised from this state.
+// the others here. After timeout StartWithin returns an error wrapping
+// ErrInitTimeout, and the caller should exit: MPI cannot be used or
+// finalised from this state.
 func StartWithin(timeout time.Duration) (*World, error) {
 	w := &World{queue: newQueue(), host: hostname()}
 	started := make(chan error, 1)
@@ -141,9 +142,21 @@ func StartWithin(timeout time.Duration) (*World, error) {
 		}
 		return w, nil
 	case <-expired:
-		return nil, fmt.Errorf("MPI_Init did not complete within %v on host %s: another rank of the job has not started MPI (stuck or stopped while starting, or its node unreachable); raise -collective-timeout if start-up is this slow", timeout, w.host)
+		return nil, &initTimeout{timeout, w.host}
 	}
 }
+
+// initTimeout is StartWithin's error after its time limit.
+type initTimeout struct {
+	after time.Duration
+	host  string
+}
+
+func (e *initTimeout) Error() string {
+	return fmt.Sprintf("MPI_Init did not complete within %v on host %s: another rank of the job has not started MPI (stuck or stopped while starting, or its node unreachable); raise -collective-timeout if start-up is this slow", e.after, e.host)
+}
+
+func (e *initTimeout) Unwrap() error { return ErrInitTimeout }
 
 // loop owns the MPI thread: it initialises MPI and then serves requests.
 func (w *World) loop(started chan<- error) {
