@@ -303,6 +303,44 @@ func TestCheckpointDirNoRoom(t *testing.T) {
 	}
 }
 
+// TestCheckpointRoomAhead: a checkpoint dir with room for two mlp
+// checkpoints (3.3 MB each) and not three. A run that will hold three at
+// once (-keep 0 and three saves; -keep 2, the two kept and the one being
+// written) is warned at its start, naming the count; one that holds two
+// (-keep 1), or a resumed run whose kept checkpoint is already there and
+// is pruned by its next save, is not. Before, nothing was said until the
+// save that filled the disk failed.
+func TestCheckpointRoomAhead(t *testing.T) {
+	ck := filepath.Join(smallDisk(t, 8<<20), "ck")
+	const warning = "free, and this run will hold "
+	for _, tc := range []struct {
+		args []string
+		want string // "": no warning
+	}{
+		{[]string{"-steps", "6", "-keep", "1"}, ""},
+		{[]string{"-steps", "10", "-keep", "1", "-resume", "auto"}, ""}, // one held: each save replaces it
+		{[]string{"-steps", "14", "-keep", "2", "-resume", "auto"}, warning + "2 more checkpoints of 3.3 MB there at once (-keep 2, and one more while it is written)"},
+		{[]string{"-steps", "6"}, warning + "3 more checkpoints of 3.3 MB there at once (-keep 0 keeps all 3 that it writes)"},
+	} {
+		args := with(append([]string{"-checkpoint-dir", ck, "-checkpoint-every", "2"}, tc.args...)...)
+		if tc.want == "" {
+			r := hpctrain(t, 2, 2*time.Minute, args...)
+			if r.code != 0 || strings.Contains(r.out, warning) {
+				t.Errorf("%v: exit %d, want 0 and no warning:\n%s", tc.args, r.code, r.out)
+			}
+			continue
+		}
+		r := hpctrain(t, 2, 2*time.Minute, args...)
+		at := strings.Index(r.out, tc.want)
+		if at < 0 || strings.Count(r.out, warning) != 1 || strings.Contains(r.out[:max(at, 0)], "epoch 1/") {
+			t.Errorf("%v: want one warning %q before the first epoch's line:\n%s", tc.args, tc.want, r.out)
+		}
+		if tc.args[len(tc.args)-1] == "auto" {
+			os.RemoveAll(ck) // the -keep 0 case starts afresh
+		}
+	}
+}
+
 // TestCheckpointDirLocked: a run whose -checkpoint-dir another job holds
 // (here this test, by checkpoint.Lock) is refused at start-up with exit 2,
 // as a directory of another run's checkpoints is, in one line naming the

@@ -139,18 +139,38 @@ func Writable(dir string) error {
 // this run takes 3.3 MB: make room, or use another -checkpoint-dir". A
 // file system that cannot say passes.
 func Room(dir string, need int64) error {
-	var st syscall.Statfs_t
-	if err := syscall.Statfs(dir, &st); err != nil {
-		return nil
-	}
-	if free := int64(st.Bavail) * int64(st.Bsize); free < need {
-		return fmt.Errorf("checkpoint dir %s: %s free, and a checkpoint of this run takes %s: make room, or use another -checkpoint-dir", dir, megabytes(free), megabytes(need))
+	if free, ok := Free(dir); ok && free < need {
+		return fmt.Errorf("checkpoint dir %s: %s free, and a checkpoint of this run takes %s: make room, or use another -checkpoint-dir", dir, Megabytes(free), Megabytes(need))
 	}
 	return nil
 }
 
-// megabytes words n bytes as "3.3 MB" (10^6 bytes, as df -H).
-func megabytes(n int64) string {
+// Free returns the bytes free for this user on the file system of dir
+// (statfs's available blocks), or ok = false where it cannot say.
+func Free(dir string) (free int64, ok bool) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return 0, false
+	}
+	return int64(st.Bavail) * int64(st.Bsize), true
+}
+
+// Held counts the checkpoints of run in dir, by their headers (a file
+// that does not load is not counted): those that keep counts, and prunes
+// first.
+func Held(dir, run string) int {
+	cs, _ := list(dir)
+	n := 0
+	for _, c := range cs {
+		if h, err := peek(c.path); err == nil && h.RunID == run {
+			n++
+		}
+	}
+	return n
+}
+
+// Megabytes words n bytes as "3.3 MB" (10^6 bytes, as df -H).
+func Megabytes(n int64) string {
 	return strconv.FormatFloat(float64(n)/1e6, 'f', 1, 64) + " MB"
 }
 

@@ -336,6 +336,55 @@ func (cp *checkpointer) size() int64 {
 	return 4*int64(n) + int64(len(cp.desc)+len(cp.config)) + 64<<10
 }
 
+// roomAhead warns, on rank 0 before the first step, when the checkpoint
+// dir has room for the run's next checkpoint (newCheckpointer refused a
+// dir without) but not for all those the run will hold at once: with
+// -keep K, K of them and the one being written; with -keep 0, every one
+// it writes. The count is known for a step period (-checkpoint-every N);
+// for a time period it is taken to be unbounded, and -keep 0 is not
+// checked there. A warning, not a refusal: the run can go on until then,
+// the disk may gain room meanwhile, and a save that fails leaves the
+// checkpoints before it intact.
+func (cp *checkpointer) roomAhead(from, total int) {
+	if cp.comm.Rank() != 0 || cp.cfg.CheckpointDir == "" || from >= total {
+		return
+	}
+	saves := 0 // this run's saves still to come; -1: not known
+	switch e := cp.every; {
+	case e.Steps > 0:
+		saves = total/e.Steps - from/e.Steps
+		if total%e.Steps != 0 {
+			saves++ // and the final one
+		}
+	case e.Period > 0:
+		saves = -1
+	default:
+		saves = 1 // the final checkpoint
+	}
+	keep := cp.cfg.Keep
+	if keep == 0 && saves < 0 {
+		return
+	}
+	// The i-th save (from 1) holds, beside the files there now, its own and
+	// the newer ones up to keep: min(held+i-1, keep) + 1 - held more.
+	held := checkpoint.Held(cp.cfg.CheckpointDir, cp.runID)
+	more := saves
+	if keep > 0 && (saves < 0 || held+saves-1 > keep) {
+		more = keep + 1 - held
+	}
+	size := cp.size()
+	free, ok := checkpoint.Free(cp.cfg.CheckpointDir)
+	if more <= 1 || !ok || free >= int64(more)*size {
+		return
+	}
+	what, hint := fmt.Sprintf("-keep 0 keeps all %d that it writes", saves), "set -keep"
+	if keep > 0 {
+		what, hint = fmt.Sprintf("-keep %d, and one more while it is written", keep), "lower -keep"
+	}
+	cp.log("hpctrain: warning: checkpoint dir %s: %s free, and this run will hold %d more checkpoints of %s there at once (%s): a save will fail once the disk is full; make room, or %s",
+		cp.cfg.CheckpointDir, checkpoint.Megabytes(free), more, checkpoint.Megabytes(size), what, hint)
+}
+
 // close gives up the checkpoint directory.
 func (cp *checkpointer) close() {
 	if cp.unlock != nil {

@@ -227,6 +227,7 @@ func start(cfg Config, comm mpi.Comm, out, errOut io.Writer) (r *run, err error)
 	if r.startStep, err = r.cp.resume(); err != nil {
 		return r, err
 	}
+	r.cp.roomAhead(r.startStep, r.total)
 	if err := r.init(); err != nil {
 		return r, err
 	}
