@@ -143,6 +143,39 @@ func TestSetupInstalls(t *testing.T) {
 	}
 }
 
+// TestSetupFindsDNNL: oneDNN counts as present where the C compiler finds
+// its header, as cgo will: a cluster's module adds its directory through
+// CPATH or CGO_CFLAGS. Here the compiler is kept from /usr/include
+// (-nostdinc), where Debian's oneDNN is, and given a directory with a
+// dnnl.h through each. Before, only /usr/include/oneapi/dnnl/dnnl.h
+// counted: a module's oneDNN was installed again, or, not as root, setup
+// stopped.
+func TestSetupFindsDNNL(t *testing.T) {
+	inc := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(inc, "oneapi", "dnnl"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(inc, "oneapi", "dnnl", "dnnl.h"), []byte("/* a module's oneDNN */\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	path := shimPath(t, nil, map[string]string{"id": fakeRoot, "apt-get": fakeAptGet})
+	for _, c := range []struct {
+		name string
+		env  []string
+		want bool // libdnnl-dev installed
+	}{
+		{"not found", []string{"CC=gcc -nostdinc"}, true},
+		{"CPATH", []string{"CC=gcc -nostdinc", "CPATH=" + inc}, false},
+		{"CGO_CFLAGS", []string{"CC=gcc -nostdinc", "CGO_CFLAGS=-I" + inc}, false},
+		{"Debian's", nil, false},
+	} {
+		out, code, log := runIn(t, path, c.env, "scripts/setup.sh", "--build")
+		if got := strings.Contains(log, "libdnnl-dev"); code != 0 || got != c.want {
+			t.Errorf("%s: exit %d, libdnnl-dev installed %v, want %v:\n%s\napt-get log:\n%s", c.name, code, got, c.want, out, log)
+		}
+	}
+}
+
 // TestSetupCannotInstall: when something is missing and setup cannot install
 // it (not root, or no apt-get), it names the packages and the commands that
 // install them in one line, runs no apt-get, and exits 1.

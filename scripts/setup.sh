@@ -41,8 +41,18 @@ if ! { have_cmd mpirun && have_cmd mpicc && have_pc ompi; }; then
 fi
 have_pc openblas || need+=(libopenblas-dev)
 # oneDNN (internal/dnnl's convolutions and matmuls): Debian ships no
-# dnnl.pc, so look for its header.
-[ -e /usr/include/oneapi/dnnl/dnnl.h ] || need+=(libdnnl-dev)
+# dnnl.pc, so ask the C compiler cgo uses whether it finds the header, as
+# the build will (CPATH or CGO_CFLAGS: a cluster's oneDNN module); without
+# a compiler yet, look where Debian puts it.
+have_dnnl() {
+	if have_cmd "${cc%% *}"; then
+		# shellcheck disable=SC2086 # CC and CGO_CFLAGS are word lists
+		printf '#include <oneapi/dnnl/dnnl.h>\n' | $cc ${CGO_CFLAGS:-} -E -x c - >/dev/null 2>&1
+	else
+		[ -e /usr/include/oneapi/dnnl/dnnl.h ]
+	fi
+}
+have_dnnl || need+=(libdnnl-dev)
 [ -e /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || need+=(dataset-fashion-mnist)
 # The export tests check hpctrain's ONNX and safetensors files with ONNX's
 # checker and PyTorch: Debian's packages, which install into /usr/bin/python3.
