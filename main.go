@@ -18,7 +18,7 @@
 // Errors are printed as one line on stderr, prefixed with rank and host, and
 // the exit code is non-zero: 2 for bad flags or configuration, 1 for
 // failures while running, 3 for a job that hung (a collective or MPI_Init
-// past -collective-timeout), 85 and 130 for a run that checkpointed on a
+// past -collective-timeout, a training step past -step-timeout), 85 and 130 for a run that checkpointed on a
 // stop signal or on Ctrl-C.
 package main
 

@@ -106,7 +106,7 @@ const keyDigest = 8
 
 // perRankKeys may differ between the ranks of a job: they shape what a
 // rank writes or prints of its own, and no collective depends on them.
-var perRankKeys = map[string]bool{"metrics": true, "loss_log": true, "verbose": true, "collective_timeout": true}
+var perRankKeys = map[string]bool{"metrics": true, "loss_log": true, "verbose": true, "collective_timeout": true, "step_timeout": true}
 
 // agreeText checks that every rank's text about what (at most textWidth
 // bytes are compared) is rank 0's; a difference is a usage error (exit 2:

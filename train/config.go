@@ -156,6 +156,7 @@ type Config struct {
 	Timeline          string        `toml:"timeline" json:"-"`
 	TimelineSteps     int           `toml:"timeline_steps" json:"-"`
 	CollectiveTimeout time.Duration `toml:"collective_timeout" json:"-"`
+	StepTimeout       time.Duration `toml:"step_timeout" json:"-"`
 	Metrics           string        `toml:"metrics" json:"-"`
 	LossLog           string        `toml:"loss_log" json:"-"`
 	Progress          time.Duration `toml:"progress" json:"-"`
@@ -185,7 +186,7 @@ func Defaults() Config {
 		Model:          "cnn", Epochs: 1, Batch: 64,
 		Seed: 1, Progress: 2 * time.Second,
 		DataConfig: data.Defaults(),
-		Bind:       "cores", BucketMB: -1, TimelineSteps: 20, CollectiveTimeout: 5 * time.Minute,
+		Bind:       "cores", BucketMB: -1, TimelineSteps: 20, CollectiveTimeout: 5 * time.Minute, StepTimeout: 10 * time.Minute,
 		Device: "auto", Precision: "fp32", Collective: "auto", CPUKernels: "auto", LossScale: 1 << 16, LossScaleInterval: 2000,
 	}
 }
@@ -258,6 +259,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Timeline, "timeline", c.Timeline, "write a Chrome trace (chrome://tracing, Perfetto) of the step's phases per rank to `FILE` (rank inserted before the extension)")
 	fs.IntVar(&c.TimelineSteps, "timeline-steps", c.TimelineSteps, fmt.Sprintf("steps the timeline records, from the 10th step on (1 to %d)", MaxTimelineSteps))
 	fs.Var(seconds{&c.CollectiveTimeout}, "collective-timeout", "abort the whole job when a collective has not completed after this `duration` (integer seconds or a duration like 5m; 0: never)")
+	fs.Var(seconds{&c.StepTimeout}, "step-timeout", "abort the whole job when a training step has gone this `duration` without finishing or reaching a collective: stuck on every rank at once, or in a job of one rank, where no collective times out (integer seconds or a duration like 10m; 0: never)")
 	fs.StringVar(&c.Metrics, "metrics", c.Metrics, "rank 0 writes JSON lines (one per epoch and a final one) to `FILE`")
 	fs.StringVar(&c.LossLog, "loss-log", c.LossLog, "rank 0 writes every step's loss on its own batch to `FILE`, a line \"step loss\" each (to compare runs step by step)")
 	fs.Var(seconds{&c.Progress}, "progress", "`interval` between progress lines of rank 0 (integer seconds or a duration like 5m; 0: off)")
@@ -707,6 +709,8 @@ func (c *Config) Validate() error {
 		// Below a second the watchdog would take start-up itself for a
 		// dead peer (and under 4 ns it had no interval to tick at).
 		return bad("collective_timeout", c.CollectiveTimeout, "0 (never) or at least 1s")
+	case c.StepTimeout < 0 || c.StepTimeout > 0 && c.StepTimeout < time.Second:
+		return bad("step_timeout", c.StepTimeout, "0 (never) or at least 1s")
 	case c.Progress < 0:
 		return bad("progress", c.Progress, ">= 0")
 	}

@@ -158,7 +158,7 @@ func start(cfg Config, comm mpi.Comm, out, errOut io.Writer) (r *run, err error)
 			fmt.Fprintf(out, format+"\n", a...)
 		}
 	}
-	r.wd = newWatchdog(cfg.CollectiveTimeout, comm.Size(), fmt.Sprintf("rank %d on host %s", comm.Rank(), comm.Host()), errOut, comm.Abort)
+	r.wd = newWatchdog(cfg.CollectiveTimeout, cfg.StepTimeout, comm.Size(), fmt.Sprintf("rank %d on host %s", comm.Rank(), comm.Host()), errOut, comm.Abort)
 	r.closers = append(r.closers, r.wd.close)
 	c := guard(comm, r.wd)
 	r.c = c

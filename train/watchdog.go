@@ -24,21 +24,30 @@ import (
 // waiting ranks' abort), it says so, once: a stuck kernel or a slow node
 // names itself. It does not abort: a phase that is slow on every rank
 // alike (a long evaluation) times out nothing.
+//
+// What no collective can time out is a training step stuck on every rank
+// at once (a hung network file system under every rank's loader), or in a
+// job of one rank: nobody waits. The step timeout covers those: a step
+// that has gone stepTimeout without finishing or reaching a collective
+// aborts the job, as a collective's timeout does. Its default is twice the
+// collective timeout's, so that where a single rank is stuck its peers'
+// timeout, which names that rank, comes first.
 type watchdog struct {
-	timeout  time.Duration
-	peers    bool         // other ranks exist: a long stretch without a collective keeps them waiting
-	since    atomic.Int64 // unix nanoseconds when the wait began; 0: not waiting
-	busy     atomic.Int64 // unix nanoseconds of the last phase change or collective's end
-	step     atomic.Int64
-	bucket   atomic.Int64           // gradient bucket waited on; -1: another collective
-	op       atomic.Pointer[string] // the collective waited on
-	phase    atomic.Pointer[string] // what the run is doing
-	describe atomic.Pointer[string] // "rank R on host H (cores C)"
-	out      io.Writer
-	abort    func(code int)
-	first    atomic.Pointer[func()] // run before abort: ncclCommAbort (onAbort)
-	stop     chan struct{}
-	once     sync.Once
+	timeout     time.Duration // a collective's longest wait; 0: none
+	stepTimeout time.Duration // a training step's longest stretch without a collective; 0: none
+	peers       bool          // other ranks exist: a long stretch without a collective keeps them waiting
+	since       atomic.Int64  // unix nanoseconds when the wait began; 0: not waiting
+	busy        atomic.Int64  // unix nanoseconds of the last phase change or collective's end
+	step        atomic.Int64
+	bucket      atomic.Int64           // gradient bucket waited on; -1: another collective
+	op          atomic.Pointer[string] // the collective waited on
+	phase       atomic.Pointer[string] // what the run is doing
+	describe    atomic.Pointer[string] // "rank R on host H (cores C)"
+	out         io.Writer
+	abort       func(code int)
+	first       atomic.Pointer[func()] // run before abort: ncclCommAbort (onAbort)
+	stop        chan struct{}
+	once        sync.Once
 
 	now   func() time.Time // time.Now; tests give a clock of their own
 	every time.Duration    // the tick
@@ -73,9 +82,11 @@ var (
 	phaseFinish     = "finishing"
 )
 
-func newWatchdog(timeout time.Duration, ranks int, describe string, out io.Writer, abort func(int)) *watchdog {
-	w := makeWatchdog(timeout, ranks, describe, out, abort, time.Now)
-	if timeout > 0 {
+// newWatchdog starts a watchdog with a collective timeout and a step
+// timeout (0: none).
+func newWatchdog(timeout, stepTimeout time.Duration, ranks int, describe string, out io.Writer, abort func(int)) *watchdog {
+	w := makeWatchdog(timeout, stepTimeout, ranks, describe, out, abort, time.Now)
+	if w.on() {
 		go w.run()
 	}
 	return w
@@ -83,14 +94,25 @@ func newWatchdog(timeout time.Duration, ranks int, describe string, out io.Write
 
 // makeWatchdog is newWatchdog on the clock now, with no goroutine ticking
 // it: tests call check themselves.
-func makeWatchdog(timeout time.Duration, ranks int, describe string, out io.Writer, abort func(int), now func() time.Time) *watchdog {
-	w := &watchdog{timeout: timeout, peers: ranks > 1, out: out, abort: abort, stop: make(chan struct{}), now: now}
+func makeWatchdog(timeout, stepTimeout time.Duration, ranks int, describe string, out io.Writer, abort func(int), now func() time.Time) *watchdog {
+	w := &watchdog{timeout: timeout, stepTimeout: stepTimeout, peers: ranks > 1, out: out, abort: abort, stop: make(chan struct{}), now: now}
 	w.describe.Store(&describe)
 	w.phase.Store(&phaseStartup)
-	w.every = min(timeout/4, time.Second)
+	// A quarter of the shorter timeout, at most a second.
+	w.every = time.Second
+	for _, d := range []time.Duration{timeout, stepTimeout} {
+		if d > 0 {
+			w.every = min(w.every, d/4)
+		}
+	}
 	w.last = now()
 	w.busy.Store(w.last.UnixNano())
 	return w
+}
+
+// on reports whether the watchdog times anything.
+func (w *watchdog) on() bool {
+	return w != nil && (w.timeout > 0 || w.stepTimeout > 0)
 }
 
 // setDescribe replaces how the rank is named (once its cores are known).
@@ -107,14 +129,14 @@ func (w *watchdog) setPhase(p *string, step int) {
 	}
 	w.phase.Store(p)
 	w.step.Store(int64(step))
-	if w.timeout > 0 {
+	if w.on() {
 		w.busy.Store(w.now().UnixNano())
 	}
 }
 
 // enter starts timing a wait for op (bucket >= 0: that gradient bucket).
 func (w *watchdog) enter(op *string, step, bucket int) {
-	if w == nil || w.timeout <= 0 {
+	if !w.on() {
 		return
 	}
 	w.op.Store(op)
@@ -126,7 +148,7 @@ func (w *watchdog) enter(op *string, step, bucket int) {
 }
 
 func (w *watchdog) leave() {
-	if w == nil || w.timeout <= 0 {
+	if !w.on() {
 		return
 	}
 	// busy first: a tick that sees since at 0 must not see the stamp
@@ -167,6 +189,13 @@ func (w *watchdog) held(quiet time.Duration) string {
 		*w.describe.Load(), quiet.Round(time.Millisecond), w.where(), w.timeout)
 }
 
+// stuck is the report of a training step that has gone the step timeout
+// without finishing or reaching a collective.
+func (w *watchdog) stuck() string {
+	return fmt.Sprintf("hpctrain: %s: step timeout: %s has gone %v without finishing or reaching a collective (its batch, forward, backward or update is stuck); aborting the job (raise -step-timeout if a step can take this long; 0: never)",
+		*w.describe.Load(), w.where(), w.stepTimeout)
+}
+
 func (w *watchdog) run() {
 	tick := time.NewTicker(w.every)
 	defer tick.Stop()
@@ -186,7 +215,7 @@ func (w *watchdog) run() {
 
 // check is one tick at time now: it reports a rank holding its peers up,
 // and aborts the job (returning true) when a collective has waited the
-// timeout.
+// timeout or a training step has gone the step timeout without one.
 func (w *watchdog) check(now time.Time) bool {
 	// A tick long overdue means this process did not run: it was stopped
 	// (SLURM's scontrol suspend, SIGSTOP) or its machine paused. That time
@@ -205,24 +234,35 @@ func (w *watchdog) check(now time.Time) bool {
 	w.last = now
 	s := w.since.Load()
 	if s == 0 {
+		b := w.busy.Load()
+		quiet := now.Sub(time.Unix(0, b))
+		if w.stepTimeout > 0 && quiet >= w.stepTimeout && w.phase.Load() == &phaseTraining {
+			w.abortWith(w.stuck())
+			return true
+		}
 		// A waiting peer times out at its first tick past the timeout,
 		// after this rank's busy stamp: a tick early, this line comes
 		// first.
-		if b := w.busy.Load(); w.peers && b != w.told && now.Sub(time.Unix(0, b)) >= w.timeout-w.every {
-			fmt.Fprintln(w.out, w.held(now.Sub(time.Unix(0, b))))
+		if w.timeout > 0 && w.peers && b != w.told && quiet >= w.timeout-w.every {
+			fmt.Fprintln(w.out, w.held(quiet))
 			w.told = b
 		}
 		return false
 	}
-	if now.Sub(time.Unix(0, s)) < w.timeout {
+	if w.timeout <= 0 || now.Sub(time.Unix(0, s)) < w.timeout {
 		return false
 	}
-	fmt.Fprintln(w.out, w.message())
+	w.abortWith(w.message())
+	return true
+}
+
+// abortWith prints line and aborts the job.
+func (w *watchdog) abortWith(line string) {
+	fmt.Fprintln(w.out, line)
 	if f := w.first.Load(); f != nil {
 		(*f)() // a communicator outside MPI (NCCL) is aborted first
 	}
 	w.abort(ExitWatchdog)
-	return true
 }
 
 // later moves a stamp (unix nanoseconds; 0: none) taken before cut later

@@ -19,7 +19,7 @@ import (
 // the failing rank said step 2), the steps taken between steps, and none
 // before the first.
 func TestWatchdogStep(t *testing.T) {
-	w := newWatchdog(0, 2, "rank 0 on host h", io.Discard, func(int) {})
+	w := newWatchdog(0, 0, 2, "rank 0 on host h", io.Discard, func(int) {})
 	w.timeout = 3 * time.Second // the message only; no ticker runs
 	for _, c := range []struct {
 		phase *string
@@ -64,7 +64,7 @@ func fakeWatchdog(t *testing.T, ranks int) (*watchdog, *fakeClock, *mpitest.Buff
 	var out mpitest.Buffer
 	var abortedAt atomic.Int64
 	abortedAt.Store(-1)
-	w := makeWatchdog(400*time.Millisecond, ranks, "rank 1 on host h", &out, func(int) { abortedAt.Store(c.ms.Load()) }, c.now)
+	w := makeWatchdog(400*time.Millisecond, 0, ranks, "rank 1 on host h", &out, func(int) { abortedAt.Store(c.ms.Load()) }, c.now)
 	return w, &c, &out, &abortedAt
 }
 
@@ -158,6 +158,98 @@ func TestWatchdogStopped(t *testing.T) {
 	}
 }
 
+// TestWatchdogStepTimeout: a training step that goes the step timeout
+// without finishing or reaching a collective aborts the job (exit 3) with
+// a line naming the step, also with the collective timeout off and in a
+// job of one rank; time in a collective, other phases, steps that each
+// finish in time, and a stopped process do not count, and 0 is never.
+func TestWatchdogStepTimeout(t *testing.T) {
+	fake := func(timeout, stepTimeout time.Duration, ranks int) (*watchdog, *fakeClock, *mpitest.Buffer, *atomic.Int64, *atomic.Int64) {
+		var c fakeClock
+		var out mpitest.Buffer
+		var abortedAt, code atomic.Int64
+		abortedAt.Store(-1)
+		w := makeWatchdog(timeout, stepTimeout, ranks, "rank 0 on host h", &out, func(c2 int) { code.Store(int64(c2)); abortedAt.Store(c.ms.Load()) }, c.now)
+		return w, &c, &out, &abortedAt, &code
+	}
+	// ticks every 100 ms from the clock's time after from up to to, or
+	// until the watchdog aborts.
+	tick := func(w *watchdog, c *fakeClock, from, to int) {
+		for ms := from + 100; ms <= to; ms += 100 {
+			if w.check(c.at(ms)) {
+				return
+			}
+		}
+	}
+
+	w, c, out, aborted, code := fake(0, 400*time.Millisecond, 1)
+	if w.every != 100*time.Millisecond {
+		t.Fatalf("tick %v with the step timeout alone at 400ms, want 100ms", w.every)
+	}
+	w.setPhase(&phaseTraining, 2)
+	tick(w, c, 0, 1000)
+	want := "hpctrain: rank 0 on host h: step timeout: training at step 3 has gone 400ms without finishing or reaching a collective"
+	if a := aborted.Load(); a != 400 || code.Load() != ExitWatchdog || !strings.Contains(out.String(), want) {
+		t.Fatalf("a stuck step, one rank, no collective timeout: aborted at %d ms with code %d, %q; want 400 ms, code %d, %q", a, code.Load(), out.String(), ExitWatchdog, want)
+	}
+
+	// A collective within the step starts the stretch again; the wait in
+	// it is not the step's (the collective timeout, here none, governs).
+	w, c, out, aborted, _ = fake(0, 400*time.Millisecond, 2)
+	w.setPhase(&phaseTraining, 5)
+	c.at(300)
+	w.enter(&opGradients, 5, 0)
+	tick(w, c, 300, 2000)
+	w.leave()
+	tick(w, c, 2000, 3000)
+	if a := aborted.Load(); a != 2400 {
+		t.Errorf("300 ms of step, a 1.7 s all-reduce, then stuck: aborted at %d ms, want 2,400 (%q)", a, out.String())
+	}
+
+	// Steps that each finish in time; then a long evaluation.
+	w, c, out, aborted, _ = fake(0, 400*time.Millisecond, 2)
+	for ms := 0; ms < 3000; ms += 300 {
+		w.setPhase(&phaseTraining, ms/300)
+		tick(w, c, ms, ms+300)
+	}
+	w.setPhase(&phaseEvaluation, 10)
+	tick(w, c, 3000, 6000)
+	if a := aborted.Load(); a >= 0 {
+		t.Errorf("steps of 300 ms, then a 3 s evaluation: aborted at %d ms (%q)", a, out.String())
+	}
+
+	// With a collective timeout as well: the rank says first that it
+	// holds its peers up, then its step times out.
+	w, c, out, aborted, _ = fake(400*time.Millisecond, 800*time.Millisecond, 2)
+	w.setPhase(&phaseTraining, 0)
+	tick(w, c, 0, 2000)
+	if s := out.String(); aborted.Load() != 800 || strings.Count(s, "no collective for") != 1 || !strings.Contains(s, "step timeout: training at step 1 has gone 800ms") ||
+		strings.Index(s, "no collective for") > strings.Index(s, "step timeout") {
+		t.Errorf("collective timeout 400 ms, step timeout 800 ms: aborted at %d ms, %q; want the held line, then the step timeout at 800 ms", aborted.Load(), s)
+	}
+
+	// A stopped process (a late tick): the time stopped is nobody's.
+	w, c, _, aborted, _ = fake(0, 400*time.Millisecond, 2)
+	w.setPhase(&phaseTraining, 1)
+	w.check(c.at(100))
+	tick(w, c, 3100, 3300)
+	if a := aborted.Load(); a >= 0 {
+		t.Errorf("100 ms into a step, stopped 3 s: aborted at %d ms", a)
+	}
+	tick(w, c, 3300, 4000)
+	if a := aborted.Load(); a != 3400 {
+		t.Errorf("100 ms into a step, stopped 3 s, then stuck: aborted at %d ms, want 3,400", a)
+	}
+
+	// 0: never.
+	w, c, _, aborted, _ = fake(400*time.Millisecond, 0, 1)
+	w.setPhase(&phaseTraining, 1)
+	tick(w, c, 0, 5000)
+	if a := aborted.Load(); a >= 0 {
+		t.Errorf("step timeout 0: aborted at %d ms", a)
+	}
+}
+
 // TestWatchdogSuspended: a job suspended mid-collective (every rank
 // stopped, as scontrol suspend does) for longer than the timeout is not
 // aborted when it resumes; the wait goes on counting from there. The
@@ -166,7 +258,7 @@ func TestWatchdogStopped(t *testing.T) {
 func TestWatchdogSuspended(t *testing.T) {
 	var aborted atomic.Int64 // unix nanoseconds of the abort
 	var out mpitest.Buffer
-	w := newWatchdog(600*time.Millisecond, 2, "rank 0 on host h", &out, func(int) { aborted.Store(time.Now().UnixNano()) })
+	w := newWatchdog(600*time.Millisecond, 0, 2, "rank 0 on host h", &out, func(int) { aborted.Store(time.Now().UnixNano()) })
 	defer w.close()
 	w.setPhase(&phaseTraining, 3)
 	w.enter(&opGradients, 3, 0)
