@@ -204,29 +204,30 @@ func TestStuckRankNamesItself(t *testing.T) {
 	}
 }
 
-// TestEveryRankStuck: a step stuck on every rank at once (a hung file
+// TestEveryRankStuck: a batch stuck on every rank at once (a hung file
 // system under every rank's loader) leaves no rank in a collective to time
 // out; it ran until the job's time limit. The step timeout ends it, exit 3,
-// each stuck rank saying so: with the collective timeout off (2 ranks), and
-// a job of one process, where nobody waits at all.
+// each stuck rank saying so: a training step with the collective timeout
+// off (2 ranks), a batch of evaluation, and a job of one process, where
+// nobody waits at all.
 func TestEveryRankStuck(t *testing.T) {
 	args := []string{"train", "-model", "mlp", "-epochs", "1", "-limit", "1280", "-test-limit", "100", "-threads", "1", "-progress", "0", "-step-timeout", "3s"}
 	for _, c := range []struct {
-		np    int
-		fault string
-		extra []string
-		want  []string
+		np           int
+		fault, where string
+		extra        []string
+		ranks        []string
 	}{
-		{2, "hang@0:3,hang@1:3", []string{"-collective-timeout", "0"}, []string{"rank 0 on host", "rank 1 on host"}},
-		{0, "hang@0:2", nil, []string{"rank 0 on host"}},
+		{2, "hang@0:3,hang@1:3", "training at step 3", []string{"-collective-timeout", "0"}, []string{"rank 0 on host", "rank 1 on host"}},
+		{2, "hang@0:evaluation,hang@1:evaluation", "evaluation after step 10", nil, []string{"rank 0 on host", "rank 1 on host"}},
+		{0, "hang@0:2", "training at step 2", nil, []string{"rank 0 on host"}},
 	} {
 		r := hpctrainEnv(t, c.np, 2*time.Minute, []string{"HPCTRAIN_FAULT=" + c.fault}, append(args, c.extra...)...)
 		if r.code != train.ExitWatchdog {
 			t.Errorf("np %d, %s: exit %d, want %d:\n%s", c.np, c.fault, r.code, train.ExitWatchdog, r.out)
 		}
-		step := c.fault[len(c.fault)-1:]
-		for _, who := range c.want {
-			line := regexp.MustCompile(regexp.QuoteMeta(who) + ` [^ ]+ \(cores [^)]*\): step timeout: training at step ` + step + ` has gone 3s without finishing or reaching a collective`)
+		for _, who := range c.ranks {
+			line := regexp.MustCompile(regexp.QuoteMeta(who) + ` [^ ]+ \(cores [^)]*\): step timeout: ` + c.where + ` has gone 3s without finishing its batch or reaching a collective`)
 			if !line.MatchString(r.out) {
 				t.Errorf("np %d, %s: no line matching %s:\n%s", c.np, c.fault, line, r.out)
 			}

@@ -25,6 +25,7 @@ import (
 //	hang@1:3           rank 1's step 3 never finishes its forward pass (a
 //	                   stuck kernel: the process, its watchdog included,
 //	                   runs on)
+//	hang@1:evaluation  rank 1's first batch of evaluation never finishes
 //	usr1@0:20          rank 0 is asked to stop after step 20, as SIGUSR1
 //	                   would ask it (checkpoint, exit for requeue)
 //	stop@1:evaluation  rank 1 stops itself (SIGSTOP) when it enters a phase:
@@ -47,7 +48,7 @@ type fault struct {
 	kind  string // "nan", "perturb", "overflow", "fail", "hang", "usr1" or "stop"
 	rank  int
 	step  int     // nan, perturb, overflow, fail, hang, usr1
-	phase *string // stop; nil for "init"
+	phase *string // stop (nil for "init"); hang in evaluation
 }
 
 // faults are the failures injected into this rank.
@@ -67,7 +68,13 @@ func parseFaults(spec string, rank int) (faults, error) {
 		ft := fault{kind: kind, rank: ri}
 		var err2 error
 		switch kind {
-		case "nan", "perturb", "overflow", "fail", "hang", "usr1":
+		case "hang":
+			if s == "evaluation" {
+				ft.phase = &phaseEvaluation
+			} else {
+				ft.step, err2 = strconv.Atoi(s)
+			}
+		case "nan", "perturb", "overflow", "fail", "usr1":
 			ft.step, err2 = strconv.Atoi(s)
 		case "stop":
 			if ft.phase = stopPhases[s]; ft.phase == nil && s != "init" {
@@ -77,7 +84,7 @@ func parseFaults(spec string, rank int) (faults, error) {
 			ok = false
 		}
 		if !ok || !ok2 || err1 != nil || err2 != nil {
-			return nil, fmt.Errorf("%s: %q is not nan@rank:step, perturb@rank:step, overflow@rank:step, fail@rank:step, hang@rank:step, usr1@rank:step or stop@rank:phase (phases: init, %s)", FaultEnv, f, strings.Join(phaseNames(), ", "))
+			return nil, fmt.Errorf("%s: %q is not nan@rank:step, perturb@rank:step, overflow@rank:step, fail@rank:step, hang@rank:step, hang@rank:evaluation, usr1@rank:step or stop@rank:phase (phases: init, %s)", FaultEnv, f, strings.Join(phaseNames(), ", "))
 		}
 		if ri == rank {
 			fs = append(fs, ft)
@@ -160,11 +167,25 @@ func (fs faults) fail(step int) error {
 // hang blocks this rank's step (1-based) for good where a fault says so.
 func (fs faults) hang(step int) {
 	for _, f := range fs {
-		if f.kind == "hang" && f.step == step {
-			for {
-				time.Sleep(time.Hour)
-			}
+		if f.kind == "hang" && f.phase == nil && f.step == step {
+			forever()
 		}
+	}
+}
+
+// hangIn blocks this rank for good in phase where a fault says so.
+func (fs faults) hangIn(phase *string) {
+	for _, f := range fs {
+		if f.kind == "hang" && f.phase == phase {
+			forever()
+		}
+	}
+}
+
+// forever blocks the calling goroutine, the process running on.
+func forever() {
+	for {
+		time.Sleep(time.Hour)
 	}
 }
 

@@ -956,7 +956,12 @@ func (r *run) endEpoch() error {
 	if err := r.syncBuffers(); err != nil {
 		return err
 	}
-	testLoss, acc, err := evaluate(r.c, r.rep, r.pipe.testLoad, r.pipe.test.Len())
+	// Each batch is timed as a training step is (-step-timeout).
+	batch := func() {
+		r.wd.batchBegins()
+		r.flt.hangIn(&phaseEvaluation)
+	}
+	testLoss, acc, err := evaluate(r.c, r.rep, r.pipe.testLoad, r.pipe.test.Len(), batch)
 	if err != nil {
 		return err
 	}
@@ -1182,8 +1187,9 @@ func Groups(net *model.Net) []optim.Group {
 // n samples: each rank takes a contiguous shard, read through the
 // evaluation loader (no augmentation), and the sums are reduced. The net
 // runs in evaluation mode (batch norm's running statistics, no dropout)
-// and the loss is plain cross-entropy, without label smoothing.
-func evaluate(c mpi.Comm, net model.Replica, ld *data.Loader, n int) (loss, acc float64, err error) {
+// and the loss is plain cross-entropy, without label smoothing. each is
+// called as every batch begins.
+func evaluate(c mpi.Comm, net model.Replica, ld *data.Loader, n int, each func()) (loss, acc float64, err error) {
 	net.SetTraining(false)
 	smoothing := net.LabelSmoothing()
 	net.SetLabelSmoothing(0)
@@ -1191,7 +1197,7 @@ func evaluate(c mpi.Comm, net model.Replica, ld *data.Loader, n int) (loss, acc 
 		net.SetTraining(true)
 		net.SetLabelSmoothing(smoothing)
 	}()
-	e, err := Evaluate(c, net, ld, n)
+	e, err := evaluateEach(c, net, ld, n, each)
 	if err != nil {
 		return math.NaN(), 0, err
 	}

@@ -517,12 +517,21 @@ func (e Evaluation) ClassAccuracy() []float64 {
 // evaluation on every rank, rather than giving a wrong accuracy.
 // Collective.
 func Evaluate(c mpi.Comm, net model.Replica, ld *data.Loader, n int) (Evaluation, error) {
+	return evaluateEach(c, net, ld, n, nil)
+}
+
+// evaluateEach is Evaluate, calling each (if not nil) as every batch
+// begins: the training run's watchdog times the batches by it.
+func evaluateEach(c mpi.Comm, net model.Replica, ld *data.Loader, n int, each func()) (Evaluation, error) {
 	k := net.Host().Classes
 	lo, hi := data.Shard(n, c.Rank(), c.Size())
 	ld.StartRange(lo, hi)
 	sums := make([]float64, 4+k*k) // loss*n, correct, n, ranks failed, confusion
 	conf := sums[4:]
 	for {
+		if each != nil {
+			each()
+		}
 		b, ok := ld.Next()
 		if !ok {
 			break

@@ -25,19 +25,21 @@ import (
 // names itself. It does not abort: a phase that is slow on every rank
 // alike (a long evaluation) times out nothing.
 //
-// What no collective can time out is a training step stuck on every rank
-// at once (a hung network file system under every rank's loader), or in a
-// job of one rank: nobody waits. The step timeout covers those: a step
-// that has gone stepTimeout without finishing or reaching a collective
-// aborts the job, as a collective's timeout does. Its default is twice the
-// collective timeout's, so that where a single rank is stuck its peers'
-// timeout, which names that rank, comes first.
+// What no collective can time out is a batch stuck on every rank at once
+// (a hung network file system under every rank's loader), or in a job of
+// one rank: nobody waits. The step timeout covers those: a training step,
+// or a batch of evaluation, that has gone stepTimeout without finishing
+// or reaching a collective aborts the job, as a collective's timeout does.
+// Its default (10 min) is twice the collective timeout's default, so that
+// where a single rank is stuck its peers' timeout, which names that rank,
+// comes first.
 type watchdog struct {
 	timeout     time.Duration // a collective's longest wait; 0: none
-	stepTimeout time.Duration // a training step's longest stretch without a collective; 0: none
+	stepTimeout time.Duration // a batch's longest stretch without a collective; 0: none
 	peers       bool          // other ranks exist: a long stretch without a collective keeps them waiting
 	since       atomic.Int64  // unix nanoseconds when the wait began; 0: not waiting
 	busy        atomic.Int64  // unix nanoseconds of the last phase change or collective's end
+	batch       atomic.Int64  // the same, or of the last batch of evaluation's start: the step timeout's
 	step        atomic.Int64
 	bucket      atomic.Int64           // gradient bucket waited on; -1: another collective
 	op          atomic.Pointer[string] // the collective waited on
@@ -107,6 +109,7 @@ func makeWatchdog(timeout, stepTimeout time.Duration, ranks int, describe string
 	}
 	w.last = now()
 	w.busy.Store(w.last.UnixNano())
+	w.batch.Store(w.last.UnixNano())
 	return w
 }
 
@@ -130,7 +133,19 @@ func (w *watchdog) setPhase(p *string, step int) {
 	w.phase.Store(p)
 	w.step.Store(int64(step))
 	if w.on() {
-		w.busy.Store(w.now().UnixNano())
+		t := w.now().UnixNano()
+		w.busy.Store(t)
+		w.batch.Store(t)
+	}
+}
+
+// batchBegins records that a batch of evaluation begins, for the step
+// timeout. The evaluation's batches are one stretch without a collective
+// for the held-up report: a rank slow over the whole evaluation still
+// names itself.
+func (w *watchdog) batchBegins() {
+	if w.on() {
+		w.batch.Store(w.now().UnixNano())
 	}
 }
 
@@ -153,7 +168,9 @@ func (w *watchdog) leave() {
 	}
 	// busy first: a tick that sees since at 0 must not see the stamp
 	// from before this collective, as if the wait had been work.
-	w.busy.Store(w.now().UnixNano())
+	t := w.now().UnixNano()
+	w.busy.Store(t)
+	w.batch.Store(t)
 	w.since.Store(0)
 }
 
@@ -189,11 +206,18 @@ func (w *watchdog) held(quiet time.Duration) string {
 		*w.describe.Load(), quiet.Round(time.Millisecond), w.where(), w.timeout)
 }
 
-// stuck is the report of a training step that has gone the step timeout
-// without finishing or reaching a collective.
+// stuck is the report of a batch (a training step, or one of evaluation)
+// that has gone the step timeout without finishing or reaching a
+// collective.
 func (w *watchdog) stuck() string {
-	return fmt.Sprintf("hpctrain: %s: step timeout: %s has gone %v without finishing or reaching a collective (its batch, forward, backward or update is stuck); aborting the job (raise -step-timeout if a step can take this long; 0: never)",
+	return fmt.Sprintf("hpctrain: %s: step timeout: %s has gone %v without finishing its batch or reaching a collective (reading the batch, or the passes over it, are stuck); aborting the job (raise -step-timeout if a batch can take this long; 0: never)",
 		*w.describe.Load(), w.where(), w.stepTimeout)
+}
+
+// timesBatches reports whether phase p runs batch by batch, each timed by
+// the step timeout.
+func timesBatches(p *string) bool {
+	return p == &phaseTraining || p == &phaseEvaluation
 }
 
 func (w *watchdog) run() {
@@ -215,7 +239,7 @@ func (w *watchdog) run() {
 
 // check is one tick at time now: it reports a rank holding its peers up,
 // and aborts the job (returning true) when a collective has waited the
-// timeout or a training step has gone the step timeout without one.
+// timeout or a batch has gone the step timeout without one.
 func (w *watchdog) check(now time.Time) bool {
 	// A tick long overdue means this process did not run: it was stopped
 	// (SLURM's scontrol suspend, SIGSTOP) or its machine paused. That time
@@ -227,6 +251,7 @@ func (w *watchdog) check(now time.Time) bool {
 	if gap := now.Sub(w.last) - w.every; gap > w.every {
 		cut := w.last.Add((w.every + gap) / 2).UnixNano()
 		later(&w.since, gap, cut)
+		later(&w.batch, gap, cut)
 		if old, moved := later(&w.busy, gap, cut); moved && old == w.told {
 			w.told += int64(gap) // the same quiet stretch: told once
 		}
@@ -234,12 +259,12 @@ func (w *watchdog) check(now time.Time) bool {
 	w.last = now
 	s := w.since.Load()
 	if s == 0 {
-		b := w.busy.Load()
-		quiet := now.Sub(time.Unix(0, b))
-		if w.stepTimeout > 0 && quiet >= w.stepTimeout && w.phase.Load() == &phaseTraining {
+		if w.stepTimeout > 0 && now.Sub(time.Unix(0, w.batch.Load())) >= w.stepTimeout && timesBatches(w.phase.Load()) {
 			w.abortWith(w.stuck())
 			return true
 		}
+		b := w.busy.Load()
+		quiet := now.Sub(time.Unix(0, b))
 		// A waiting peer times out at its first tick past the timeout,
 		// after this rank's busy stamp: a tick early, this line comes
 		// first.

@@ -158,11 +158,12 @@ func TestWatchdogStopped(t *testing.T) {
 	}
 }
 
-// TestWatchdogStepTimeout: a training step that goes the step timeout
-// without finishing or reaching a collective aborts the job (exit 3) with
-// a line naming the step, also with the collective timeout off and in a
-// job of one rank; time in a collective, other phases, steps that each
-// finish in time, and a stopped process do not count, and 0 is never.
+// TestWatchdogStepTimeout: a training step, or a batch of evaluation, that
+// goes the step timeout without finishing or reaching a collective aborts
+// the job (exit 3) with a line naming it, also with the collective timeout
+// off and in a job of one rank; time in a collective, other phases,
+// batches that each finish in time, and a stopped process do not count,
+// and 0 is never.
 func TestWatchdogStepTimeout(t *testing.T) {
 	fake := func(timeout, stepTimeout time.Duration, ranks int) (*watchdog, *fakeClock, *mpitest.Buffer, *atomic.Int64, *atomic.Int64) {
 		var c fakeClock
@@ -188,7 +189,7 @@ func TestWatchdogStepTimeout(t *testing.T) {
 	}
 	w.setPhase(&phaseTraining, 2)
 	tick(w, c, 0, 1000)
-	want := "hpctrain: rank 0 on host h: step timeout: training at step 3 has gone 400ms without finishing or reaching a collective"
+	want := "hpctrain: rank 0 on host h: step timeout: training at step 3 has gone 400ms without finishing its batch or reaching a collective"
 	if a := aborted.Load(); a != 400 || code.Load() != ExitWatchdog || !strings.Contains(out.String(), want) {
 		t.Fatalf("a stuck step, one rank, no collective timeout: aborted at %d ms with code %d, %q; want 400 ms, code %d, %q", a, code.Load(), out.String(), ExitWatchdog, want)
 	}
@@ -206,16 +207,28 @@ func TestWatchdogStepTimeout(t *testing.T) {
 		t.Errorf("300 ms of step, a 1.7 s all-reduce, then stuck: aborted at %d ms, want 2,400 (%q)", a, out.String())
 	}
 
-	// Steps that each finish in time; then a long evaluation.
+	// Steps, and batches of evaluation, that each finish in time; phases
+	// that are not batches (a checkpoint), however long; then a stuck
+	// batch of evaluation.
 	w, c, out, aborted, _ = fake(0, 400*time.Millisecond, 2)
 	for ms := 0; ms < 3000; ms += 300 {
 		w.setPhase(&phaseTraining, ms/300)
 		tick(w, c, ms, ms+300)
 	}
 	w.setPhase(&phaseEvaluation, 10)
-	tick(w, c, 3000, 6000)
+	for ms := 3000; ms < 6000; ms += 300 {
+		w.batchBegins()
+		tick(w, c, ms, ms+300)
+	}
+	w.setPhase(&phaseCheckpoint, 10)
+	tick(w, c, 6000, 9000)
 	if a := aborted.Load(); a >= 0 {
-		t.Errorf("steps of 300 ms, then a 3 s evaluation: aborted at %d ms (%q)", a, out.String())
+		t.Errorf("steps and evaluation batches of 300 ms, then a 3 s checkpoint: aborted at %d ms (%q)", a, out.String())
+	}
+	w.setPhase(&phaseEvaluation, 10)
+	tick(w, c, 9000, 10000)
+	if a := aborted.Load(); a != 9400 || !strings.Contains(out.String(), "step timeout: evaluation after step 10 has gone 400ms without finishing its batch") {
+		t.Errorf("a stuck batch of evaluation from 9,000 ms: aborted at %d ms, %q; want 9,400 ms and the line", a, out.String())
 	}
 
 	// With a collective timeout as well: the rank says first that it
@@ -226,6 +239,18 @@ func TestWatchdogStepTimeout(t *testing.T) {
 	if s := out.String(); aborted.Load() != 800 || strings.Count(s, "no collective for") != 1 || !strings.Contains(s, "step timeout: training at step 1 has gone 800ms") ||
 		strings.Index(s, "no collective for") > strings.Index(s, "step timeout") {
 		t.Errorf("collective timeout 400 ms, step timeout 800 ms: aborted at %d ms, %q; want the held line, then the step timeout at 800 ms", aborted.Load(), s)
+	}
+
+	// An evaluation slow as a whole, its batches each quick: no step
+	// timeout, but the rank still says it holds its peers up.
+	w, c, out, aborted, _ = fake(400*time.Millisecond, 250*time.Millisecond, 2)
+	w.setPhase(&phaseEvaluation, 4)
+	for ms := 0; ms < 1000; ms += 100 {
+		w.batchBegins()
+		tick(w, c, ms, ms+100)
+	}
+	if s := out.String(); aborted.Load() >= 0 || strings.Count(s, "no collective for") != 1 || !strings.Contains(s, "in evaluation after step 4") {
+		t.Errorf("batches of 100 ms over a 1 s evaluation: aborted at %d ms, %q; want no abort and one held line", aborted.Load(), s)
 	}
 
 	// A stopped process (a late tick): the time stopped is nobody's.
