@@ -24,6 +24,11 @@ type machine struct {
 	noNodes bool
 	offline []int // cpus with only cpuN/online ("0"), left out of cpu/online
 	memOnly []int // NUMA nodes with memory and no cpu (an empty cpulist)
+	// pmus are Intel hybrid PMUs: name -> the cpulist of its "cpus" file
+	// (sys/devices/cpu_core/cpus, ...)
+	pmus map[string]string
+	// capacity, when not nil, writes cpuN/cpu_capacity
+	capacity func(cpu int) int
 }
 
 var machines = []machine{
@@ -67,6 +72,29 @@ var machines = []machine{
 		core: func(c int) int { return c % 16 }, coreID: func(c int) int { return c % 8 },
 		socket: func(c int) int { return c % 16 / 8 }, node: func(c int) int { return c % 16 / 4 },
 	},
+	{ // (h) hybrid, like an Intel Core i9-12900: 8 P-cores with SMT,
+		// siblings next to each other (cpus 0-15: {0,1},{2,3},...), then
+		// 8 E-cores without SMT (cpus 16-23); one socket, one NUMA node
+		name: "hybrid8p8e", ncpu: 24,
+		core: hybridCore, coreID: hybridCore,
+		socket: func(int) int { return 0 }, node: func(int) int { return 0 },
+		pmus: map[string]string{"cpu_core": "0-15", "cpu_atom": "16-23"},
+	},
+	{ // (i) arm64 big.LITTLE without SMT: 4 little cores (cpus 0-3,
+		// cpu_capacity 446) numbered before 4 big ones (4-7, 1024)
+		name: "biglittle4l4b", ncpu: 8,
+		core: func(c int) int { return c }, coreID: func(c int) int { return c },
+		socket: func(int) int { return 0 }, node: func(int) int { return 0 },
+		capacity: func(c int) int { return [...]int{446, 1024}[c/4] },
+	},
+}
+
+// hybridCore numbers the cores of fixture (h): P-cores 0-7, E-cores 8-15.
+func hybridCore(cpu int) int {
+	if cpu < 16 {
+		return cpu / 2
+	}
+	return cpu - 8
 }
 
 // files returns the fixture's sysfs files, path -> content.
@@ -100,6 +128,12 @@ func (m machine) files() map[string]string {
 		f[d+"die_id"] = "0\n"
 		f[d+"physical_package_id"] = fmt.Sprintln(m.socket(c))
 		f[d+"thread_siblings_list"] = NewCPUSet(sib...).String() + "\n"
+		if m.capacity != nil {
+			f[cpuDir+"/cpu"+strconv.Itoa(c)+"/cpu_capacity"] = fmt.Sprintln(m.capacity(c))
+		}
+	}
+	for pmu, cpus := range m.pmus {
+		f["sys/devices/"+pmu+"/cpus"] = cpus + "\n"
 	}
 	if !m.noNodes {
 		for n, cpus := range nodes {

@@ -3,6 +3,8 @@ package affinity
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -40,6 +42,8 @@ func TestReadTopology(t *testing.T) {
 		{"vm2c", 1, 1, 2, 2, false, ""},
 		{"offline4c8t", 1, 1, 4, 6, true, ""},
 		{"snc2s4n", 2, 4, 16, 32, true, "5,21"},
+		{"hybrid8p8e", 1, 1, 16, 24, true, "4-5"},
+		{"biglittle4l4b", 1, 1, 8, 8, false, "5"},
 	} {
 		topo := readFixture(t, tc.name)
 		if len(topo.Sockets) != tc.sockets || len(topo.Nodes) != tc.nodes || len(topo.Cores) != tc.cores ||
@@ -60,6 +64,95 @@ func TestReadTopology(t *testing.T) {
 	}
 	if c, _ := d.CoreOf(48); c.Socket != 1 || c.ID != 0 {
 		t.Errorf("dual2s64t core of 48 = %+v, want socket 1 core_id 0", c)
+	}
+}
+
+// TestReadTopologyHybrid: core classes come from Intel's hybrid PMUs
+// (sys/devices/cpu_core/cpus, cpu_atom/cpus) or, without them, from
+// cpu_capacity, fastest first; one class found is not hybrid, and no
+// fixture without class files changes.
+func TestReadTopologyHybrid(t *testing.T) {
+	kindsOf := func(topo *Topology) string {
+		var s []string
+		for _, c := range topo.Cores {
+			s = append(s, fmt.Sprintf("%s:%s/%d/%d", c.CPUs, c.Kind, c.Class, c.Capacity))
+		}
+		return strings.Join(s, " ")
+	}
+	h := readFixture(t, "hybrid8p8e")
+	if !h.Hybrid() || strings.Join(h.Kinds, ",") != "P,E" ||
+		kindsOf(h) != "0-1:P/0/0 2-3:P/0/0 4-5:P/0/0 6-7:P/0/0 8-9:P/0/0 10-11:P/0/0 12-13:P/0/0 14-15:P/0/0 "+
+			"16:E/1/0 17:E/1/0 18:E/1/0 19:E/1/0 20:E/1/0 21:E/1/0 22:E/1/0 23:E/1/0" ||
+		h.ClassOf(15) != 0 || h.ClassOf(16) != 1 || h.ClassOf(24) != -1 {
+		t.Errorf("hybrid8p8e: hybrid %v kinds %v cores %s", h.Hybrid(), h.Kinds, kindsOf(h))
+	}
+	b := readFixture(t, "biglittle4l4b")
+	if !b.Hybrid() || strings.Join(b.Kinds, ",") != "capacity-1024,capacity-446" ||
+		kindsOf(b) != "0:capacity-446/1/446 1:capacity-446/1/446 2:capacity-446/1/446 3:capacity-446/1/446 "+
+			"4:capacity-1024/0/1024 5:capacity-1024/0/1024 6:capacity-1024/0/1024 7:capacity-1024/0/1024" {
+		t.Errorf("biglittle4l4b: hybrid %v kinds %v cores %s", b.Hybrid(), b.Kinds, kindsOf(b))
+	}
+	for _, name := range []string{"server16c32t", "dual2s64t", "laptop4c8t", "pairs4c8t", "vm2c", "offline4c8t", "snc2s4n"} {
+		if topo := readFixture(t, name); topo.Hybrid() || topo.Kinds != nil || strings.Contains(kindsOf(topo), "/1/") {
+			t.Errorf("%s is not hybrid: kinds %v cores %s", name, topo.Kinds, kindsOf(topo))
+		}
+	}
+
+	// Trees of 4 cpus without topology directories: each a core.
+	tree := func(files map[string]string) *Topology {
+		t.Helper()
+		root := t.TempDir()
+		files["sys/devices/system/cpu/online"] = "0-3\n"
+		for p, s := range files {
+			full := filepath.Join(root, p)
+			if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(full, []byte(s), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		topo, err := ReadTopology(root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return topo
+	}
+	capacities := func(v ...int) map[string]string {
+		f := map[string]string{}
+		for cpu, c := range v {
+			f[fmt.Sprintf("sys/devices/system/cpu/cpu%d/cpu_capacity", cpu)] = fmt.Sprintln(c)
+		}
+		return f
+	}
+	// E-cores disabled: cpu_core alone lists every cpu.
+	if topo := tree(map[string]string{"sys/devices/cpu_core/cpus": "0-3\n"}); topo.Hybrid() || kindsOf(topo) != "0:/0/0 1:/0/0 2:/0/0 3:/0/0" {
+		t.Errorf("cpu_core only: kinds %v cores %s", topo.Kinds, kindsOf(topo))
+	}
+	// An arm64 server: every cpu_capacity 1024.
+	if topo := tree(capacities(1024, 1024, 1024, 1024)); topo.Hybrid() || kindsOf(topo) != "0:/0/0 1:/0/0 2:/0/0 3:/0/0" {
+		t.Errorf("equal capacities: kinds %v cores %s", topo.Kinds, kindsOf(topo))
+	}
+	// Three capacities (a phone's prime, big and little cores), and a cpu
+	// without the file: no classes, rather than a guess.
+	if topo := tree(capacities(1024, 870, 870, 300)); strings.Join(topo.Kinds, ",") != "capacity-1024,capacity-870,capacity-300" ||
+		kindsOf(topo) != "0:capacity-1024/0/1024 1:capacity-870/1/870 2:capacity-870/1/870 3:capacity-300/2/300" {
+		t.Errorf("three capacities: kinds %v cores %s", topo.Kinds, kindsOf(topo))
+	}
+	if topo := tree(capacities(1024, 870, 870)); topo.Hybrid() {
+		t.Errorf("cpu 3 without cpu_capacity: kinds %v cores %s", topo.Kinds, kindsOf(topo))
+	}
+	// Arrow Lake-H's three PMUs, and an online cpu none lists: a class of
+	// its own, last.
+	topo := tree(map[string]string{"sys/devices/cpu_core/cpus": "0\n", "sys/devices/cpu_atom/cpus": "1\n", "sys/devices/cpu_lowpower/cpus": "2\n"})
+	if strings.Join(topo.Kinds, ",") != "P,E,LPE,unknown" || kindsOf(topo) != "0:P/0/0 1:E/1/0 2:LPE/2/0 3:unknown/3/0" {
+		t.Errorf("three PMUs: kinds %v cores %s", topo.Kinds, kindsOf(topo))
+	}
+	// The PMU lists win over capacities.
+	f := capacities(1024, 1024, 1024, 1024)
+	f["sys/devices/cpu_core/cpus"], f["sys/devices/cpu_atom/cpus"] = "0-1\n", "2-3\n"
+	if topo := tree(f); strings.Join(topo.Kinds, ",") != "P,E" {
+		t.Errorf("pmus and capacities: kinds %v cores %s", topo.Kinds, kindsOf(topo))
 	}
 }
 

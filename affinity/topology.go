@@ -13,7 +13,8 @@ import (
 )
 
 // Topology is the machine's CPU layout as sysfs reports it: logical CPUs,
-// the physical cores they are SMT threads of, sockets and NUMA nodes.
+// the physical cores they are SMT threads of, sockets, NUMA nodes and, on
+// a hybrid CPU, the class of each core.
 type Topology struct {
 	// Online is every online logical CPU.
 	Online CPUSet `json:"online"`
@@ -28,6 +29,11 @@ type Topology struct {
 	Nodes []Node `json:"numa_nodes"`
 	// Cores are the physical cores, ordered by their lowest CPU.
 	Cores []Core `json:"cores"`
+	// Kinds names the core classes of a hybrid CPU, fastest first
+	// (Core.Class indexes it): "P", "E", "LPE" on Intel, "capacity-N"
+	// where classes come from cpu_capacity. Nil where every core is of one
+	// class.
+	Kinds []string `json:"kinds,omitempty"`
 
 	coreOf []int // coreOf[cpu] indexes Cores; -1 for a CPU not online
 }
@@ -52,6 +58,14 @@ type Core struct {
 	ID     int    `json:"core_id"` // core_id; unique only within a socket
 	Node   int    `json:"numa_node"`
 	CPUs   CPUSet `json:"cpus"`
+	// Class ranks the core on a hybrid CPU, 0 the fastest (Topology.Kinds
+	// names it); 0 for every core of a machine that is not hybrid.
+	Class int `json:"class,omitempty"`
+	// Kind is Topology.Kinds[Class] on a hybrid CPU, empty otherwise.
+	Kind string `json:"kind,omitempty"`
+	// Capacity is the core's cpu_capacity (1024 for the fastest) where
+	// classes come from it, 0 otherwise.
+	Capacity int `json:"capacity,omitempty"`
 }
 
 // SMT reports whether any physical core has more than one logical CPU.
@@ -62,6 +76,20 @@ func (t *Topology) SMT() bool {
 		}
 	}
 	return false
+}
+
+// Hybrid reports whether the cores are of more than one class (Intel
+// P-cores and E-cores, Arm big.LITTLE).
+func (t *Topology) Hybrid() bool { return len(t.Kinds) > 1 }
+
+// ClassOf returns the class of cpu's core (Core.Class), and -1 for a CPU
+// that is not online.
+func (t *Topology) ClassOf(cpu int) int {
+	c, ok := t.CoreOf(cpu)
+	if !ok {
+		return -1
+	}
+	return c.Class
 }
 
 // CoreOf returns the physical core of cpu, and false for a CPU that is not
@@ -98,11 +126,13 @@ func (t *Topology) PhysicalCores(mask CPUSet) int {
 // or a fixture tree holding sys/devices/system/{cpu,node}. It reads
 // cpu/online (or, without it, the cpuN directories), each online CPU's
 // topology/{core_id,die_id,physical_package_id,thread_siblings_list} and
-// node/nodeN/cpulist; hwloc is not needed. A missing file other than
+// node/nodeN/cpulist, and the core classes of a hybrid CPU (readClasses);
+// hwloc is not needed. A missing file other than
 // cpu/online and the thread siblings list defaults sensibly: no die_id
 // means die 0, no node directory means one NUMA node 0 holding every CPU,
-// no topology directory means a core of its own on socket 0. For sysRoot
-// "/" Allowed is filled from the process's affinity mask.
+// no topology directory means a core of its own on socket 0, no class
+// files mean one class. For sysRoot "/" Allowed is filled from the
+// process's affinity mask.
 func ReadTopology(sysRoot string) (*Topology, error) {
 	cpuDir := filepath.Join(sysRoot, "sys/devices/system/cpu")
 	nodeDir := filepath.Join(sysRoot, "sys/devices/system/node")
@@ -185,12 +215,126 @@ func ReadTopology(sysRoot string) (*Topology, error) {
 	for _, id := range sortedKeys(sockCPUs) {
 		t.Sockets = append(t.Sockets, Socket{ID: id, CPUs: NewCPUSet(sockCPUs[id]...)})
 	}
+	if err := t.readClasses(sysRoot); err != nil {
+		return nil, fmt.Errorf("read cpu core classes: %w", err)
+	}
 	if filepath.Clean(sysRoot) == "/" {
 		if t.Allowed, err = Allowed(); err != nil {
 			return nil, err
 		}
 	}
 	return t, nil
+}
+
+// hybridPMUs are the perf PMUs Linux registers on an Intel hybrid CPU, one
+// per core type, fastest first, with the Kind each gives its cores. Each
+// has a file "cpus" listing its logical CPUs in cpulist syntax, the
+// interface perf itself reads (tools/perf/Documentation/intel-hybrid.txt:
+// "cat /sys/devices/cpu_core/cpus 0-15", "cat /sys/devices/cpu_atom/cpus
+// 16-23" on Alder Lake). In the kernel, arch/x86/events/intel/core.c names
+// them in intel_hybrid_pmu_type_map ({hybrid_big, "cpu_core"},
+// {hybrid_small, "cpu_atom"}, since 2024 {hybrid_tiny, "cpu_lowpower"}
+// for Arrow Lake-H's second atom uarch: "perf/x86/intel: Support hybrid
+// PMU with multiple atom uarchs") and prints the file with
+// DEVICE_ATTR(cpus, ..., intel_hybrid_get_attr_cpus). A CPU of one core
+// type has a single PMU, /sys/devices/cpu, and none of these. Linux 5.13+
+// with CONFIG_PERF_EVENTS; Meteor Lake's low-power E-cores share cpu_atom
+// with its other E-cores (the same uarch), so they are not told apart.
+var hybridPMUs = []struct{ pmu, kind string }{{"cpu_core", "P"}, {"cpu_atom", "E"}, {"cpu_lowpower", "LPE"}}
+
+// readClasses sets each core's class. Intel hybrid CPUs: from the PMUs'
+// cpus files (hybridPMUs). Otherwise, where every online CPU has
+// cpu/cpuN/cpu_capacity, from it: the scheduler's relative capacity of
+// the CPU, 1024 for the fastest (Documentation/ABI/testing/
+// sysfs-devices-system-cpu, "cpu_capacity: capacity of cpuX"; written by
+// drivers/base/arch_topology.c, built where an architecture selects
+// GENERIC_ARCH_TOPOLOGY: arm, arm64, riscv), one class per distinct
+// value, largest first. x86 kernels have the file too: the 2-core AMD
+// EPYC VM this was written on (Linux 6.18) shows 1024 on both CPUs; the
+// commit that added it there was not found, and on Intel hybrid CPUs the
+// PMU files are read first. One class found (E-cores disabled, an arm64
+// or x86 server: all 1024) leaves the machine not hybrid: Kinds nil,
+// every Class 0.
+func (t *Topology) readClasses(sysRoot string) error {
+	classOf := make(map[int]int) // cpu -> index into kinds
+	var kinds []string
+	for _, h := range hybridPMUs {
+		cpus, err := readCPUList(filepath.Join(sysRoot, "sys/devices", h.pmu, "cpus"))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if cpus = cpus.Intersect(t.Online); cpus.IsEmpty() {
+			continue
+		}
+		for _, c := range cpus.cpus {
+			if _, ok := classOf[c]; !ok {
+				classOf[c] = len(kinds)
+			}
+		}
+		kinds = append(kinds, h.kind)
+	}
+	capacity := make(map[int]int)
+	if kinds == nil {
+		var err error
+		if capacity, kinds, classOf, err = t.readCapacities(sysRoot); err != nil {
+			return err
+		}
+	}
+	if len(kinds) < 2 {
+		return nil
+	}
+	// An online CPU no PMU lists (none seen; a CPU the kernel could not
+	// match to a PMU) goes in a class of its own, after the known ones:
+	// it is used last.
+	unknown := -1
+	for i := range t.Cores {
+		c := &t.Cores[i]
+		first := c.CPUs.cpus[0]
+		k, ok := classOf[first]
+		if !ok {
+			if unknown < 0 {
+				unknown = len(kinds)
+				kinds = append(kinds, "unknown")
+			}
+			k = unknown
+		}
+		c.Class, c.Kind, c.Capacity = k, kinds[k], capacity[first]
+	}
+	t.Kinds = kinds
+	return nil
+}
+
+// readCapacities reads cpu/cpuN/cpu_capacity of every online CPU and
+// returns each CPU's capacity, the classes ("capacity-N", largest first)
+// and each CPU's class; no classes where a CPU has no such file.
+func (t *Topology) readCapacities(sysRoot string) (capacity map[int]int, kinds []string, classOf map[int]int, err error) {
+	capacity = make(map[int]int)
+	var values []int
+	for _, cpu := range t.Online.cpus {
+		v, err := readIntDefault(filepath.Join(sysRoot, "sys/devices/system/cpu", "cpu"+strconv.Itoa(cpu), "cpu_capacity"), -1)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		if v < 0 {
+			return nil, nil, nil, nil
+		}
+		capacity[cpu] = v
+		values = append(values, v)
+	}
+	slices.Sort(values)
+	values = slices.Compact(values)
+	slices.Reverse(values)
+	classOf = make(map[int]int)
+	for cpu, v := range capacity {
+		classOf[cpu] = slices.Index(values, v)
+	}
+	for _, v := range values {
+		kinds = append(kinds, "capacity-"+strconv.Itoa(v))
+	}
+	return capacity, kinds, classOf, nil
 }
 
 func sortedKeys(m map[int][]int) []int {
