@@ -37,6 +37,38 @@
 // every few milliseconds (a Gosched), so that Go never takes it for a
 // goroutine hogging its P for 10 ms and starts taking its P away.
 //
+// # Hybrid CPUs
+//
+// On a CPU with cores of more than one class (Intel P-cores and E-cores
+// since Alder Lake, Arm big.LITTLE: Topology.Kinds, see ReadTopology) a
+// synchronous data-parallel step waits for its slowest rank, and a rank's
+// workers split every parallel loop into equal chunks, so one rank on
+// E-cores, or one E-core among a rank's P-cores, paces the whole job
+// (E-cores have fewer, narrower FMA units and lower clocks: roughly half a
+// P-core on dense float work, not measured here), and nothing in the step
+// times says why. Plan therefore:
+//
+//   - gives each rank (policy cores) cores of one class, fastest first:
+//     local ranks 0, 1, ... fill the P-cores in the mask rank by rank, the
+//     next ranks the E-cores, then any slower class; a rank mixes classes
+//     only when its threads fit in no class's remaining cores (1 rank of
+//     12 threads on 8 P-cores and 8 E-cores gets 8 P and 4 E).
+//   - defaults Threads (every policy, and -cpu-list) to the fastest
+//     class's cores in the mask divided by the local ranks where that is
+//     at least 1, not to all cores: 8, not 16, for one rank on an
+//     i9-12900, whose E-cores would add threads no faster than the slowest
+//     of them.
+//   - warns, the same text on every rank, when ranks got different classes
+//     or a mix: which local ranks got which, that the job runs at the
+//     slowest class's pace, and the -threads that keeps every rank on the
+//     fastest class (or, where not even one thread each fits, how many
+//     ranks do); -cpu-list remains for placing ranks by hand.
+//   - plans a mask or -cpu-list of one class (E-cores only) as on a
+//     machine of that class, without a warning: its ranks keep pace.
+//
+// This has run on sysfs fixtures only (testdata/hybrid8p8e, an
+// i9-12900-like layout, and testdata/biglittle4l4b), never on a hybrid CPU.
+//
 // # Invariants
 //
 //   - A CPUSet is sorted and free of duplicates; its text form is the
@@ -50,6 +82,9 @@
 //   - Under policy cores a worker gets one logical CPU per physical core,
 //     the lowest-numbered sibling in the mask; SMT siblings are used only
 //     with Request.UseSMT or as the documented last-resort fallback.
+//   - On a hybrid CPU, under policy cores without Request.Near, a rank's
+//     workers are on cores of one class unless its threads fit in no
+//     class's remaining cores.
 //   - Workers.Run allocates nothing and returns only when every chunk is
 //     done. A worker's thread never returns to the Go runtime's pool: it
 //     exits with the worker, so no other goroutine inherits its one-CPU
@@ -66,5 +101,7 @@
 // pinned worker places its pages locally anyway), GPU topology (package
 // gpu finds each rank's GPU and passes the CPUs nearest it as
 // Request.Near; Plan.Device carries its name into the report), cache-level
-// grouping (L3/CCX) and hot-plugged CPUs after start. Linux only.
+// grouping (L3/CCX), chunks sized by core speed on hybrid CPUs (Plan keeps
+// a rank on one class instead) and hot-plugged CPUs after start. Linux
+// only.
 package affinity

@@ -149,6 +149,19 @@ func (p Plan) String() string {
 // first cores' first siblings, then their second ones. Only when there are
 // more ranks than logical CPUs does Plan fail.
 //
+// On a hybrid CPU (Topology.Hybrid) every policy-cores layout above runs
+// class by class, fastest first: the ranks fill the fastest class's cores
+// in the mask (in NUMA blocks as above) as far as they hold whole ranks,
+// the next ranks the next class, and only a rank that fits in no class's
+// remainder takes what is left, fastest first, mixing classes. With
+// r.Near, each rank takes its Threads from one class where the free CPUs
+// of a tier hold them. Threads defaults, under every policy and with a
+// CPU list, to the fastest class's cores in the mask per rank when there
+// is at least one per rank, else to all of them (defaultSlots). Warning
+// names the local ranks on slower cores or a mix, the same on every rank,
+// and the -threads that keeps every rank on the fastest cores (see the
+// package doc).
+//
 // Policy numa: ranks are spread over the NUMA nodes with a CPU in mask in
 // the same contiguous blocks; a rank's CPUs are its whole node inside the
 // mask (SMT siblings included) and its workers are not pinned one by one.
@@ -198,18 +211,23 @@ func (t *Topology) Plan(mask CPUSet, r Request) (Plan, error) {
 	nodes := t.available(usable, r.PreferNUMA)
 	switch r.Policy {
 	case None:
-		phys := t.PhysicalCores(usable)
+		var first []int
+		for _, a := range nodes {
+			first = append(first, a.first...)
+		}
 		return Plan{Policy: None, LocalRank: r.LocalRank, LocalSize: r.LocalSize,
-			Threads: defaultThreads(r.Threads, phys, r.LocalSize)}, nil
+			Threads: defaultThreads(r.Threads, t.defaultSlots(first, r.LocalSize), r.LocalSize)}, nil
 	case NUMA:
 		return t.planNUMA(nodes, r), nil
 	}
-	return t.planCores(nodes, usable, r)
+	return t.planCores(nodes, t.byClass(nodes, usable), usable, r)
 }
 
-// avail is what one NUMA node offers inside the mask, core by core.
+// avail is what one NUMA node offers inside the mask, core by core; on a
+// hybrid CPU (byClass), what its cores of one class offer.
 type avail struct {
 	node      int
+	class     int   // Core.Class; 0 for a whole node
 	first     []int // each core's lowest CPU in the mask
 	siblings  []int // the other CPUs in the mask, core by core
 	bySMTCore []int // each core's CPUs in the mask, core by core
@@ -221,19 +239,8 @@ type avail struct {
 func (t *Topology) available(usable CPUSet, prefer int) []avail {
 	var out []avail
 	for _, n := range t.Nodes {
-		a := avail{node: n.ID, cpus: n.CPUs.Intersect(usable)}
-		for _, c := range t.Cores {
-			if c.Node != n.ID {
-				continue
-			}
-			in := c.CPUs.Intersect(usable).cpus
-			if len(in) == 0 {
-				continue
-			}
-			a.first = append(a.first, in[0])
-			a.siblings = append(a.siblings, in[1:]...)
-			a.bySMTCore = append(a.bySMTCore, in...)
-		}
+		a := t.availOn(n.ID, usable, func(Core) bool { return true })
+		a.cpus = n.CPUs.Intersect(usable)
 		if len(a.first) > 0 {
 			out = append(out, a)
 		}
@@ -246,11 +253,87 @@ func (t *Topology) available(usable CPUSet, prefer int) []avail {
 	return out
 }
 
+// availOn is what the cores of node for which keep holds offer in usable.
+func (t *Topology) availOn(node int, usable CPUSet, keep func(Core) bool) avail {
+	a := avail{node: node}
+	for _, c := range t.Cores {
+		if c.Node != node || !keep(c) {
+			continue
+		}
+		in := c.CPUs.Intersect(usable).cpus
+		if len(in) == 0 {
+			continue
+		}
+		a.first = append(a.first, in[0])
+		a.siblings = append(a.siblings, in[1:]...)
+		a.bySMTCore = append(a.bySMTCore, in...)
+	}
+	a.cpus = NewCPUSet(a.bySMTCore...)
+	return a
+}
+
+// byClass splits each node of nodes by core class on a hybrid CPU: the
+// fastest class's part of every node (in the order of nodes), then the
+// next class's. Elsewhere it returns nodes.
+func (t *Topology) byClass(nodes []avail, usable CPUSet) []avail {
+	if !t.Hybrid() {
+		return nodes
+	}
+	var out []avail
+	for k := range t.Kinds {
+		for _, n := range nodes {
+			a := t.availOn(n.node, usable, func(c Core) bool { return c.Class == k })
+			a.class = k
+			if len(a.first) > 0 {
+				out = append(out, a)
+			}
+		}
+	}
+	return out
+}
+
 func defaultThreads(threads, cpus, ranks int) int {
 	if threads > 0 {
 		return threads
 	}
 	return max(1, cpus/ranks)
+}
+
+// defaultSlots is the count the default thread count divides among ranks:
+// on a hybrid CPU, the slots of the fastest class among slots when they
+// give every rank at least one, else all of them. Why not all of them: a
+// rank's workers split each parallel loop into equal chunks
+// (Workers.Run) and a synchronous step waits for its slowest rank, so a
+// rank is only as fast as its slowest core times its thread count. With
+// E-cores at about half a P-core's speed (fewer and narrower FMA units,
+// lower clocks; not measured here, no hybrid CPU), 8 P + 8 E threads
+// finish a step no sooner than 8 P threads alone, and a rank on E-cores
+// beside ranks on P-cores holds all of them back; the E-cores stay free
+// for the rest of the system.
+func (t *Topology) defaultSlots(slots []int, ranks int) int {
+	if fast := t.fastest(slots); len(fast) >= ranks {
+		return len(fast)
+	}
+	return len(slots)
+}
+
+// fastest returns the cpus of slots whose core is of the fastest class
+// among them, in order: all of slots where the CPU is not hybrid.
+func (t *Topology) fastest(slots []int) []int {
+	if !t.Hybrid() {
+		return slots
+	}
+	best := len(t.Kinds)
+	for _, c := range slots {
+		best = min(best, t.ClassOf(c))
+	}
+	var out []int
+	for _, c := range slots {
+		if t.ClassOf(c) == best {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // blocks splits ranks over len(caps) nodes in contiguous blocks, as evenly
@@ -276,7 +359,9 @@ func blocks(ranks int, caps []int) (per []int, left int) {
 	return per, left
 }
 
-func (t *Topology) planCores(nodes []avail, usable CPUSet, r Request) (Plan, error) {
+// planCores plans policy cores on nodes, the NUMA nodes of usable, and
+// groups, the same split by core class (byClass).
+func (t *Topology) planCores(nodes, groups []avail, usable CPUSet, r Request) (Plan, error) {
 	L := r.LocalSize
 	slotsOf := func(a avail) []int {
 		if r.UseSMT {
@@ -284,19 +369,26 @@ func (t *Topology) planCores(nodes []avail, usable CPUSet, r Request) (Plan, err
 		}
 		return a.first
 	}
-	phys, logical, nslots := 0, 0, 0
-	for _, a := range nodes {
+	phys, logical := 0, 0
+	var slots []int
+	for _, a := range groups {
 		phys += len(a.first)
 		logical += len(a.bySMTCore)
-		nslots += len(slotsOf(a))
+		slots = append(slots, slotsOf(a)...)
 	}
+	nslots := len(slots)
 	unit := "physical cores"
 	if r.UseSMT {
 		unit = "logical cpus"
 	}
-	T := defaultThreads(r.Threads, nslots, L)
+	fast := len(t.fastest(slots))
+	T := defaultThreads(r.Threads, t.defaultSlots(slots, L), L)
 	if r.Threads == 0 && r.Near != nil {
-		T = min(T, nearThreads(nodes, slotsOf, usable, r.Near))
+		near := groups // the groups the default counted
+		if t.defaultSlots(slots, L) < nslots {
+			near = slices.DeleteFunc(slices.Clone(groups), func(a avail) bool { return a.class != groups[0].class })
+		}
+		T = min(T, nearThreads(near, slotsOf, usable, r.Near))
 	}
 	warning := ""
 	switch {
@@ -315,51 +407,70 @@ func (t *Topology) planCores(nodes []avail, usable CPUSet, r Request) (Plan, err
 			L, phys, usable, logical)
 	}
 
-	var mine []int
+	var all [][]int // every local rank's slots
 	if r.Near != nil {
 		var far string
-		mine, far = t.layoutNear(nodes, slotsOf, usable, r, T)
-		if warning == "" {
-			warning = far
-		} else if far != "" {
-			warning += "; " + far
-		}
+		all, far = t.layoutNear(groups, slotsOf, usable, r, T)
+		warning = joinWarnings(warning, far)
 	} else {
-		mine = layoutBlocks(nodes, slotsOf, r, T)
-		warning = joinWarnings(warning, spanNote(nodes, slotsOf, r, T, t.nodesOf(NewCPUSet(mine...))))
+		all = t.layoutBlocks(groups, slotsOf, L, T)
+		warning = joinWarnings(warning, spanNote(nodes, slotsOf, r, T, t.nodesOf(NewCPUSet(all[r.LocalRank]...))))
 	}
+	warning = joinWarnings(warning, t.classNote(all, 0, fast))
+	mine := all[r.LocalRank]
 	p := Plan{Policy: Cores, LocalRank: r.LocalRank, LocalSize: L,
 		CPUs: NewCPUSet(mine...), WorkerCPUs: slices.Clone(mine), Threads: T, Warning: warning}
 	p.Nodes = t.nodesOf(p.CPUs)
 	return p, nil
 }
 
-// layoutBlocks lays out every local rank in contiguous blocks per node
-// (see Topology.Plan) and returns rank r.LocalRank's T slots.
-func layoutBlocks(nodes []avail, slotsOf func(avail) []int, r Request, T int) []int {
-	slots := make([][]int, len(nodes))
-	caps := make([]int, len(nodes))
-	for i, a := range nodes {
+// layoutBlocks lays out L local ranks of T slots in contiguous blocks per
+// group (see Topology.Plan) and returns every rank's slots. Groups of one
+// class (byClass) take ranks before the next class's, as many as they
+// hold: each class's share is spread over its groups by blocks.
+func (t *Topology) layoutBlocks(groups []avail, slotsOf func(avail) []int, L, T int) [][]int {
+	slots := make([][]int, len(groups))
+	caps := make([]int, len(groups))
+	for i, a := range groups {
 		slots[i] = slotsOf(a)
 		caps[i] = len(slots[i]) / T
 	}
-	per, _ := blocks(r.LocalSize, caps)
-	rank := 0
-	for i := range nodes {
+	per := make([]int, len(groups))
+	left := L
+	for i := 0; i < len(groups); {
+		j := i + 1
+		for j < len(groups) && groups[j].class == groups[i].class {
+			j++
+		}
+		n := 0
+		for _, c := range caps[i:j] {
+			n += c
+		}
+		n = min(n, left)
+		p, _ := blocks(n, caps[i:j])
+		copy(per[i:j], p)
+		left -= n
+		i = j
+	}
+	all := make([][]int, 0, L)
+	for i := range groups {
 		for range per[i] {
-			if rank == r.LocalRank {
-				return slots[i][:T]
-			}
+			all = append(all, slots[i][:T])
 			slots[i] = slots[i][T:]
-			rank++
 		}
 	}
-	// A rank that fits in no node: the leftovers, in order.
+	// Ranks that fit in no group: the leftovers, in order, of one class
+	// where one holds them (across NUMA nodes), else mixed.
 	var rest []int
 	for i := range slots {
 		rest = append(rest, slots[i]...)
 	}
-	return rest[(r.LocalRank-rank)*T : (r.LocalRank-rank+1)*T]
+	for len(all) < L {
+		got := t.oneClass(rest, T)
+		all = append(all, got)
+		rest = slices.DeleteFunc(rest, func(c int) bool { return slices.Contains(got, c) })
+	}
+	return all
 }
 
 // spanNote says when rank r.LocalRank's T slots span NUMA nodes
@@ -428,17 +539,18 @@ func nearThreads(nodes []avail, slotsOf func(avail) []int, usable CPUSet, near [
 
 // layoutNear lays out every local rank in local-rank order, each taking T
 // free slots: first those in its Near set, then those on the NUMA nodes
-// its Near set touches, then any, each in layout order. It returns rank
-// r.LocalRank's slots and, for that rank, a warning when some of them lie
-// outside its Near set. Every rank computes the same layout, so the ranks'
-// slots are disjoint.
-func (t *Topology) layoutNear(nodes []avail, slotsOf func(avail) []int, usable CPUSet, r Request, T int) ([]int, string) {
+// its Near set touches, then any, each in layout order, and within a tier
+// from one core class where one holds them (oneClass). It returns every
+// rank's slots and, for rank r.LocalRank, a warning when some of its slots
+// lie outside its Near set. Every rank computes the same layout, so the
+// ranks' slots are disjoint.
+func (t *Topology) layoutNear(groups []avail, slotsOf func(avail) []int, usable CPUSet, r Request, T int) ([][]int, string) {
 	var order []int
-	for _, a := range nodes {
+	for _, a := range groups {
 		order = append(order, slotsOf(a)...)
 	}
 	used := make(map[int]bool, len(order))
-	var mine []int
+	all := make([][]int, r.LocalSize)
 	warning := ""
 	for rank := range r.LocalSize {
 		near := r.Near[rank].Intersect(usable)
@@ -453,17 +565,21 @@ func (t *Topology) layoutNear(nodes []avail, slotsOf func(avail) []int, usable C
 		}
 		var got []int
 		for _, in := range tiers {
+			var free []int
 			for _, c := range order {
-				if len(got) < T && !used[c] && in(c) {
-					got = append(got, c)
-					used[c] = true
+				if !used[c] && in(c) {
+					free = append(free, c)
 				}
 			}
+			for _, c := range t.oneClass(free, T-len(got)) {
+				got = append(got, c)
+				used[c] = true
+			}
 		}
+		all[rank] = got
 		if rank != r.LocalRank {
 			continue
 		}
-		mine = got
 		switch far := NewCPUSet(got...).Minus(near); {
 		case r.Near[rank].IsEmpty() || far.IsEmpty():
 		case near.IsEmpty():
@@ -474,7 +590,92 @@ func (t *Topology) layoutNear(nodes []avail, slotsOf func(avail) []int, usable C
 				rank, far, near, T)
 		}
 	}
-	return mine, warning
+	return all, warning
+}
+
+// oneClass returns, in a new slice, need of the cpus free (in layout
+// order, so fastest class first): those of the first class that has need,
+// or else the first need, across classes. Where the CPU is not hybrid, the
+// first need.
+func (t *Topology) oneClass(free []int, need int) []int {
+	need = min(need, len(free))
+	if need <= 0 {
+		return nil
+	}
+	count := make(map[int]int)
+	for _, c := range free {
+		count[t.ClassOf(c)]++
+	}
+	for _, c := range free {
+		if k := t.ClassOf(c); count[k] >= need {
+			var out []int
+			for _, d := range free {
+				if len(out) < need && t.ClassOf(d) == k {
+					out = append(out, d)
+				}
+			}
+			return out
+		}
+	}
+	return slices.Clone(free[:need])
+}
+
+// classNote says, on a hybrid CPU, which local ranks got cores of a slower
+// class than the fastest any rank got, or a mix of classes; all[i] is the
+// slots of local rank first+i. The same text on every rank, as rank 0
+// alone prints it. fast is the slots of the fastest class in the mask,
+// all ranks' share of which names the -threads that keeps them there.
+// Ranks all on one class, whichever, say nothing: they keep pace with
+// each other.
+func (t *Topology) classNote(all [][]int, first, fast int) string {
+	if !t.Hybrid() || len(all) == 0 {
+		return ""
+	}
+	kindsOf := make([][]int, len(all))
+	best, worst := len(t.Kinds), 0
+	for i, s := range all {
+		var k []int
+		for _, c := range s {
+			k = append(k, t.ClassOf(c))
+		}
+		slices.Sort(k)
+		k = slices.Compact(k)
+		kindsOf[i] = k
+		best, worst = min(best, k[0]), max(worst, k[len(k)-1])
+	}
+	if best == worst {
+		return ""
+	}
+	// Ranks by the classes they got ("P", "P+E"), in order of first
+	// appearance.
+	var got []string
+	ranks := make(map[string][]int)
+	for i, k := range kindsOf {
+		s := make([]string, len(k))
+		for j, c := range k {
+			s[j] = t.Kinds[c]
+		}
+		n := strings.Join(s, "+")
+		if _, ok := ranks[n]; !ok {
+			got = append(got, n)
+		}
+		ranks[n] = append(ranks[n], first+i)
+	}
+	parts := make([]string, len(got))
+	for i, n := range got {
+		who := "local rank "
+		if len(ranks[n]) > 1 {
+			who = "local ranks "
+		}
+		parts[i] = fmt.Sprintf("%s%s got %s cores", who, joinInts(ranks[n], ","), n)
+	}
+	note := fmt.Sprintf("hybrid cpu: %s; a rank's threads split each step evenly and every step waits for the slowest rank, so the job runs at the pace of its %s cores",
+		strings.Join(parts, ", "), t.Kinds[worst])
+	if fit := fast / len(all); fit >= 1 {
+		return note + fmt.Sprintf("; -threads %d keeps every rank on %s cores (or choose each rank's cores with -cpu-list)", fit, t.Kinds[best])
+	}
+	return note + fmt.Sprintf("; the %s cores in the mask hold at most %d ranks: run that many on this node to keep every rank on them (or choose each rank's cores with -cpu-list)",
+		t.Kinds[best], fast)
 }
 
 func (t *Topology) planNUMA(nodes []avail, r Request) Plan {
@@ -505,10 +706,11 @@ func (t *Topology) planNUMA(nodes []avail, r Request) Plan {
 		}
 	}
 	a := nodes[i]
-	cpus := len(a.first)
+	slots := a.first
 	if r.UseSMT {
-		cpus = len(a.bySMTCore)
+		slots = a.bySMTCore
 	}
+	cpus := t.defaultSlots(slots, sharing)
 	p := Plan{Policy: NUMA, LocalRank: r.LocalRank, LocalSize: r.LocalSize,
 		CPUs: a.cpus, Nodes: []int{a.node}, Threads: defaultThreads(r.Threads, cpus, sharing)}
 	if p.Threads*sharing > cpus {
@@ -527,7 +729,7 @@ func (t *Topology) planList(mask CPUSet, r Request) (Plan, error) {
 			r.CPUList, out, mask, t.Online)
 	}
 	var first, all []int
-	for _, a := range t.available(r.CPUList, -1) {
+	for _, a := range t.byClass(t.available(r.CPUList, -1), r.CPUList) {
 		first = append(first, a.first...)
 		all = append(all, a.bySMTCore...)
 	}
@@ -535,13 +737,14 @@ func (t *Topology) planList(mask CPUSet, r Request) (Plan, error) {
 	if r.UseSMT {
 		slots = all
 	}
-	T := defaultThreads(r.Threads, len(slots), 1)
+	T := defaultThreads(r.Threads, t.defaultSlots(slots, 1), 1)
 	warning := ""
 	if T > len(slots) {
 		warning = fmt.Sprintf("%d threads asked but cpu list %s has %d usable cpus; using %d threads",
 			T, r.CPUList, len(slots), len(slots))
 		T = len(slots)
 	}
+	warning = joinWarnings(warning, t.classNote([][]int{slots[:T]}, r.LocalRank, len(t.fastest(slots))))
 	p := Plan{Policy: Cores, LocalRank: r.LocalRank, LocalSize: r.LocalSize,
 		CPUs: r.CPUList, WorkerCPUs: slices.Clone(slots[:T]), Threads: T, Warning: warning}
 	p.Nodes = t.nodesOf(p.CPUs)

@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -588,5 +591,240 @@ func TestPlanOddMachines(t *testing.T) {
 				t.Errorf("%s mask %q %+v rank %d: %s (warning %q), want %s", tc.fixture, tc.mask, tc.r, i, p, p.Warning, tc.want[i])
 			}
 		}
+	}
+}
+
+// TestPlanHybrid: on a hybrid CPU (fixture hybrid8p8e: P-cores 0-15 with
+// siblings next to each other, E-cores 16-23; biglittle4l4b: little cores
+// 0-3, big 4-7) ranks take cores of one class each, fastest first; the
+// default thread count counts the fastest class when it holds a thread
+// per rank; and the warning, the same on every rank, names the ranks on
+// slower cores or a mix, and the -threads that keeps all on the fastest.
+func TestPlanHybrid(t *testing.T) {
+	const slowest = "a rank's threads split each step evenly and every step waits for the slowest rank, so the job runs at the pace of its E cores"
+	req := func(l, threads int) Request { return Request{LocalSize: l, Threads: threads, PreferNUMA: -1} }
+	smt := func(r Request) Request { r.UseSMT = true; return r }
+	list := func(r Request, s string) Request { r.CPUList = mustParse(t, s); return r }
+	policy := func(r Request, p Policy) Request { r.Policy = p; return r }
+	near := func(r Request, s ...string) Request {
+		for _, n := range s {
+			r.Near = append(r.Near, mustParse(t, n))
+		}
+		return r
+	}
+	for _, tc := range []struct {
+		name, fixture, mask string
+		r                   Request
+		want                []string // each rank's CPUs
+		workers0            string   // rank 0's WorkerCPUs, if checked
+		threads             int
+		warn                []string // substrings of every rank's warning; nil = none
+	}{
+		{name: "2x4 on P", r: req(2, 4), want: []string{"0,2,4,6", "8,10,12,14"}, threads: 4},
+		{name: "2 ranks default: P-cores only", r: req(2, 0), want: []string{"0,2,4,6", "8,10,12,14"}, threads: 4},
+		{name: "1 rank default: P-cores only", r: req(1, 0), want: []string{"0,2,4,6,8,10,12,14"}, threads: 8},
+		{name: "3x4: the third rank on E", r: req(3, 4), want: []string{"0,2,4,6", "8,10,12,14", "16-19"}, threads: 4,
+			warn: []string{"hybrid cpu: local ranks 0,1 got P cores, local rank 2 got E cores; " + slowest + "; -threads 2 keeps every rank on P cores"}},
+		{name: "2x6: E, not a mix", r: req(2, 6), want: []string{"0,2,4,6,8,10", "16-21"}, threads: 6,
+			warn: []string{"local rank 0 got P cores, local rank 1 got E cores", "-threads 4 keeps every rank on P cores"}},
+		{name: "1x12: a mix only P and E hold", r: req(1, 12), want: []string{"0,2,4,6,8,10,12,14,16-19"}, threads: 12,
+			warn: []string{"hybrid cpu: local rank 0 got P+E cores; " + slowest + "; -threads 8 keeps every rank on P cores"}},
+		{name: "10 ranks: more than P-cores", r: req(10, 0), threads: 1,
+			want: []string{"0", "2", "4", "6", "8", "10", "12", "14", "16", "17"},
+			warn: []string{"local ranks 0,1,2,3,4,5,6,7 got P cores, local ranks 8,9 got E cores", "the P cores in the mask hold at most 8 ranks"}},
+		{name: "2 ranks smt default", r: smt(req(2, 0)), want: []string{"0-7", "8-15"}, workers0: "0,1,2,3,4,5,6,7", threads: 8},
+		{name: "1 rank smt default", r: smt(req(1, 0)), want: []string{"0-15"}, threads: 16},
+		{name: "20 ranks: P siblings, then E", r: req(20, 0), threads: 1,
+			want: []string{"0", "2", "4", "6", "8", "10", "12", "14", "1", "3", "5", "7", "9", "11", "13", "15", "16", "17", "18", "19"},
+			warn: []string{"20 ranks on this node but only 16 physical cores", "local ranks 16,17,18,19 got E cores"}},
+		{name: "mask of E-cores", mask: "16-23", r: req(2, 0), want: []string{"16-19", "20-23"}, threads: 4},
+		{name: "cpu list of E-cores", r: list(req(2, 0), "16-19"), want: []string{"16-19", "16-19"}, workers0: "16,17,18,19", threads: 4},
+		{name: "cpu list of P and E: default P", r: list(req(1, 0), "12-19"), want: []string{"12-19"}, workers0: "12,14", threads: 2},
+		{name: "cpu list of P and E: 4 threads", r: list(req(1, 4), "12-19"), want: []string{"12-19"}, workers0: "12,14,16,17", threads: 4,
+			warn: []string{"local rank 0 got P+E cores", "-threads 2 keeps every rank on P cores"}},
+		{name: "mask of 4 P and 8 E", mask: "8-23", r: req(2, 0), want: []string{"8,10", "12,14"}, threads: 2},
+		{name: "bind none", r: policy(req(2, 0), None), want: []string{"", ""}, threads: 4},
+		{name: "bind numa", r: policy(req(1, 0), NUMA), want: []string{"0-23"}, threads: 8},
+		{name: "near the whole node", r: near(req(2, 0), "0-23", "0-23"), want: []string{"0,2,4,6", "8,10,12,14"}, threads: 4},
+		{name: "near, 6 threads: E, not a mix", r: near(req(2, 6), "0-23", "0-23"), want: []string{"0,2,4,6,8,10", "16-21"}, threads: 6,
+			warn: []string{"local rank 0 got P cores, local rank 1 got E cores"}},
+
+		{name: "big.LITTLE 1 rank default", fixture: "biglittle4l4b", r: req(1, 0), want: []string{"4-7"}, threads: 4},
+		{name: "big.LITTLE 2x2 on big", fixture: "biglittle4l4b", r: req(2, 2), want: []string{"4-5", "6-7"}, threads: 2},
+		{name: "big.LITTLE 3x2", fixture: "biglittle4l4b", r: req(3, 2), want: []string{"4-5", "6-7", "0-1"}, threads: 2,
+			warn: []string{"local ranks 0,1 got capacity-1024 cores, local rank 2 got capacity-446 cores", "pace of its capacity-446 cores; -threads 1 keeps every rank on capacity-1024 cores"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.fixture == "" {
+				tc.fixture = "hybrid8p8e"
+			}
+			topo := readFixture(t, tc.fixture)
+			mask := topo.Online
+			if tc.mask != "" {
+				mask = mustParse(t, tc.mask)
+			}
+			plans, err := planEach(topo, mask, tc.r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(plans) != len(tc.want) {
+				t.Fatalf("%d plans, want %d", len(plans), len(tc.want))
+			}
+			for i, p := range plans {
+				if p.CPUs.String() != tc.want[i] || p.Threads != tc.threads {
+					t.Errorf("rank %d: cpus %s threads %d, want %s threads %d", i, p.CPUs, p.Threads, tc.want[i], tc.threads)
+				}
+				if (tc.warn == nil) != (p.Warning == "") {
+					t.Errorf("rank %d warning %q, want %q", i, p.Warning, tc.warn)
+				}
+				for _, w := range tc.warn {
+					if !strings.Contains(p.Warning, w) {
+						t.Errorf("rank %d warning %q lacks %q", i, p.Warning, w)
+					}
+				}
+				if !p.CPUs.IsSubset(mask) {
+					t.Errorf("rank %d cpus %s outside mask %s", i, p.CPUs, mask)
+				}
+				if p.Policy != Cores {
+					continue
+				}
+				if len(p.WorkerCPUs) != p.Threads {
+					t.Errorf("rank %d: %d worker cpus for %d threads", i, len(p.WorkerCPUs), p.Threads)
+				}
+				for _, c := range p.WorkerCPUs {
+					if core, _ := topo.CoreOf(c); !tc.r.UseSMT && core.CPUs.Intersect(p.CPUs).CPUs()[0] != c {
+						t.Errorf("rank %d: worker on cpu %d, not the first of its core's %s", i, c, core.CPUs)
+					}
+				}
+				for j := range i {
+					if s := p.CPUs.Intersect(plans[j].CPUs); tc.r.CPUList.IsEmpty() && !s.IsEmpty() {
+						t.Errorf("ranks %d and %d share cpus %s", j, i, s)
+					}
+				}
+			}
+			if tc.workers0 != "" && joinInts(plans[0].WorkerCPUs, ",") != tc.workers0 {
+				t.Errorf("rank 0 workers %v, want %s", plans[0].WorkerCPUs, tc.workers0)
+			}
+		})
+	}
+}
+
+// TestPlanHybridInvariants: on hybrid CPUs, for every count of ranks and
+// threads, with and without SMT, in several masks, the plans keep the
+// package's invariants (disjoint, inside the mask, one worker per physical
+// core's first sibling without UseSMT unless SMT is the fallback), and
+// ranks on different classes or a mix are always warned about, every rank
+// named with exactly the classes it got. Besides the fixtures: two NUMA
+// nodes of 2 P-cores (SMT) and 4 E-cores each, written from a machine
+// description.
+func TestPlanHybridInvariants(t *testing.T) {
+	core := func(c int) int { // node 0: cores 0,1 (P), 2-5 (E); node 1: 10,11, 12-15
+		if i := c % 8; i < 4 {
+			return c/8*10 + i/2
+		}
+		return c/8*10 + c%8 - 2
+	}
+	twoNodes := machine{name: "hybrid2n", ncpu: 16, core: core, coreID: core,
+		socket: func(int) int { return 0 }, node: func(c int) int { return c / 8 },
+		pmus: map[string]string{"cpu_core": "0-3,8-11", "cpu_atom": "4-7,12-15"},
+	}
+	root := t.TempDir()
+	for p, s := range twoNodes.files() {
+		full := filepath.Join(root, p)
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(full, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	topos := map[string]*Topology{"hybrid8p8e": readFixture(t, "hybrid8p8e"), "biglittle4l4b": readFixture(t, "biglittle4l4b")}
+	var err error
+	if topos["hybrid2n"], err = ReadTopology(root); err != nil {
+		t.Fatal(err)
+	}
+	if h := topos["hybrid2n"]; len(h.Cores) != 12 || len(h.Nodes) != 2 || strings.Join(h.Kinds, ",") != "P,E" || h.Cores[6].CPUs.String() != "8-9" || h.Cores[6].Kind != "P" || h.Cores[6].Node != 1 {
+		t.Fatalf("hybrid2n: kinds %v cores %+v", h.Kinds, h.Cores)
+	}
+	masks := map[string][]string{
+		"hybrid8p8e":    {"", "8-23", "0-3,16-17", "16-23"},
+		"biglittle4l4b": {"", "2-5"},
+		"hybrid2n":      {"", "2-7,10-15"},
+	}
+	for name, topo := range topos {
+		for _, m := range masks[name] {
+			mask := topo.Online
+			if m != "" {
+				mask = mustParse(t, m)
+			}
+			for L := 1; L <= mask.Len(); L++ {
+				for T := 0; T <= 13; T++ {
+					for _, smt := range []bool{false, true} {
+						r := Request{LocalSize: L, Threads: T, UseSMT: smt, PreferNUMA: -1}
+						plans, err := planEach(topo, mask, r)
+						if err != nil {
+							t.Fatalf("%s mask %q %+v: %v", name, m, r, err)
+						}
+						checkHybrid(t, topo, fmt.Sprintf("%s mask %q %+v", name, m, r), mask, r, plans)
+					}
+				}
+			}
+		}
+	}
+}
+
+var hybridGroup = regexp.MustCompile(`local ranks? ([0-9,]+) got ([A-Za-z0-9+-]+) cores`)
+
+func checkHybrid(t *testing.T, topo *Topology, where string, mask CPUSet, r Request, plans []Plan) {
+	t.Helper()
+	used := CPUSet{}
+	got := make([]string, len(plans)) // each rank's classes, "P+E"
+	classes := map[string]bool{}
+	for i, p := range plans {
+		if !p.CPUs.IsSubset(mask) || !used.Intersect(p.CPUs).IsEmpty() || len(p.WorkerCPUs) != p.Threads {
+			t.Fatalf("%s: rank %d %s overlaps %s or leaves the mask", where, i, p, used)
+		}
+		used = used.Union(p.CPUs)
+		var kinds []int
+		for _, c := range p.WorkerCPUs {
+			core, _ := topo.CoreOf(c)
+			if !r.UseSMT && !strings.Contains(p.Warning, "through SMT siblings") && core.CPUs.Intersect(mask).CPUs()[0] != c {
+				t.Fatalf("%s: rank %d worker %d is not its core's first cpu", where, i, c)
+			}
+			kinds = append(kinds, core.Class)
+		}
+		slices.Sort(kinds)
+		var names []string
+		for _, k := range slices.Compact(kinds) {
+			names = append(names, topo.Kinds[k])
+		}
+		got[i] = strings.Join(names, "+")
+		classes[got[i]] = true
+		note := func(w string) string { // the hybrid part, the same on every rank
+			if i := strings.Index(w, "hybrid cpu: "); i >= 0 {
+				return w[i:]
+			}
+			return ""
+		}
+		if note(p.Warning) != note(plans[0].Warning) {
+			t.Fatalf("%s: rank %d's warning %q, rank 0's %q", where, i, p.Warning, plans[0].Warning)
+		}
+	}
+	w := plans[0].Warning
+	if len(classes) == 1 && !strings.Contains(got[0], "+") {
+		if strings.Contains(w, "hybrid cpu: ") {
+			t.Fatalf("%s: ranks on %v, warning %q", where, got, w)
+		}
+		return
+	}
+	named := make([]string, len(plans))
+	for _, m := range hybridGroup.FindAllStringSubmatch(w, -1) {
+		for _, f := range strings.Split(m[1], ",") {
+			i, _ := strconv.Atoi(f)
+			named[i] = m[2]
+		}
+	}
+	if !slices.Equal(named, got) {
+		t.Fatalf("%s: ranks got %v, warning %q names %v", where, got, w, named)
 	}
 }
