@@ -102,6 +102,11 @@ type Plan struct {
 	// Threads is the number of compute threads: GOMAXPROCS, OMP_NUM_THREADS
 	// and the Workers count. It may be below Request.Threads (see Warning).
 	Threads int `json:"threads"`
+	// Kind, on a hybrid CPU, is the class of the cores the workers run on
+	// (of CPUs, where they are not pinned one by one): "P", "E", "P+E" for
+	// a mix (Topology.Kinds). Empty where the CPU is not hybrid, and under
+	// policy none.
+	Kind string `json:"kind,omitempty"`
 	// Warning, when not empty, says why the plan is not what was asked.
 	Warning string `json:"warning,omitempty"`
 	// Device is set by the caller, not by Plan: the device this rank
@@ -111,7 +116,8 @@ type Plan struct {
 }
 
 // String describes p in the style of Open MPI's --report-bindings:
-// "cores 0-1 numa 0 threads 2", followed by ", " and p.Device when set.
+// "cores 0-1 numa 0 threads 2", then " on P cores" where p.Kind is set (a
+// hybrid CPU), and ", " and p.Device when set.
 func (p Plan) String() string {
 	dev := ""
 	if p.Device != "" {
@@ -124,7 +130,11 @@ func (p Plan) String() string {
 	for i, n := range p.Nodes {
 		nodes[i] = fmt.Sprint(n)
 	}
-	return fmt.Sprintf("cores %s numa %s threads %d%s", p.CPUs, strings.Join(nodes, ","), p.Threads, dev)
+	kind := ""
+	if p.Kind != "" {
+		kind = " on " + p.Kind + " cores"
+	}
+	return fmt.Sprintf("cores %s numa %s threads %d%s%s", p.CPUs, strings.Join(nodes, ","), p.Threads, kind, dev)
 }
 
 // Plan lays out r.LocalSize ranks on the CPUs of mask and returns rank
@@ -202,7 +212,7 @@ func (t *Topology) Plan(mask CPUSet, r Request) (Plan, error) {
 		mask = t.Online
 	}
 	if !r.CPUList.IsEmpty() {
-		return t.planList(mask, r)
+		return t.withKind(t.planList(mask, r))
 	}
 	usable := mask.Intersect(t.Online)
 	if usable.IsEmpty() {
@@ -218,9 +228,32 @@ func (t *Topology) Plan(mask CPUSet, r Request) (Plan, error) {
 		return Plan{Policy: None, LocalRank: r.LocalRank, LocalSize: r.LocalSize,
 			Threads: defaultThreads(r.Threads, t.defaultSlots(first, r.LocalSize), r.LocalSize)}, nil
 	case NUMA:
-		return t.planNUMA(nodes, r), nil
+		return t.withKind(t.planNUMA(nodes, r), nil)
 	}
-	return t.planCores(nodes, t.byClass(nodes, usable), usable, r)
+	return t.withKind(t.planCores(nodes, t.byClass(nodes, usable), usable, r))
+}
+
+// withKind sets p.Kind on a hybrid CPU: the classes of p's workers' CPUs,
+// or of p.CPUs where workers are not pinned one by one.
+func (t *Topology) withKind(p Plan, err error) (Plan, error) {
+	cpus := p.WorkerCPUs
+	if cpus == nil {
+		cpus = p.CPUs.cpus
+	}
+	if err != nil || !t.Hybrid() || len(cpus) == 0 {
+		return p, err
+	}
+	var k []int
+	for _, c := range cpus {
+		k = append(k, t.ClassOf(c))
+	}
+	slices.Sort(k)
+	names := make([]string, 0, len(k))
+	for _, c := range slices.Compact(k) {
+		names = append(names, t.Kinds[c])
+	}
+	p.Kind = strings.Join(names, "+")
+	return p, nil
 }
 
 // avail is what one NUMA node offers inside the mask, core by core; on a

@@ -828,3 +828,70 @@ func checkHybrid(t *testing.T, topo *Topology, where string, mask CPUSet, r Requ
 		t.Fatalf("%s: ranks got %v, warning %q names %v", where, got, w, named)
 	}
 }
+
+// TestWriteHybrid: on a hybrid CPU, topo's text shows each core's kind and
+// each rank's ("on P cores"), and its JSON the classes; on every other
+// fixture none of it appears (TestWritePlansAndJSON has the exact text).
+func TestWriteHybrid(t *testing.T) {
+	topo := readFixture(t, "hybrid8p8e")
+	var b bytes.Buffer
+	if err := WritePlans(&b, topo, CPUSet{}, 3, Request{Threads: 4, PreferNUMA: -1}); err != nil {
+		t.Fatal(err)
+	}
+	warn := "  warning: hybrid cpu: local ranks 0,1 got P cores, local rank 2 got E cores; a rank's threads split each step evenly and every step waits for the slowest rank, so the job runs at the pace of its E cores; -threads 2 keeps every rank on P cores (or choose each rank's cores with -cpu-list)\n"
+	want := "local 0: cores 0,2,4,6 numa 0 threads 4 on P cores workers 0,2,4,6\n" + warn +
+		"local 1: cores 8,10,12,14 numa 0 threads 4 on P cores workers 8,10,12,14\n" + warn +
+		"local 2: cores 16-19 numa 0 threads 4 on E cores workers 16,17,18,19\n" + warn
+	if b.String() != want {
+		t.Errorf("WritePlans:\n%s\nwant:\n%s", b.String(), want)
+	}
+	if p, _ := topo.Plan(CPUSet{}, Request{LocalSize: 1, Threads: 12, PreferNUMA: -1}); p.Kind != "P+E" ||
+		ReportLine("h", 0, p) != "[h:rank 0 local 0] cores 0,2,4,6,8,10,12,14,16-19 numa 0 threads 12 on P+E cores" {
+		t.Errorf("a mixed rank: %q", ReportLine("h", 0, p))
+	}
+	if p, _ := topo.Plan(CPUSet{}, Request{LocalSize: 1, Policy: NUMA, PreferNUMA: -1}); p.Kind != "P+E" {
+		t.Errorf("policy numa: kind %q, want P+E (the node's cpus)", p.Kind)
+	}
+	if p, _ := topo.Plan(CPUSet{}, Request{LocalSize: 1, Policy: None, PreferNUMA: -1}); p.Kind != "" || p.String() != "not bound threads 8" {
+		t.Errorf("policy none: %q kind %q", p, p.Kind)
+	}
+	b.Reset()
+	if err := topo.Write(&b); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{
+		"1 socket(s), 1 NUMA node(s), 16 physical cores, 24 logical CPUs (SMT on; hybrid, fastest first: 8 P cores, 8 E cores)\n",
+		"  core   7  socket 0 die 0 core_id 7 numa 0 kind P: cpus 14-15\n",
+		"  core   8  socket 0 die 0 core_id 8 numa 0 kind E: cpus 16\n",
+	} {
+		if !strings.Contains(b.String(), s) {
+			t.Errorf("Topology.Write lacks %q:\n%s", s, b.String())
+		}
+	}
+	plans, _ := topo.PlanAll(CPUSet{}, Request{LocalSize: 3, Threads: 4, PreferNUMA: -1})
+	js, err := json.Marshal(Layout{Topology: topo, Plans: plans})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{`"kinds":["P","E"]`, `"cpus":"16","class":1,"kind":"E"`, `"threads":4,"kind":"E"`} {
+		if !strings.Contains(string(js), s) {
+			t.Errorf("JSON lacks %s: %s", s, js)
+		}
+	}
+	for _, name := range []string{"server16c32t", "dual2s64t", "laptop4c8t", "pairs4c8t", "vm2c", "offline4c8t", "snc2s4n"} {
+		topo := readFixture(t, name)
+		b.Reset()
+		if err := topo.Write(&b); err != nil {
+			t.Fatal(err)
+		}
+		if err := WritePlans(&b, topo, CPUSet{}, 2, Request{PreferNUMA: -1}); err != nil {
+			t.Fatal(err)
+		}
+		plans, _ := topo.PlanAll(CPUSet{}, Request{LocalSize: 2, PreferNUMA: -1})
+		js, _ := json.Marshal(Layout{Topology: topo, Plans: plans})
+		if strings.Contains(b.String(), "kind") || strings.Contains(b.String(), "hybrid") || strings.Contains(b.String(), " on ") ||
+			strings.Contains(string(js), "kind") || strings.Contains(string(js), "class") {
+			t.Errorf("%s, not hybrid, shows classes:\n%s\n%s", name, b.String(), js)
+		}
+	}
+}

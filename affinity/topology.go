@@ -393,7 +393,8 @@ func listIndexed(dir, prefix string) (CPUSet, error) {
 }
 
 // Write prints t for a person: a summary line, sockets, NUMA nodes, the
-// physical cores with their SMT siblings, and the allowed mask when known.
+// physical cores with their SMT siblings (and their kind on a hybrid CPU),
+// and the allowed mask when known.
 func (t *Topology) Write(w io.Writer) error {
 	smt := "SMT off"
 	if t.SMT() {
@@ -401,6 +402,17 @@ func (t *Topology) Write(w io.Writer) error {
 	}
 	logical := t.Online.Len()
 	ew := &errWriter{w: w}
+	if t.Hybrid() {
+		count := make([]int, len(t.Kinds))
+		for _, c := range t.Cores {
+			count[c.Class]++
+		}
+		classes := make([]string, len(t.Kinds))
+		for k, name := range t.Kinds {
+			classes[k] = fmt.Sprintf("%d %s cores", count[k], name)
+		}
+		smt += "; hybrid, fastest first: " + strings.Join(classes, ", ")
+	}
 	ew.printf("%d socket(s), %d NUMA node(s), %d physical cores, %d logical CPUs (%s)\n",
 		len(t.Sockets), len(t.Nodes), len(t.Cores), logical, smt)
 	for _, s := range t.Sockets {
@@ -411,8 +423,12 @@ func (t *Topology) Write(w io.Writer) error {
 	}
 	ew.printf("physical cores (first cpu, then SMT siblings):\n")
 	for i, c := range t.Cores {
-		ew.printf("  core %3d  socket %d die %d core_id %d numa %d: cpus %s\n",
-			i, c.Socket, c.Die, c.ID, c.Node, c.CPUs)
+		kind := ""
+		if c.Kind != "" {
+			kind = " kind " + c.Kind
+		}
+		ew.printf("  core %3d  socket %d die %d core_id %d numa %d%s: cpus %s\n",
+			i, c.Socket, c.Die, c.ID, c.Node, kind, c.CPUs)
 	}
 	if !t.Allowed.IsEmpty() {
 		ew.printf("allowed mask: %s (%d logical CPUs on %d physical cores)\n",
