@@ -29,7 +29,7 @@ import (
 func topoCmd(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("hpctrain topo", flag.ContinueOnError)
 	np := fs.Int("np", 1, "local ranks to plan for")
-	threads := fs.Int("threads", 0, "threads per rank (0: cores / ranks)")
+	threads := fs.Int("threads", 0, "threads per rank (0: cores / ranks; on a hybrid CPU performance cores / ranks, where there is one per rank)")
 	bind := fs.String("bind", "cores", "policy: cores, numa, none")
 	smt := fs.Bool("use-smt", false, "use SMT siblings")
 	sys := fs.String("sysfs", "/", "root of the sysfs tree to read (fixtures for tests)")

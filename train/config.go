@@ -236,7 +236,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	c.DataConfig.Flags(fs)
 	fs.IntVar(&c.Limit, "limit", c.Limit, "train on `N` training samples only: the first N, or of an image folder N of every class in proportion to its size (0: all)")
 	fs.IntVar(&c.TestLimit, "test-limit", c.TestLimit, "evaluate on `N` test samples only: the first N, or of an image folder N of every class in proportion to its size (0: all)")
-	fs.IntVar(&c.Threads, "threads", c.Threads, fmt.Sprintf("compute threads `per rank`, 1 to %d (default: cores in the allowed mask / local ranks)", MaxThreads))
+	fs.IntVar(&c.Threads, "threads", c.Threads, fmt.Sprintf("compute threads `per rank`, 1 to %d (default: physical cores in the allowed mask / local ranks; on a hybrid CPU its performance cores, where there is one per rank)", MaxThreads))
 	fs.StringVar(&c.Bind, "bind", c.Bind, "placement of each rank's threads: cores (disjoint physical cores by local rank), numa (the rank's NUMA node), none")
 	fs.StringVar(&c.CPUList, "cpu-list", c.CPUList, "this rank's cpus, e.g. 0-3,8 (overrides the automatic plan; must lie inside the allowed mask)")
 	fs.BoolVar(&c.UseSMT, "use-smt", c.UseSMT, "let a rank's threads use SMT siblings of its cores")

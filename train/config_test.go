@@ -165,7 +165,7 @@ func TestPrintConfigRoundTrip(t *testing.T) {
 	}
 	// Each key comes under its flag's help: a 0 that means a default says so.
 	if !strings.Contains(out.String(), "# multistep factor (default 0.1) or exponential per-step factor (at most 1)\ngamma = 0.5\n") ||
-		!strings.Contains(out.String(), "# compute threads per rank, 1 to 4096 (default: cores in the allowed mask / local ranks)\nthreads = 2\n") {
+		!strings.Contains(out.String(), "# compute threads per rank, 1 to 4096 (default: physical cores in the allowed mask / local ranks; on a hybrid CPU its performance cores, where there is one per rank)\nthreads = 2\n") {
 		t.Errorf("-print-config's keys lack their help:\n%s", out.String())
 	}
 	if cfg.CollectiveTimeout != 90*time.Second || cfg.Progress != 90*time.Second {
