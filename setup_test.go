@@ -301,3 +301,47 @@ func TestMpirunScriptNoMPI(t *testing.T) {
 		t.Errorf("scripts/mpirun.sh without mpirun: exit %d\n%s", code, out)
 	}
 }
+
+// TestMpirunScriptKeepalive: scripts/mpirun.sh gives mpirun the OOB
+// keepalive (20 s, then 8 probes 5 s apart) as OMPI_MCA_* variables, each
+// only where the user has not set it: in the environment, with --mca on the
+// command line, or in ~/.openmpi/mca-params.conf (seen through the real
+// ompi_info; that case is skipped without one). The mpirun is a fake that
+// prints the variables it was given.
+func TestMpirunScriptKeepalive(t *testing.T) {
+	fake := map[string]string{"mpirun": `env | grep '^OMPI_MCA_oob_tcp_keepalive_' | sort`}
+	for _, c := range []struct {
+		name  string
+		env   []string
+		args  []string
+		conf  string
+		want  string
+		needs string
+	}{
+		{"none", nil, nil, "", "intvl=5 probes=8 time=20", ""},
+		{"env", []string{"OMPI_MCA_oob_tcp_keepalive_time=60"}, nil, "", "intvl=5 probes=8 time=60", ""},
+		{"--mca", nil, []string{"--mca", "oob_tcp_keepalive_probes", "3"}, "", "intvl=5 time=20", ""},
+		{"-gmca", nil, []string{"-gmca", "oob_tcp_keepalive_intvl", "9"}, "", "probes=8 time=20", ""},
+		{"params file", nil, nil, "oob_tcp_keepalive_intvl = 10\n", "probes=8 time=20", "ompi_info"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if _, err := exec.LookPath(c.needs); c.needs != "" && err != nil {
+				t.Skipf("no %s on PATH", c.needs)
+			}
+			home := t.TempDir()
+			if c.conf != "" {
+				os.Mkdir(filepath.Join(home, ".openmpi"), 0o755)
+				if err := os.WriteFile(filepath.Join(home, ".openmpi", "mca-params.conf"), []byte(c.conf), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			env := append([]string{"HOME=" + home}, c.env...)
+			out, code, _ := runIn(t, shimPath(t, nil, fake), env, "scripts/mpirun.sh", append(c.args, "-np", "2", "true")...)
+			// What the fake mpirun saw, sorted by name (intvl, probes, time).
+			got := strings.Join(strings.Fields(strings.ReplaceAll(out, "OMPI_MCA_oob_tcp_keepalive_", "")), " ")
+			if code != 0 || got != c.want {
+				t.Errorf("scripts/mpirun.sh %v with %v: exit %d, mpirun got %q, want %q", c.args, c.env, code, got, c.want)
+			}
+		})
+	}
+}

@@ -207,3 +207,38 @@ func TestHostLinkDown(t *testing.T) {
 		}
 	}
 }
+
+// TestHostLostKernelRetries is TestHostLinkDown on hosts that keep the
+// kernel's default tcp_retries2 (15: ~15 min of retransmitting to a peer
+// that stopped answering), as a real cluster's do, with the watchdog
+// (-collective-timeout 5m, the default) later than the test's limit: what
+// must end the job within 90 s of node2's link going down is mpirun itself,
+// through the keepalive that scripts/mpirun.sh sets on Open MPI's own
+// connections (20 s idle, then 8 probes 5 s apart: 60 s), with Open MPI's
+// "lost communication with a remote daemon" message naming node2. With Open
+// MPI's own keepalive (300 s + 9 x 20 s) the watchdog aborts first, at 5
+// min, and mpirun then retransmits its order to node2's orted for ~15 min.
+func TestHostLostKernelRetries(t *testing.T) {
+	cmd, out, done := trainAcross(t, "-collective-timeout", "5m")
+	defer cmd.Process.Kill() // down.sh (upCluster's cleanup) ends the rest
+	// up.sh's 6 undone in both hosts' namespaces (they go with down.sh);
+	// the kernel reads tcp_retries2 at each retransmission, so a job that
+	// started under 6 retransmits under 15 from here on. node1's is the one
+	// that counts: mpirun runs there.
+	for _, ns := range []string{"hpct-node1", "hpct-node2"} {
+		sh := "echo 15 >/proc/sys/net/ipv4/tcp_retries2 && cat /proc/sys/net/ipv4/tcp_retries2"
+		if b, err := exec.Command("ip", "netns", "exec", ns, "sh", "-c", sh).CombinedOutput(); err != nil || strings.TrimSpace(string(b)) != "15" {
+			t.Fatalf("%s: tcp_retries2 15: %v\n%s", ns, err, b)
+		}
+	}
+	if b, err := exec.Command("ip", "-n", "hpct-hub", "link", "set", "vnode2", "down").CombinedOutput(); err != nil {
+		t.Fatalf("ip link set vnode2 down: %v\n%s", err, b)
+	}
+	err := jobEnd(t, done, out, 90*time.Second, "node2's link went down (tcp_retries2 15, -collective-timeout 5m)")
+	if code(err) == 0 {
+		t.Errorf("exit 0 with node2 gone:\n%s", out.String())
+	}
+	if !regexp.MustCompile(`lost communication with a remote daemon(?s:.*)Remote daemon: .* on node node2`).MatchString(out.String()) {
+		t.Errorf("no message naming node2 as lost:\n%s", out.String())
+	}
+}

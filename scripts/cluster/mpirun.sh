@@ -12,12 +12,13 @@
 #         even between ranks of one host; vader,tcp,self for shared memory
 #         within a host and TCP between hosts)
 #   --mca btl_tcp_if_include / oob_tcp_if_include 10.77.0.0/24
-#   --oversubscribe --bind-to none (hpctrain places its own threads)
 #   -x PATH -x HOME, and -x for each of LD_LIBRARY_PATH GOMAXPROCS GODEBUG
 #         OMP_NUM_THREADS OPENBLAS_NUM_THREADS GOTOOLCHAIN and the names in
 #         $HPCT_EXPORT that are set (remote ranks get a login-like environment
 #         from rsh-agent.sh, not yours)
-# and OMPI_ALLOW_RUN_AS_ROOT(_CONFIRM)=1 when uid is 0.
+# and run through scripts/mpirun.sh, the launcher users run, which adds
+# --oversubscribe --bind-to none, the OOB keepalive that ends a job whose
+# host was lost, and OMPI_ALLOW_RUN_AS_ROOT(_CONFIRM)=1 when uid is 0.
 # Environment: HPCT_CLUSTER, HPCT_BTL, HPCT_EXPORT.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -28,18 +29,14 @@ die() { echo "cluster mpirun.sh: $*" >&2; exit 1; }
 ns1=$(node_ns 1)
 ip netns list | awk '{print $1}' | grep -qx "$ns1" || die "namespace $ns1 missing: run $here/up.sh"
 
-if [ "$(id -u)" -eq 0 ]; then
-	export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-fi
 args=(
 	--mca plm_rsh_agent "$here/rsh-agent.sh"
 	--mca pml ob1 --mca osc '^ucx' --mca btl "${HPCT_BTL:-tcp,self}"
 	--mca btl_tcp_if_include "$SUBNET" --mca oob_tcp_if_include "$SUBNET"
-	--oversubscribe --bind-to none
 )
 for v in PATH HOME LD_LIBRARY_PATH GOMAXPROCS GODEBUG OMP_NUM_THREADS OPENBLAS_NUM_THREADS GOTOOLCHAIN ${HPCT_EXPORT:-}; do
 	[ -z "${!v+x}" ] || args+=(-x "$v")
 done
 # shellcheck disable=SC2016
 exec ip netns exec "$ns1" unshare --uts -- \
-	sh -c 'hostname node1 && exec "$@"' mpirun.sh mpirun "${args[@]}" "$@"
+	sh -c 'hostname node1 && exec "$@"' mpirun.sh "$here/../mpirun.sh" "${args[@]}" "$@"
