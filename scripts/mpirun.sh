@@ -34,6 +34,8 @@ fi
 # VALUE on this command line (which Open MPI takes before the environment
 # anyway), or in an MCA params file (ompi_info's "source" is not
 # "default": ~/.openmpi/mca-params.conf, the site's openmpi-mca-params.conf).
+# slurm.Render (slurm/render.go) writes the same values into sbatch scripts
+# (TestRenderKeepaliveAsLauncher checks that they agree).
 keepalive=(oob_tcp_keepalive_time=20 oob_tcp_keepalive_intvl=5 oob_tcp_keepalive_probes=8)
 filed=
 if command -v ompi_info >/dev/null; then

@@ -14,7 +14,9 @@
 //   - [Render] writes an sbatch script from a [JobSpec] (usually loaded from
 //     TOML with [LoadJobSpec]) that runs `mpirun ... hpctrain train`, forwards
 //     SLURM's pre-emption warning signal to the trainer and requeues the job
-//     when the trainer exits with [ExitRequeue].
+//     when the trainer exits with [ExitRequeue]. It gives mpirun the TCP
+//     keepalive that scripts/mpirun.sh chooses, so that a node lost mid-run
+//     ends the job in about a minute, not ~15 min.
 //
 // # Preemption and requeue protocol
 //

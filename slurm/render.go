@@ -125,6 +125,24 @@ if [ "$(id -u)" -eq 0 ]; then
 	export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 fi
 
+# A node lost mid-run (power, link) ends the job about a minute later, not
+# after the watchdog's abort and ~15 min of TCP retransmitting it to the dead
+# node (tcp_retries2): mpirun's connections to the other nodes' daemons get
+# a TCP keepalive of 20 s idle, then 8 probes 5 s apart. The values and why are in hpctrain's
+# scripts/mpirun.sh, the one place they are chosen; as there, each is set only
+# where not already set, in the environment or an MCA params file, and a
+# --mca in the job file's mpirun options wins over it.
+filed=
+if command -v ompi_info >/dev/null; then
+	filed=$(ompi_info --param oob tcp --level 9 --parsable 2>/dev/null |
+		awk -F: '$6 == "source" && $7 != "default" { printf " %s ", $5 }') || filed=
+fi
+for kv in oob_tcp_keepalive_time=20 oob_tcp_keepalive_intvl=5 oob_tcp_keepalive_probes=8; do
+	var=OMPI_MCA_${kv%%=*}
+	case "$filed" in *" ${kv%%=*} "*) continue ;; esac
+	[ -n "${!var+x}" ] || export "$var=${kv#*=}"
+done
+
 echo "hpctrain.sbatch: job ${SLURM_JOB_ID} run ${SLURM_RESTART_COUNT:-0} on ${SLURM_JOB_NODELIST} at $(date -Is)"
 
 # --bind-to none: hpctrain pins its own threads (package affinity): each rank

@@ -125,6 +125,92 @@ func TestRenderContents(t *testing.T) {
 	}
 }
 
+// TestRenderKeepaliveAsLauncher runs a rendered script and the launcher
+// scripts/mpirun.sh, each with a fake mpirun that prints the OOB keepalive
+// variables it was given, and checks that the script gives mpirun what the
+// launcher does: the values are chosen there and copied here. Cases: nothing
+// set by the user, one in the environment, one in ~/.openmpi/mca-params.conf
+// (seen through the real ompi_info; skipped without one).
+func TestRenderKeepaliveAsLauncher(t *testing.T) {
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("no bash")
+	}
+	s := DefaultJobSpec()
+	s.Config = "c.toml"
+	var buf bytes.Buffer
+	if err := Render(&buf, s); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	script := filepath.Join(dir, "train.sbatch")
+	fakes := filepath.Join(dir, "bin")
+	if err := os.WriteFile(script, buf.Bytes(), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.Mkdir(fakes, 0o755)
+	fake := "#!/bin/sh\nenv | grep '^OMPI_MCA_oob_tcp_keepalive_' | sort | sed 's/^/fake mpirun: /'\n"
+	if err := os.WriteFile(filepath.Join(fakes, "mpirun"), []byte(fake), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	launcher, err := filepath.Abs(filepath.Join("..", "scripts", "mpirun.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// seen runs name under env and returns the fake mpirun's lines.
+	seen := func(env []string, name string, args ...string) string {
+		cmd := exec.Command(name, args...)
+		for _, kv := range os.Environ() { // the caller's keepalive, if any, would be the user's
+			if !strings.HasPrefix(kv, "OMPI_MCA_oob_tcp_keepalive_") {
+				cmd.Env = append(cmd.Env, kv)
+			}
+		}
+		cmd.Env = append(cmd.Env, "PATH="+fakes+":"+os.Getenv("PATH"), "SLURM_JOB_ID=1", "SLURM_JOB_NODELIST=n1",
+			"SLURM_NTASKS=2", "SLURM_NTASKS_PER_NODE=2", "SLURM_CPUS_PER_TASK=1")
+		cmd.Env = append(cmd.Env, env...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", name, err, out)
+		}
+		var lines []string
+		for _, l := range strings.Split(string(out), "\n") {
+			if strings.HasPrefix(l, "fake mpirun: ") {
+				lines = append(lines, l)
+			}
+		}
+		return strings.Join(lines, "\n")
+	}
+	for _, c := range []struct {
+		name, env, conf string
+	}{
+		{"none", "", ""},
+		{"env", "OMPI_MCA_oob_tcp_keepalive_time=60", ""},
+		{"params file", "", "oob_tcp_keepalive_probes = 3\n"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if _, err := exec.LookPath("ompi_info"); c.conf != "" && err != nil {
+				t.Skip("no ompi_info on PATH")
+			}
+			home := t.TempDir()
+			if c.conf != "" {
+				os.Mkdir(filepath.Join(home, ".openmpi"), 0o755)
+				if err := os.WriteFile(filepath.Join(home, ".openmpi", "mca-params.conf"), []byte(c.conf), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			env := []string{"HOME=" + home}
+			if c.env != "" {
+				env = append(env, c.env)
+			}
+			want := seen(env, launcher, "-np", "2", "true")
+			got := seen(env, bash, script)
+			if got != want || (c.name == "none" && strings.Count(want, "\n") != 2) {
+				t.Errorf("the rendered script gives mpirun\n%s\nscripts/mpirun.sh gives it\n%s", got, want)
+			}
+		})
+	}
+}
+
 func TestShellQuote(t *testing.T) {
 	for in, want := range map[string]string{
 		"plain/path.toml": "plain/path.toml",
