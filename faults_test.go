@@ -208,8 +208,8 @@ func TestStuckRankNamesItself(t *testing.T) {
 // system under every rank's loader) leaves no rank in a collective to time
 // out; it ran until the job's time limit. The step timeout ends it, exit 3,
 // each stuck rank saying so: a training step with the collective timeout
-// off (2 ranks), a batch of evaluation, and a job of one process, where
-// nobody waits at all.
+// off (2 ranks), a batch of evaluation, a job of one process, where nobody
+// waits at all, and the data's load at start-up.
 func TestEveryRankStuck(t *testing.T) {
 	args := []string{"train", "-model", "mlp", "-epochs", "1", "-limit", "1280", "-test-limit", "100", "-threads", "1", "-progress", "0", "-step-timeout", "3s"}
 	for _, c := range []struct {
@@ -221,13 +221,18 @@ func TestEveryRankStuck(t *testing.T) {
 		{2, "hang@0:3,hang@1:3", "training at step 3", []string{"-collective-timeout", "0"}, []string{"rank 0 on host", "rank 1 on host"}},
 		{2, "hang@0:evaluation,hang@1:evaluation", "evaluation after step 10", nil, []string{"rank 0 on host", "rank 1 on host"}},
 		{0, "hang@0:2", "training at step 2", nil, []string{"rank 0 on host"}},
+		{2, "hang@0:loading,hang@1:loading", "loading the data", nil, []string{"rank 0 on host", "rank 1 on host"}},
 	} {
 		r := hpctrainEnv(t, c.np, 2*time.Minute, []string{"HPCTRAIN_FAULT=" + c.fault}, append(args, c.extra...)...)
 		if r.code != train.ExitWatchdog {
 			t.Errorf("np %d, %s: exit %d, want %d:\n%s", c.np, c.fault, r.code, train.ExitWatchdog, r.out)
 		}
 		for _, who := range c.ranks {
-			line := regexp.MustCompile(regexp.QuoteMeta(who) + ` [^ ]+ \(cores [^)]*\): step timeout: ` + c.where + ` has gone 3s without finishing its batch or reaching a collective`)
+			without := "finishing its batch or reaching a collective"
+			if c.where == "loading the data" {
+				without = "reading a file"
+			}
+			line := regexp.MustCompile(regexp.QuoteMeta(who) + ` [^ ]+ \(cores [^)]*\): step timeout: ` + c.where + ` has gone 3s without ` + without)
 			if !line.MatchString(r.out) {
 				t.Errorf("np %d, %s: no line matching %s:\n%s", c.np, c.fault, line, r.out)
 			}

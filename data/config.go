@@ -468,6 +468,10 @@ type OpenOptions struct {
 	// Warn receives a line per bad image skipped at load, or read as
 	// zeros by a lazy folder (possibly from loader goroutines).
 	Warn func(msg string)
+	// Progress, when not nil, is called as the load goes on: after each
+	// file of a data set in files (IDX, CIFAR-10), and as FolderOptions
+	// says for a folder, possibly from several goroutines at once.
+	Progress func()
 }
 
 // Sets is a configured data set, opened: its training part and its test
@@ -519,19 +523,9 @@ func (c *Config) Open(opts OpenOptions) (*Sets, error) {
 func (c *Config) open(s *Sets, opts OpenOptions) (train, test Dataset, err error) {
 	switch c.Dataset {
 	case "fashion-mnist", "mnist":
-		tr, err := loadMNIST(c.DataDir, true, opts.Budget)
-		if err != nil {
-			return nil, nil, err
-		}
-		te, err := loadMNIST(c.DataDir, false, opts.Budget)
-		return tr, te, err
+		return loadPair(func(train bool) (Dataset, error) { return loadMNIST(c.DataDir, train, opts.Budget) }, opts.Progress)
 	case "cifar10":
-		tr, err := loadCIFAR10(c.DataDir, true, opts.Budget)
-		if err != nil {
-			return nil, nil, err
-		}
-		te, err := loadCIFAR10(c.DataDir, false, opts.Budget)
-		return tr, te, err
+		return loadPair(func(train bool) (Dataset, error) { return loadCIFAR10(c.DataDir, train, opts.Budget) }, opts.Progress)
 	case "synthetic":
 		shape, _, err := c.shape()
 		if err != nil {
@@ -564,6 +558,21 @@ func (c *Config) open(s *Sets, opts OpenOptions) (train, test Dataset, err error
 	return nil, nil, fmt.Errorf("config: unknown dataset %q", c.Dataset)
 }
 
+// loadPair loads a data set's training part, then its test part, telling
+// progress (if not nil) after each.
+func loadPair(load func(train bool) (Dataset, error), progress func()) (train, test Dataset, err error) {
+	var sets [2]Dataset
+	for i, tr := range []bool{true, false} {
+		if sets[i], err = load(tr); err != nil {
+			return nil, nil, err
+		}
+		if progress != nil {
+			progress()
+		}
+	}
+	return sets[0], sets[1], nil
+}
+
 // openFolders reads the folder's training tree and its test tree, or
 // splits off the validation part.
 func (c *Config) openFolders(s *Sets, opts OpenOptions) (train, test Dataset, err error) {
@@ -571,7 +580,7 @@ func (c *Config) openFolders(s *Sets, opts OpenOptions) (train, test Dataset, er
 	if err != nil {
 		return nil, nil, err
 	}
-	fo := FolderOptions{Lazy: c.Lazy, SkipBad: c.BadInput == "skip", Warn: opts.Warn, Budget: opts.Budget}
+	fo := FolderOptions{Lazy: c.Lazy, SkipBad: c.BadInput == "skip", Warn: opts.Warn, Budget: opts.Budget, Progress: opts.Progress}
 	switch c.FolderResize {
 	case "none":
 		fo.NoResize = true

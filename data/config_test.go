@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/BurntSushi/toml"
@@ -425,6 +426,34 @@ func TestAugmentTable(t *testing.T) {
 		_, err := toml.Decode("# the table starts on line 3\n\n[augment]\n"+c.table, &v)
 		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "line 1") {
 			t.Errorf("[augment] %q: %v, want %q", c.table, err, c.want)
+		}
+	}
+}
+
+// TestOpenProgress: Open tells Progress as the load goes on, so that a
+// watchdog can tell a slow load from a stuck one: after each IDX split
+// (the real Fashion-MNIST), and after each class directory listed and
+// each image read, decoded or (lazy) checked, of a folder.
+func TestOpenProgress(t *testing.T) {
+	var n atomic.Int64
+	tick := func() { n.Add(1) }
+	c := Defaults() // fashion-mnist in /usr/share/datasets
+	if _, err := c.Open(OpenOptions{Limit: 100, TestLimit: 10, Progress: tick}); err != nil {
+		t.Fatalf("%v (make test installs dataset-fashion-mnist)", err)
+	}
+	if got := n.Load(); got != 2 {
+		t.Errorf("fashion-mnist: %d calls, want 2 (training and test files)", got)
+	}
+	root := classTree(t, map[string]int{"a": 3, "b": 2, "c": 4})
+	for _, lazy := range []bool{false, true} {
+		n.Store(0)
+		c := Defaults()
+		c.Dataset, c.DataDir, c.ImageShape, c.ValSplit, c.Lazy = "folder", root, "2x2x3", 0.4, lazy
+		if _, err := c.Open(OpenOptions{Progress: tick}); err != nil {
+			t.Fatal(err)
+		}
+		if got := n.Load(); got != 3+9 {
+			t.Errorf("folder of 3 classes and 9 images, lazy %v: %d calls, want 12", lazy, got)
 		}
 	}
 }

@@ -47,6 +47,11 @@ type FolderOptions struct {
 	// folder (N*H*W*C bytes), or loading stops before decoding with an
 	// error suggesting Lazy.
 	Budget *Budget
+	// Progress, when not nil, is called as the load goes on: after each
+	// class directory is listed and each image is read (decoded, or its
+	// header checked when Lazy), possibly from several goroutines at once.
+	// A watchdog can tell a slow load from a stuck one by it.
+	Progress func()
 }
 
 // MaxImagePixels is the largest image, in pixels, a Folder decodes
@@ -157,6 +162,7 @@ func LoadImageFolder(root string, shape Shape, opts FolderOptions) (*Folder, err
 		if err != nil {
 			return nil, fmt.Errorf("image folder: %w", err)
 		}
+		f.progress()
 		var ps []string
 		for _, fe := range files {
 			if strings.HasPrefix(fe.Name(), ".") {
@@ -366,7 +372,8 @@ func (f *Folder) dropBad(bad []error, pix []byte) error {
 	return nil
 }
 
-// parallel runs fn(i) for every image on GOMAXPROCS goroutines.
+// parallel runs fn(i) for every image on GOMAXPROCS goroutines, telling
+// opts.Progress after each.
 func (f *Folder) parallel(fn func(i int)) {
 	n := len(f.paths)
 	workers := min(runtime.GOMAXPROCS(0), n)
@@ -377,10 +384,18 @@ func (f *Folder) parallel(fn func(i int)) {
 			defer wg.Done()
 			for i := w; i < n; i += workers {
 				fn(i)
+				f.progress()
 			}
 		}()
 	}
 	wg.Wait()
+}
+
+// progress tells opts.Progress, if set, that the load went on.
+func (f *Folder) progress() {
+	if f.opts.Progress != nil {
+		f.opts.Progress()
+	}
 }
 
 // openImage opens the image file at path for reading, refusing what is

@@ -259,7 +259,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Timeline, "timeline", c.Timeline, "write a Chrome trace (chrome://tracing, Perfetto) of the step's phases per rank to `FILE` (rank inserted before the extension)")
 	fs.IntVar(&c.TimelineSteps, "timeline-steps", c.TimelineSteps, fmt.Sprintf("steps the timeline records, from the 10th step on (1 to %d)", MaxTimelineSteps))
 	fs.Var(seconds{&c.CollectiveTimeout}, "collective-timeout", "abort the whole job when a collective has not completed after this `duration` (integer seconds or a duration like 5m; 0: never)")
-	fs.Var(seconds{&c.StepTimeout}, "step-timeout", "abort the whole job when a training step or a batch of evaluation has gone this `duration` without finishing or reaching a collective: stuck on every rank at once, or in a job of one rank, where no collective times out (integer seconds or a duration like 10m; 0: never)")
+	fs.Var(seconds{&c.StepTimeout}, "step-timeout", "abort the whole job when a training step or a batch of evaluation has gone this `duration` without finishing or reaching a collective, or the data's load without reading a file: stuck on every rank at once, or in a job of one rank, where no collective times out (integer seconds or a duration like 10m; 0: never)")
 	fs.StringVar(&c.Metrics, "metrics", c.Metrics, "rank 0 writes JSON lines (one per epoch and a final one) to `FILE`")
 	fs.StringVar(&c.LossLog, "loss-log", c.LossLog, "rank 0 writes every step's loss on its own batch to `FILE`, a line \"step loss\" each (to compare runs step by step)")
 	fs.Var(seconds{&c.Progress}, "progress", "`interval` between progress lines of rank 0 (integer seconds or a duration like 5m; 0: off)")

@@ -111,15 +111,16 @@ func namesText(names []string) string {
 // of ranks. Every error names the file or the key at fault; a batch, a
 // run length or loaders that do not fit the data or this rank's share of
 // the node's memory are configuration errors (cli.UsageError), found
-// before anything of that size is allocated.
-func loadData(cfg Config, c mpi.Comm) (*pipeline, error) {
+// before anything of that size is allocated. progress (if not nil) is
+// called as the load goes on (data.OpenOptions.Progress).
+func loadData(cfg Config, c mpi.Comm, progress func()) (*pipeline, error) {
 	if err := cfg.DataConfig.Validate(); err != nil {
 		return nil, cli.Usage(err)
 	}
 	budget := data.NewBudget(c.LocalSize())
 	p := &pipeline{warn: &warnings{}, budget: budget}
 	var err error
-	p.sets, err = cfg.DataConfig.Open(data.OpenOptions{Limit: cfg.Limit, TestLimit: cfg.TestLimit, Budget: budget, Warn: p.warn.add})
+	p.sets, err = cfg.DataConfig.Open(data.OpenOptions{Limit: cfg.Limit, TestLimit: cfg.TestLimit, Budget: budget, Warn: p.warn.add, Progress: progress})
 	if err != nil {
 		if errors.As(err, new(*data.MemoryError)) || errors.Is(err, fs.ErrNotExist) {
 			err = cli.Usage(err) // the configuration asks for more than there is, or for what is not there

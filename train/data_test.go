@@ -50,7 +50,7 @@ func TestLoadDataRefusesSizes(t *testing.T) {
 			}
 			var before, after runtime.MemStats
 			runtime.ReadMemStats(&before)
-			p, err := loadData(c.cfg, mpi.NewSingle())
+			p, err := loadData(c.cfg, mpi.NewSingle(), nil)
 			runtime.ReadMemStats(&after)
 			if p != nil {
 				p.close()
@@ -71,7 +71,7 @@ func TestLoadDataRefusesSizes(t *testing.T) {
 		})
 	}
 	// The same run with a fitting batch loads.
-	p, err := loadData(synth(func(c *Config) { c.Batch = 640 }), mpi.NewSingle())
+	p, err := loadData(synth(func(c *Config) { c.Batch = 640 }), mpi.NewSingle(), nil)
 	if err != nil {
 		t.Fatalf("batch = all samples: %v", err)
 	}

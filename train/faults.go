@@ -26,6 +26,7 @@ import (
 //	                   stuck kernel: the process, its watchdog included,
 //	                   runs on)
 //	hang@1:evaluation  rank 1's first batch of evaluation never finishes
+//	hang@1:loading     rank 1's load of the data hangs after its first file
 //	usr1@0:20          rank 0 is asked to stop after step 20, as SIGUSR1
 //	                   would ask it (checkpoint, exit for requeue)
 //	stop@1:evaluation  rank 1 stops itself (SIGSTOP) when it enters a phase:
@@ -43,12 +44,15 @@ var stopPhases = map[string]*string{
 	"evaluation": &phaseEvaluation, "training": &phaseTraining,
 }
 
+// hangPhases maps the phases hang@ takes besides a step to the run's.
+var hangPhases = map[string]*string{"evaluation": &phaseEvaluation, "loading": &phaseLoading}
+
 // fault is one injected failure.
 type fault struct {
 	kind  string // "nan", "perturb", "overflow", "fail", "hang", "usr1" or "stop"
 	rank  int
 	step  int     // nan, perturb, overflow, fail, hang, usr1
-	phase *string // stop (nil for "init"); hang in evaluation
+	phase *string // stop (nil for "init"); hang in evaluation or loading
 }
 
 // faults are the failures injected into this rank.
@@ -69,8 +73,8 @@ func parseFaults(spec string, rank int) (faults, error) {
 		var err2 error
 		switch kind {
 		case "hang":
-			if s == "evaluation" {
-				ft.phase = &phaseEvaluation
+			if p := hangPhases[s]; p != nil {
+				ft.phase = p
 			} else {
 				ft.step, err2 = strconv.Atoi(s)
 			}
@@ -84,7 +88,7 @@ func parseFaults(spec string, rank int) (faults, error) {
 			ok = false
 		}
 		if !ok || !ok2 || err1 != nil || err2 != nil {
-			return nil, fmt.Errorf("%s: %q is not nan@rank:step, perturb@rank:step, overflow@rank:step, fail@rank:step, hang@rank:step, hang@rank:evaluation, usr1@rank:step or stop@rank:phase (phases: init, %s)", FaultEnv, f, strings.Join(phaseNames(), ", "))
+			return nil, fmt.Errorf("%s: %q is not nan@rank:step, perturb@rank:step, overflow@rank:step, fail@rank:step, hang@rank:step, hang@rank:evaluation, hang@rank:loading, usr1@rank:step or stop@rank:phase (phases: init, %s)", FaultEnv, f, strings.Join(phaseNames(), ", "))
 		}
 		if ri == rank {
 			fs = append(fs, ft)

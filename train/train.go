@@ -177,7 +177,16 @@ func start(cfg Config, comm mpi.Comm, out, errOut io.Writer) (r *run, err error)
 	}
 	// The data and its loaders; the model takes the loader's sample shape
 	// (after transforms) and the data set's classes.
-	r.pipe, err = loadData(cfg, c)
+	// The load is timed file by file (an image folder image by image), as
+	// a training step is (-step-timeout). The watchdog's phase alone: the
+	// run is still in start-up, whose faults (stop@RANK:startup) fired
+	// once, on its entry.
+	r.wd.setPhase(&phaseLoading, r.step)
+	r.pipe, err = loadData(cfg, c, func() {
+		r.wd.batchBegins()
+		r.flt.hangIn(&phaseLoading)
+	})
+	r.wd.setPhase(&phaseStartup, r.step)
 	if r.pipe != nil {
 		r.closers = append(r.closers, r.pipe.close)
 	}

@@ -672,7 +672,7 @@ func TestLoadData(t *testing.T) {
 	cfg := Defaults()
 	cfg.Dataset, cfg.ImageShape, cfg.Limit, cfg.TestLimit, cfg.Batch = "synthetic", "32x32x3", 64, 20, 16
 	cfg.Augment, cfg.DataWorkers = "flip=1", 2 // always flip: easy to check
-	pipe, err := loadData(cfg, mpi.NewSingle())
+	pipe, err := loadData(cfg, mpi.NewSingle(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,7 +29,9 @@ import (
 // (a hung network file system under every rank's loader), or in a job of
 // one rank: nobody waits. The step timeout covers those: a training step,
 // or a batch of evaluation, that has gone stepTimeout without finishing
-// or reaching a collective aborts the job, as a collective's timeout does.
+// or reaching a collective aborts the job, as a collective's timeout does;
+// so does the data's load at start-up that has gone as long without
+// reading a file (an image folder: an image).
 // Its default (10 min) is twice the collective timeout's default, so that
 // where a single rank is stuck its peers' timeout, which names that rank,
 // comes first.
@@ -39,7 +41,7 @@ type watchdog struct {
 	peers       bool          // other ranks exist: a long stretch without a collective keeps them waiting
 	since       atomic.Int64  // unix nanoseconds when the wait began; 0: not waiting
 	busy        atomic.Int64  // unix nanoseconds of the last phase change or collective's end
-	batch       atomic.Int64  // the same, or of the last batch of evaluation's start: the step timeout's
+	batch       atomic.Int64  // the same, or of the last evaluation batch's start or file loaded: the step timeout's
 	step        atomic.Int64
 	bucket      atomic.Int64           // gradient bucket waited on; -1: another collective
 	op          atomic.Pointer[string] // the collective waited on
@@ -73,6 +75,7 @@ var (
 	opNodeMem   = "MPI_Win_allocate_shared"
 
 	phaseStartup    = "start-up"
+	phaseLoading    = "loading the data"
 	phaseBroadcast  = "the initial parameter broadcast"
 	phaseResume     = "resuming from a checkpoint"
 	phaseTraining   = "training"
@@ -139,10 +142,10 @@ func (w *watchdog) setPhase(p *string, step int) {
 	}
 }
 
-// batchBegins records that a batch of evaluation begins, for the step
-// timeout. The evaluation's batches are one stretch without a collective
-// for the held-up report: a rank slow over the whole evaluation still
-// names itself.
+// batchBegins records that a batch of evaluation begins, or that the
+// load read a file, for the step timeout. The evaluation's batches (the
+// load's files) are one stretch without a collective for the held-up
+// report: a rank slow over the whole evaluation still names itself.
 func (w *watchdog) batchBegins() {
 	if w.on() {
 		w.batch.Store(w.now().UnixNano())
@@ -208,16 +211,20 @@ func (w *watchdog) held(quiet time.Duration) string {
 
 // stuck is the report of a batch (a training step, or one of evaluation)
 // that has gone the step timeout without finishing or reaching a
-// collective.
+// collective, or of a load that has gone as long without reading a file.
 func (w *watchdog) stuck() string {
+	if w.phase.Load() == &phaseLoading {
+		return fmt.Sprintf("hpctrain: %s: step timeout: %s has gone %v without reading a file (an image of a folder); its reads are stuck; aborting the job (raise -step-timeout if one file can take this long; 0: never)",
+			*w.describe.Load(), w.where(), w.stepTimeout)
+	}
 	return fmt.Sprintf("hpctrain: %s: step timeout: %s has gone %v without finishing its batch or reaching a collective (reading the batch, or the passes over it, are stuck); aborting the job (raise -step-timeout if a batch can take this long; 0: never)",
 		*w.describe.Load(), w.where(), w.stepTimeout)
 }
 
-// timesBatches reports whether phase p runs batch by batch, each timed by
-// the step timeout.
+// timesBatches reports whether phase p goes batch by batch (file by file),
+// each timed by the step timeout.
 func timesBatches(p *string) bool {
-	return p == &phaseTraining || p == &phaseEvaluation
+	return p == &phaseTraining || p == &phaseEvaluation || p == &phaseLoading
 }
 
 func (w *watchdog) run() {

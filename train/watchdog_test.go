@@ -161,7 +161,8 @@ func TestWatchdogStopped(t *testing.T) {
 // TestWatchdogStepTimeout: a training step, or a batch of evaluation, that
 // goes the step timeout without finishing or reaching a collective aborts
 // the job (exit 3) with a line naming it, also with the collective timeout
-// off and in a job of one rank; time in a collective, other phases,
+// off and in a job of one rank, and so does a load at start-up that goes
+// as long without reading a file; time in a collective, other phases,
 // batches that each finish in time, and a stopped process do not count,
 // and 0 is never.
 func TestWatchdogStepTimeout(t *testing.T) {
@@ -251,6 +252,19 @@ func TestWatchdogStepTimeout(t *testing.T) {
 	}
 	if s := out.String(); aborted.Load() >= 0 || strings.Count(s, "no collective for") != 1 || !strings.Contains(s, "in evaluation after step 4") {
 		t.Errorf("batches of 100 ms over a 1 s evaluation: aborted at %d ms, %q; want no abort and one held line", aborted.Load(), s)
+	}
+
+	// The data's load at start-up, file by file: quick files, then a
+	// stuck read.
+	w, c, out, aborted, _ = fake(0, 400*time.Millisecond, 2)
+	w.setPhase(&phaseLoading, 0)
+	for ms := 0; ms < 3000; ms += 300 {
+		w.batchBegins()
+		tick(w, c, ms, ms+300)
+	}
+	tick(w, c, 3000, 4000)
+	if a := aborted.Load(); a != 3100 || !strings.Contains(out.String(), "step timeout: loading the data has gone 400ms without reading a file") {
+		t.Errorf("a load reading a file every 300 ms, then stuck from 2,700 ms: aborted at %d ms, %q; want 3,100 ms and the line", a, out.String())
 	}
 
 	// A stopped process (a late tick): the time stopped is nobody's.
