@@ -11,7 +11,6 @@ import (
 	"hpctrain/chart"
 	"hpctrain/internal/atomicfile"
 	"hpctrain/internal/cli"
-	"hpctrain/mpi"
 	"hpctrain/train"
 )
 
@@ -24,6 +23,9 @@ and the confusion matrix, as text, JSON (-json) and a PNG heat map (-plot).
 The samples go through the training run's normalisation and evaluation
 transforms, in its batches, sharded over the ranks as the run's own
 evaluation is: on the same checkpoint and data its accuracy is the run's.
+As in training, a collective that waits -collective-timeout (a rank dead
+or stuck) or a load or batch stuck -step-timeout on every rank aborts the
+job with exit 3 and a line naming the rank.
 
 Flags:
 `
@@ -62,6 +64,8 @@ func evalCmd(args []string, stdout, stderr io.Writer) error {
 	js := fs.Bool("json", false, "print one JSON object instead of text (messages go to stderr)")
 	plotPath := fs.String("plot", "", "write the confusion matrix as a PNG heat map to `FILE`")
 	df := bindData(fs)
+	timeouts := train.DefaultTimeouts()
+	timeouts.Flags(fs)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), evalUsage)
 		fs.PrintDefaults()
@@ -71,6 +75,9 @@ func evalCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	if *testLimit < 0 {
 		return cli.Usage(fmt.Errorf("-test-limit %d: must be >= 0 (0: all)", *testLimit))
+	}
+	if err := timeouts.Validate(); err != nil {
+		return cli.Usage(err)
 	}
 	// Not given: the run's own (-1 was that, shown in the help as the
 	// default, and taken as such when given).
@@ -92,7 +99,11 @@ func evalCmd(args []string, stdout, stderr io.Writer) error {
 	if comm.Size() == 1 {
 		who = ""
 	}
-	err = evalRun(comm, &ck, df, *testLimit, *js, *plotPath, stdout, stderr)
+	wt, err := train.NewWatch(comm, timeouts, stderr)
+	if err == nil {
+		err = evalRun(wt, &ck, df, *testLimit, *js, *plotPath, stdout, stderr)
+		wt.Close()
+	}
 	if err != nil && comm.Size() > 1 {
 		// Say it before MPI_Finalize, as trainCmd does: once one rank
 		// has exited non-zero, mpirun kills the others.
@@ -105,10 +116,12 @@ func evalCmd(args []string, stdout, stderr io.Writer) error {
 	return err
 }
 
-// evalRun is eval on communicator comm: every rank loads the checkpoint
-// and opens the data, agreeing on failures, and evaluates its shard; rank
-// 0 reports.
-func evalRun(comm mpi.Comm, ck *ckptFlags, df *dataFlags, testLimit int, js bool, plotPath string, stdout, stderr io.Writer) error {
+// evalRun is eval on the ranks wt watches: every rank loads the
+// checkpoint and opens the data, agreeing on failures, and evaluates its
+// shard; rank 0 reports. A rank dead or stuck, or a load or batch stuck
+// on every rank, ends the job at the watchdog's timeouts.
+func evalRun(wt *train.Watch, ck *ckptFlags, df *dataFlags, testLimit int, js bool, plotPath string, stdout, stderr io.Writer) error {
+	comm := wt.Comm()
 	info := stdout
 	if js {
 		info = stderr
@@ -137,7 +150,7 @@ func evalRun(comm mpi.Comm, ck *ckptFlags, df *dataFlags, testLimit int, js bool
 	if testLimit >= 0 {
 		limit = testLimit
 	}
-	set, err := t.OpenEval(dc, limit, comm.LocalSize(), func(m string) { fmt.Fprintf(stderr, "hpctrain: warning: %s\n", m) })
+	set, err := wt.OpenEval(t, dc, limit, comm.LocalSize(), func(m string) { fmt.Fprintf(stderr, "hpctrain: warning: %s\n", m) })
 	if err = train.Agree(comm, "opening the data", err); err != nil {
 		return err
 	}
@@ -151,7 +164,7 @@ func evalRun(comm mpi.Comm, ck *ckptFlags, df *dataFlags, testLimit int, js bool
 		ranks = fmt.Sprintf("%d ranks", comm.Size())
 	}
 	say("hpctrain: evaluating on %s; %s, batch %d", set.Desc, ranks, t.Batch)
-	ev, err := train.Evaluate(comm, t.Net, set.Loader, set.Test.Len())
+	ev, err := wt.Evaluate(t.Net, set.Loader, set.Test.Len())
 	if err == nil {
 		err = set.Err()
 	}

@@ -751,3 +751,50 @@ func TestReportAndSaveFail(t *testing.T) {
 		t.Errorf("exit %d, want 1 and rank 0's one line naming the metrics and the checkpoint:\n%s", r.code, r.out)
 	}
 }
+
+// TestEvalStuck: `hpctrain eval` under mpirun had no watchdog: a rank dead
+// or stuck left the others in the evaluation's reduction for good, and a
+// load or batch stuck on every rank (or in one process) ran until the job's
+// time limit. It now times both as train does: exit 3, a line naming the
+// rank.
+func TestEvalStuck(t *testing.T) {
+	ck := zooCheckpoint(t, t.TempDir(), "mlp")
+	host, _ := os.Hostname()
+	args := []string{"eval", "-checkpoint", ck, "-test-limit", "500", "-threads", "1"}
+	for _, c := range []struct {
+		np    int
+		fault string
+		extra []string
+		want  []string // regular expressions, each to be matched
+	}{
+		{2, "hang@1:evaluation", []string{"-collective-timeout", "3s"}, []string{
+			`rank 0 on host ` + regexp.QuoteMeta(host) + `: collective timeout: MPI_Allreduce during evaluation waited 3s; a peer is dead or stuck`,
+			`rank 1 on host ` + regexp.QuoteMeta(host) + `: no collective for [0-9.]+m?s, in evaluation; .* this rank held it up`,
+		}},
+		{2, "hang@0:evaluation,hang@1:evaluation", []string{"-step-timeout", "3s"}, []string{
+			`rank [01] on host [^ ]+: step timeout: evaluation has gone 3s without finishing its batch or reaching a collective`,
+		}},
+		{0, "hang@0:loading", []string{"-step-timeout", "3s"}, []string{
+			`rank 0 on host [^ ]+: step timeout: loading the data has gone 3s without reading a file`,
+		}},
+	} {
+		start := time.Now()
+		r := hpctrainEnv(t, c.np, time.Minute, []string{"HPCTRAIN_FAULT=" + c.fault}, append(args, c.extra...)...)
+		took := time.Since(start)
+		if r.code != train.ExitWatchdog {
+			t.Errorf("np %d, %s: exit %d after %v, want %d:\n%s", c.np, c.fault, r.code, took, train.ExitWatchdog, r.out)
+		}
+		for _, w := range c.want {
+			if !regexp.MustCompile(w).MatchString(r.out) {
+				t.Errorf("np %d, %s: no line matching %s:\n%s", c.np, c.fault, w, r.out)
+			}
+		}
+	}
+	// Out of range: one line, exit 2, before any rank starts.
+	for _, bad := range [][]string{{"-step-timeout", "500ms"}, {"-collective-timeout", "-1"}} {
+		r := hpctrain(t, 0, time.Minute, append(args, bad...)...)
+		if want := bad[0] + " "; r.code != 2 || !strings.Contains(r.out, want) || !strings.Contains(r.out, "must be 0 (never) or at least 1s") {
+			t.Errorf("%v: exit %d, want 2 and a line naming %s:\n%s", bad, r.code, bad[0], r.out)
+		}
+	}
+}

@@ -396,6 +396,12 @@ func (e *EvalSet) Err() error { return e.sets.Err() }
 // this node, for the memory budget. A data set that does not fit the
 // network is a usage error naming both.
 func (t *Trained) OpenEval(dc data.Config, testLimit, ranks int, warn func(string)) (*EvalSet, error) {
+	return t.openEval(dc, testLimit, ranks, warn, nil)
+}
+
+// openEval is OpenEval, calling progress (if not nil) as the load goes on
+// (data.OpenOptions.Progress).
+func (t *Trained) openEval(dc data.Config, testLimit, ranks int, warn func(string), progress func()) (*EvalSet, error) {
 	od := dc // what is opened
 	if err := dc.Validate(); err != nil {
 		// The run's normalisation has a value for each of the network's
@@ -406,7 +412,7 @@ func (t *Trained) OpenEval(dc data.Config, testLimit, ranks int, warn func(strin
 			return nil, cli.Usage(err)
 		}
 	}
-	sets, err := openTest(od, data.OpenOptions{Limit: t.Config.Limit, TestLimit: testLimit, Budget: data.NewBudget(ranks), Warn: warn})
+	sets, err := openTest(od, data.OpenOptions{Limit: t.Config.Limit, TestLimit: testLimit, Budget: data.NewBudget(ranks), Warn: warn, Progress: progress})
 	if err != nil {
 		if errors.As(err, new(*data.MemoryError)) || errors.Is(err, fs.ErrNotExist) {
 			err = cli.Usage(err)
@@ -477,6 +483,9 @@ func openTest(dc data.Config, opts data.OpenOptions) (*data.Sets, error) {
 	}
 	if err != nil {
 		return nil, err
+	}
+	if opts.Progress != nil {
+		opts.Progress() // the test set's files read
 	}
 	return &data.Sets{Train: test, Test: data.Limit(test, opts.TestLimit)}, nil
 }
