@@ -59,12 +59,8 @@ func place(cfg Config, c mpi.Comm, log func(string, ...any)) (*placement, error)
 	// given --bind-to none): a rank is planned among the ranks sharing its
 	// mask. Every rank compares, whatever its configuration.
 	mask, merr := affinity.Allowed()
-	group, groupSize, err := affinity.MaskGroup(c, mask)
-	if err = agree(c, "comparing cpu masks", errors.Join(merr, err)); err != nil {
-		return nil, err
-	}
-	plan, err := planRank(cfg, c, g, mask, group, groupSize)
-	if err = agree(c, "planning cpu binding", cli.Usage(err)); err != nil {
+	plan, err := planInMask(cfg, c, g, mask, merr)
+	if err != nil {
 		return nil, err
 	}
 	p := &placement{gpu: -1}
@@ -75,6 +71,35 @@ func place(cfg Config, c mpi.Comm, log func(string, ...any)) (*placement, error)
 	if plan.Warning != "" {
 		log("hpctrain: warning: %s", plan.Warning)
 	}
+	w, err := bind(c, plan)
+	if err != nil {
+		return nil, err
+	}
+	p.plan, p.workers = plan, w
+	return p, nil
+}
+
+// planInMask plans this rank's cores inside mask, the allowed mask the
+// launcher gave it (merr: the error reading it), among the ranks of its
+// node sharing that mask (affinity.MaskGroup). Collective: every rank
+// gets the same verdict.
+func planInMask(cfg Config, c mpi.Comm, g gpuChoice, mask affinity.CPUSet, merr error) (affinity.Plan, error) {
+	group, groupSize, err := affinity.MaskGroup(c, mask)
+	if err = agree(c, "comparing cpu masks", errors.Join(merr, err)); err != nil {
+		return affinity.Plan{}, err
+	}
+	plan, err := planRank(cfg, c, g, mask, group, groupSize)
+	if err = agree(c, "planning cpu binding", cli.Usage(err)); err != nil {
+		return affinity.Plan{}, err
+	}
+	return plan, nil
+}
+
+// bind applies plan to the process, checks that no two ranks of a node
+// share a core, and starts the compute workers, the calling goroutine
+// leading them (affinity.Workers.Lead). Collective.
+func bind(c mpi.Comm, plan affinity.Plan) (*affinity.Workers, error) {
+	var err error
 	if plan.Policy != affinity.None {
 		err = affinity.Apply(plan)
 	}
@@ -105,8 +130,50 @@ func place(cfg Config, c mpi.Comm, log func(string, ...any)) (*placement, error)
 	if err = agree(c, "starting compute workers", err); err != nil {
 		return nil, err
 	}
-	p.plan, p.workers = plan, w
-	return p, nil
+	return w, nil
+}
+
+// PlaceCPU places the compute threads of a command that runs a trained
+// network on the CPU (hpctrain eval, predict) as a training run places its
+// own with the default placement (-bind cores, no -cpu-list, no -use-smt)
+// and no GPU: threads compute threads on this rank (0: the physical cores
+// in the allowed mask / the ranks sharing it on this node; on a hybrid CPU
+// its performance cores, where there is one per rank), planned inside the
+// mask the launcher gave the process among the node's ranks sharing it,
+// the process confined to the plan's cores and worker i pinned to the
+// i-th (more ranks than cpus: unbound, as train runs them). The calling
+// goroutine leads the workers (affinity.Workers.Lead): it must be the one
+// that computes and closes them.
+//
+// It is collective over c: every rank gets the same verdict, so a rank
+// whose cores cannot be had stops them all. The plan's Warning, if any,
+// is for the caller to print (on one rank). A single process plans with
+// mpi.NewSingle.
+func PlaceCPU(c mpi.Comm, threads int) (*affinity.Workers, affinity.Plan, error) {
+	var err error
+	if threads < 0 || threads > MaxThreads {
+		err = cli.Usage(fmt.Errorf("-threads %d: must be 0 to %d", threads, MaxThreads))
+	}
+	if err = agree(c, "checking -threads", err); err != nil {
+		return nil, affinity.Plan{}, err
+	}
+	mask, merr := affinity.Allowed()
+	plan, err := planCPU(c, threads, mask, merr)
+	if err != nil {
+		return nil, affinity.Plan{}, err
+	}
+	w, err := bind(c, plan)
+	if err != nil {
+		return nil, affinity.Plan{}, err
+	}
+	return w, plan, nil
+}
+
+// planCPU is PlaceCPU's plan for mask (collective).
+func planCPU(c mpi.Comm, threads int, mask affinity.CPUSet, merr error) (affinity.Plan, error) {
+	cfg := Defaults() // -bind cores, no -cpu-list, no -use-smt
+	cfg.Threads = threads
+	return planInMask(cfg, c, gpuChoice{}, mask, merr)
 }
 
 // discoverGPUs finds this node's GPUs (a variable, for tests to give a
@@ -137,6 +204,10 @@ func chooseGPU(cfg Config, c mpi.Comm) (gpuChoice, error) {
 	return gpuChoice{top: top, assign: a}, nil
 }
 
+// sysRoot is where planRank reads the node's topology (a variable, for
+// tests to plan on the sysfs fixtures of package affinity).
+var sysRoot = "/"
+
 // planRank plans this rank's cores inside mask; with GPUs, each local
 // rank's cores are taken near its GPU (affinity.Request.Near). Where the
 // launcher bound the node's ranks to masks of their own (fewer than the
@@ -148,7 +219,7 @@ func planRank(cfg Config, c mpi.Comm, g gpuChoice, mask affinity.CPUSet, group, 
 	if err != nil {
 		return affinity.Plan{}, err
 	}
-	topo, err := affinity.ReadTopology("/")
+	topo, err := affinity.ReadTopology(sysRoot)
 	if err != nil {
 		return affinity.Plan{}, err
 	}
