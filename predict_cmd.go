@@ -25,6 +25,7 @@ import (
 
 	"hpctrain/data"
 	"hpctrain/internal/cli"
+	"hpctrain/mpi"
 	"hpctrain/train"
 )
 
@@ -151,9 +152,6 @@ func predictCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	w := ck.compute(t, 1)
-	defer w.Close()
-
 	// The images' directories of links are removed however predict
 	// ends: a Ctrl-C, kill or scheduler's stop while the inputs are read
 	// (stopped), and a reader that goes away (predict *.png | head -1:
@@ -179,6 +177,18 @@ func predictCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	opts.Transforms, opts.Batch = opts.EvalTransforms, t.Batch
 	opts.Workers, opts.Prefetch = min(4, runtime.NumCPU()), 0
+	// The compute threads, placed once every input was found good (an
+	// input's error is then the one line on stderr): one process, planned
+	// alone in the mask it was given (under mpirun, the one rank 0 was
+	// bound to, or all of the node with --bind-to none).
+	w, err := ck.compute(t, mpi.NewSingle(), stderr, stderr)
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	// The loader goroutines get Ps of their own beside the compute
+	// threads' (placement set GOMAXPROCS for these alone), as in train.
+	runtime.GOMAXPROCS(data.Procs(w.Workers(), opts.Workers))
 	k := t.Net.Classes
 	for _, u := range units {
 		ld, err := data.NewLoader(u.ds, nil, opts)

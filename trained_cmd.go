@@ -6,12 +6,12 @@ import (
 	"io"
 	"os"
 	"reflect"
-	"runtime"
 	"strings"
 
 	"hpctrain/affinity"
 	"hpctrain/data"
 	"hpctrain/internal/cli"
+	"hpctrain/mpi"
 	"hpctrain/slurm"
 	"hpctrain/train"
 )
@@ -28,7 +28,7 @@ type ckptFlags struct {
 func (f *ckptFlags) bind(fs *flag.FlagSet) {
 	f.bindFile(fs)
 	fs.IntVar(&f.batch, "batch", 0, "samples per forward pass (0: the training run's batch per rank)")
-	fs.IntVar(&f.threads, "threads", 0, "compute threads per process (0: the cores / processes on this node)")
+	fs.IntVar(&f.threads, "threads", 0, fmt.Sprintf("compute threads `per rank`, 1 to %d (default: physical cores in the allowed mask / local ranks; on a hybrid CPU its performance cores, where there is one per rank)", train.MaxThreads))
 }
 
 // bindFile binds the flags that choose the checkpoint alone, for commands
@@ -60,16 +60,28 @@ func (f *ckptFlags) load(cmd string, warn io.Writer) (*train.Trained, error) {
 	return train.LatestTrained(f.dir, opts)
 }
 
-// compute gives t's network threads workers (0: this node's cores shared
-// by its localSize processes), unpinned; the caller closes them.
-func (f *ckptFlags) compute(t *train.Trained, localSize int) *affinity.Workers {
-	n := f.threads
-	if n == 0 {
-		n = max(1, runtime.NumCPU()/max(localSize, 1))
+// compute gives t's network its compute threads, placed as train places
+// its own by default (train.PlaceCPU): f.threads of them (0: the physical
+// cores in the allowed mask / the local ranks sharing it; on a hybrid CPU
+// its performance cores, where there is one per rank), pinned to the
+// plan's cores, or unbound where the node's ranks outnumber its cpus. It
+// is collective over c (mpi.NewSingle for one process): every rank gets
+// the same verdict. Rank 0 says where the threads went on info and warns
+// on warn. The calling goroutine leads the workers: it must compute on
+// them and close them.
+func (f *ckptFlags) compute(t *train.Trained, c mpi.Comm, info, warn io.Writer) (*affinity.Workers, error) {
+	w, plan, err := train.PlaceCPU(c, f.threads)
+	if err != nil {
+		return nil, err
 	}
-	w := affinity.NewUnpinnedWorkers(n)
+	if c.Rank() == 0 {
+		if plan.Warning != "" {
+			fmt.Fprintf(warn, "hpctrain: warning: %s\n", plan.Warning)
+		}
+		fmt.Fprintf(info, "hpctrain: compute threads: %s\n", affinity.ReportLine(c.Host(), c.Rank(), plan))
+	}
 	t.Net.SetParallel(w)
-	return w
+	return w, nil
 }
 
 // otherRank reports whether this process is a rank other than 0 of a

@@ -12,9 +12,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
+	"hpctrain/affinity"
 	"hpctrain/checkpoint"
 	"hpctrain/data"
 	"hpctrain/internal/cli"
@@ -36,6 +38,7 @@ type cmdResult struct {
 // or 1.
 func runCmd(cmd func([]string, io.Writer, io.Writer) error, args ...string) cmdResult {
 	var out, errs bytes.Buffer
+	defer keepPlacement()()
 	err := cmd(args, &out, &errs)
 	r := cmdResult{out: out.String()}
 	switch {
@@ -50,6 +53,38 @@ func runCmd(cmd func([]string, io.Writer, io.Writer) error, args ...string) cmdR
 	}
 	r.errs = errs.String()
 	return r
+}
+
+// keepPlacement saves what placing compute threads (eval's and predict's
+// train.PlaceCPU, in this process) changes for the whole process: every
+// thread's cpu mask, GOMAXPROCS and the thread variables affinity.Apply
+// sets. The function it returns puts them back, so that a command run
+// in-process with -threads 1 does not leave every later test, and the
+// processes they start, on one cpu.
+func keepPlacement() (restore func()) {
+	mask, err := affinity.Allowed()
+	procs := runtime.GOMAXPROCS(0)
+	env := map[string]*string{}
+	for _, k := range append([]string{"GOMP_CPU_AFFINITY", "KMP_AFFINITY"}, affinity.ThreadEnv...) {
+		if v, ok := os.LookupEnv(k); ok {
+			env[k] = &v
+		} else {
+			env[k] = nil
+		}
+	}
+	return func() {
+		if err == nil {
+			affinity.Apply(affinity.Plan{Policy: affinity.Cores, CPUs: mask, Threads: 1})
+		}
+		runtime.GOMAXPROCS(procs)
+		for k, v := range env {
+			if v == nil {
+				os.Unsetenv(k)
+			} else {
+				os.Setenv(k, *v)
+			}
+		}
+	}
 }
 
 // mustRun is runCmd that fails t unless the command succeeded.
