@@ -141,12 +141,12 @@ func evalRun(wt *train.Watch, ck *ckptFlags, df *dataFlags, testLimit int, js bo
 	if err := train.AgreeText(comm, "checkpoint", t.Identity(), "give every rank the same -checkpoint, or a -checkpoint-dir whose newest file is the same"); err != nil {
 		return err
 	}
+	say("hpctrain: %s: model %s (%d parameters), step %d (epoch %d), trained on %s", t.Path, t.State.Model, len(t.Net.Params), t.State.Step, t.State.Epoch, t.Config.Dataset)
 	w, err := ck.compute(t, comm, info, stderr)
 	if err != nil {
 		return err
 	}
 	defer w.Close()
-	say("hpctrain: %s: model %s (%d parameters), step %d (epoch %d), trained on %s", t.Path, t.State.Model, len(t.Net.Params), t.State.Step, t.State.Epoch, t.Config.Dataset)
 
 	dc := df.over(t.Config.DataConfig, t.DataShape)
 	limit := t.Config.TestLimit
