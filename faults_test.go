@@ -192,10 +192,12 @@ func TestStuckRankWatchdog(t *testing.T) {
 // its peers time one out; its own watchdog names it first, once, and the
 // peers' abort ends the job.
 func TestStuckRankNamesItself(t *testing.T) {
-	args := []string{"train", "-model", "cnn", "-epochs", "1", "-limit", "3200", "-test-limit", "200", "-threads", "1", "-progress", "0", "-collective-timeout", "3s"}
+	// 8s: the timeout also covers start-up and the load, which a loaded
+	// machine can hold seconds apart (or long enough for a held line).
+	args := []string{"train", "-model", "cnn", "-epochs", "1", "-limit", "3200", "-test-limit", "200", "-threads", "1", "-progress", "0", "-collective-timeout", "8s"}
 	r := hpctrainEnv(t, 2, time.Minute, []string{"HPCTRAIN_FAULT=hang@1:4"}, args...)
 	host, _ := os.Hostname()
-	held := regexp.MustCompile(`rank 1 on host ` + regexp.QuoteMeta(host) + ` \(cores [^)]*\): no collective for [0-9.]+m?s, in training at step 4; a rank waiting for this one aborts the job at -collective-timeout 3s: if the job ends so, this rank held it up`)
+	held := regexp.MustCompile(`rank 1 on host ` + regexp.QuoteMeta(host) + ` \(cores [^)]*\): no collective for [0-9.]+m?s, in training at step 4; a rank waiting for this one aborts the job at -collective-timeout 8s: if the job ends so, this rank held it up`)
 	if r.code != train.ExitWatchdog || strings.Count(r.out, "held it up") != 1 || !held.MatchString(r.out) {
 		t.Errorf("rank 1 stuck at step 4: exit %d, want %d and one line matching %s:\n%s", r.code, train.ExitWatchdog, held, r.out)
 	}
@@ -554,10 +556,19 @@ func TestInterruptCheckpoints(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ck := filepath.Join(t.TempDir(), "ck")
-			j := startJob(t, 2, []string{"HPCTRAIN_FAULT=stop@1:init"}, args(ck)...)
+			fault := "stop@1:init"
+			if c.rank0 != 0 {
+				// Rank 0 stopped too, its handlers in place: on a loaded
+				// machine it may not have reached them yet when rank 1
+				// stops, and the signal's default would kill it.
+				fault = "stop@0:init,stop@1:init"
+			}
+			j := startJob(t, 2, []string{"HPCTRAIN_FAULT=" + fault}, args(ck)...)
 			pid := waitStopped(t, j.out.String, func() int { return j.findRank(1) })
 			if c.rank0 != 0 {
-				syscall.Kill(j.rankPID(t, 0), c.rank0) // waiting in MPI_Init for rank 1
+				pid0 := waitStopped(t, j.out.String, func() int { return j.findRank(0) })
+				syscall.Kill(pid0, c.rank0)
+				syscall.Kill(pid0, syscall.SIGCONT)
 			}
 			syscall.Kill(pid, c.rank1)
 			syscall.Kill(pid, syscall.SIGCONT)
