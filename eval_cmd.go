@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"runtime"
 	"text/tabwriter"
 
 	"hpctrain/chart"
+	"hpctrain/data"
 	"hpctrain/internal/atomicfile"
 	"hpctrain/internal/cli"
 	"hpctrain/train"
@@ -158,6 +160,9 @@ func evalRun(wt *train.Watch, ck *ckptFlags, df *dataFlags, testLimit int, js bo
 		return err
 	}
 	defer set.Close()
+	// A P for each loader worker beside the compute threads', as train
+	// and predict give (data.Procs).
+	runtime.GOMAXPROCS(data.Procs(w.Workers(), dc.DataWorkers))
 	sh := set.Test.Shape()
 	if err := train.AgreeText(comm, "test data", fmt.Sprintf("%d samples of %dx%dx%d", set.Test.Len(), sh.H, sh.W, sh.C), "give every rank the same data (-data-dir, -test-limit)"); err != nil {
 		return err
