@@ -237,8 +237,8 @@ func checkState(s *State) {
 	}
 }
 
-// encode writes s in the file format to w.
-func encode(w io.Writer, s *State) error {
+// headerJSON returns the header encode writes for s.
+func headerJSON(s *State) ([]byte, error) {
 	h := header{
 		Model: s.Model, Desc: s.Desc, ConfigHash: s.ConfigHash, Config: s.Config,
 		RunID: s.RunID, Optimizer: s.Optimizer, WorldSize: s.WorldSize,
@@ -250,7 +250,36 @@ func encode(w io.Writer, s *State) error {
 	}
 	js, err := json.Marshal(h)
 	if err != nil {
-		return fmt.Errorf("encode header: %w", err)
+		return nil, fmt.Errorf("encode header: %w", err)
+	}
+	return js, nil
+}
+
+// encodedSize returns the length of the file encode writes for s, and
+// whether that file passes peek and Load (given its bytes on disk are
+// the ones written): the checks of the header that Save does not make
+// itself (a negative epoch_loss sum is written, and refused by Load; a
+// header past maxHeaderLen is refused by peek). Only the header is
+// encoded, in memory.
+func encodedSize(s *State) (size int64, loads bool) {
+	js, err := headerJSON(s)
+	if err != nil {
+		return 0, false
+	}
+	size = 16 + int64(len(js)) + 4
+	for _, sec := range s.Sections {
+		size += 4 * int64(len(sec.Data))
+	}
+	var h header
+	loads = len(js) <= maxHeaderLen && json.Unmarshal(js, &h) == nil && h.check() == nil
+	return size, loads
+}
+
+// encode writes s in the file format to w.
+func encode(w io.Writer, s *State) error {
+	js, err := headerJSON(s)
+	if err != nil {
+		return err
 	}
 	crc := crc32.New(castagnoli)
 	bw := bufio.NewWriterSize(io.MultiWriter(w, crc), 1<<16)

@@ -46,6 +46,12 @@ func parseName(name string) (step int64, ok bool) {
 // removes leftover .tmp files and, when keep > 0, the oldest valid
 // checkpoints of run s.RunID beyond its newest keep; keep <= 0 keeps all.
 // Files of other runs, and files that do not load, are never removed.
+// Whether a file loads is read at most once per process: Save knows that
+// the file it has just written does (the inode it wrote and fsynced, of
+// the size it wrote, with a header Load accepts), and remembers which
+// files loaded, or failed to, at its earlier prunes, as long as stat says
+// of them what it said then (device, inode, size, mtime, ctime); any
+// other file of the run is loaded whole (see the package documentation).
 //
 // A checkpoint of the same step is replaced only if its header names the
 // same run; a file of another run, or one whose header does not load, is
@@ -82,6 +88,7 @@ func Save(dir string, s *State, keep int) (path string, err error) {
 	if err := tmp.Sync(); err != nil {
 		return "", unsaved(final, "fsync", err)
 	}
+	written, _ := tmp.Stat() // for rememberSaved; nil if stat fails
 	if err := tmp.Close(); err != nil {
 		return "", unsaved(final, "close", err)
 	}
@@ -94,6 +101,7 @@ func Save(dir string, s *State, keep int) (path string, err error) {
 		return final, fmt.Errorf("save checkpoint %s: fsync dir: %w", final, err)
 	}
 	if keep > 0 {
+		rememberSaved(final, written, s)
 		if err := prune(dir, s.RunID, keep); err != nil {
 			return final, fmt.Errorf("save checkpoint %s: prune: %w", final, err)
 		}
@@ -308,25 +316,27 @@ func runName(s *State) string {
 }
 
 // prune removes the valid checkpoints of run older than its newest keep
-// valid ones.
+// valid ones. Whether a file is run's and loads is taken from the
+// process's record of the files it wrote or loaded, where the file is as
+// recorded (see verified), and otherwise read: its header, then, if it
+// is run's, the whole file, once.
 func prune(dir, run string, keep int) error {
 	cs, err := list(dir)
 	if err != nil {
 		return err
 	}
+	defer forgetAbsent(dir, cs)
 	valid := 0
 	for _, c := range cs {
-		if h, err := peek(c.path); err != nil || h.RunID != run {
-			continue // another run's: never ours to delete
-		}
-		if _, err := loadNamed(c); err != nil {
-			continue // never delete what we cannot read
+		if !ownValid(c, run) {
+			continue // another run's, or does not load: never removed
 		}
 		valid++
 		if valid > keep {
 			if err := os.Remove(c.path); err != nil {
 				return err
 			}
+			forget(c.path)
 		}
 	}
 	return nil

@@ -103,8 +103,20 @@
 //     verifies magic, version, sizes and checksum and says which failed.
 //   - Save never modifies or removes a checkpoint of another run, or one it
 //     cannot read back (corrupt files and other versions are left for a
-//     person to inspect), and on any failure leaves every existing
-//     checkpoint as it was.
+//     person to inspect; but see the next point), and on any failure
+//     leaves every existing checkpoint as it was.
+//   - Pruning reads a file whole at most once per process while the file
+//     stays as it was: a checkpoint the process wrote (Save knows what it
+//     wrote and fsynced, and checks the file's inode, size and header
+//     fields without reading it back) or already loaded, or failed to
+//     load, is taken to load, or not, as long as stat says the same of it
+//     (device, inode, size, mtime, ctime). A file written to, truncated
+//     or replaced since, by this process or another, is read again, as is
+//     every file of the run a new process finds. Damage that no write made
+//     (bit rot beneath the file system) changes no stat field and is not
+//     seen by pruning: such a file may be counted among the newest keep,
+//     or removed as the oldest. [Latest] loads whole every file it
+//     resumes, and skips such a file.
 //   - Saving the same State twice gives byte-identical files (no
 //     timestamps, no map iteration order).
 //
