@@ -764,10 +764,10 @@ func TestReportAndSaveFail(t *testing.T) {
 }
 
 // TestEvalStuck: `hpctrain eval` under mpirun had no watchdog: a rank dead
-// or stuck left the others in the evaluation's reduction for good, and a
-// load or batch stuck on every rank (or in one process) ran until the job's
-// time limit. It now times both as train does: exit 3, a line naming the
-// rank.
+// or stuck left the others in the evaluation's reduction for good (in
+// MPI_Init, where it never started MPI), and a load or batch stuck on every
+// rank (or in one process) ran until the job's time limit. It now times
+// them as train does: exit 3, a line naming the rank or host.
 func TestEvalStuck(t *testing.T) {
 	ck := zooCheckpoint(t, t.TempDir(), "mlp")
 	host, _ := os.Hostname()
@@ -790,6 +790,10 @@ func TestEvalStuck(t *testing.T) {
 		}},
 		{0, "hang@0:loading", []string{"-step-timeout", "5s"}, []string{
 			`rank 0 on host [^ ]+: step timeout: loading the data has gone 5s without reading a file`,
+		}},
+		// A rank that never starts MPI: MPI_Init is timed as in train.
+		{2, "stop@1:init", []string{"-collective-timeout", "5s"}, []string{
+			`MPI_Init did not complete within 5s on host ` + regexp.QuoteMeta(host),
 		}},
 	} {
 		start := time.Now()
