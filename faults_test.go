@@ -166,7 +166,9 @@ func TestRankKilled(t *testing.T) {
 }
 
 func TestStuckRankWatchdog(t *testing.T) {
-	j := startJob(t, 2, nil, append(longRun, "-collective-timeout", "3s")...)
+	// 8s: the timeout also covers start-up, whose ranks a loaded
+	// machine can hold seconds apart.
+	j := startJob(t, 2, nil, append(longRun, "-collective-timeout", "8s")...)
 	j.waitFor(t, "step ", time.Minute)
 	// A stopped process neither answers nor dies: the peer's collective
 	// never completes, only the watchdog ends the job.
@@ -216,7 +218,7 @@ func TestStuckRankNamesItself(t *testing.T) {
 // later (the load, where nothing keeps ranks in step) may be ended before
 // its own line: one line from a stuck rank is what is asked.
 func TestEveryRankStuck(t *testing.T) {
-	args := []string{"train", "-model", "mlp", "-epochs", "1", "-limit", "1280", "-test-limit", "100", "-threads", "1", "-progress", "0", "-step-timeout", "3s"}
+	args := []string{"train", "-model", "mlp", "-epochs", "1", "-limit", "1280", "-test-limit", "100", "-threads", "1", "-progress", "0", "-step-timeout", "5s"} // 5s: it also times the load of 60,000 images
 	for _, c := range []struct {
 		np           int
 		fault, where string
@@ -236,7 +238,7 @@ func TestEveryRankStuck(t *testing.T) {
 		if c.where == "loading the data" {
 			without = "reading a file"
 		}
-		line := regexp.MustCompile(`rank (` + strings.Join(c.ranks, "|") + `) on host [^ ]+ \(cores [^)]*\): step timeout: ` + c.where + ` has gone 3s without ` + without)
+		line := regexp.MustCompile(`rank (` + strings.Join(c.ranks, "|") + `) on host [^ ]+ \(cores [^)]*\): step timeout: ` + c.where + ` has gone 5s without ` + without)
 		if !line.MatchString(r.out) {
 			t.Errorf("np %d, %s: no line matching %s:\n%s", c.np, c.fault, line, r.out)
 		}
