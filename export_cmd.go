@@ -93,6 +93,9 @@ func exportCmd(args []string, stdout, stderr io.Writer) error {
 		if isCheckpoint(*out) {
 			return cli.Usage(fmt.Errorf("-o %s is a checkpoint: export would write over it (name the new file)", *out))
 		}
+		if checkpoint.IsFileName(filepath.Base(*out)) {
+			return cli.Usage(fmt.Errorf("-o %s: a checkpoint's name (ckpt-STEP.hpck): a run resuming from that directory would take the export for a damaged checkpoint and set it aside (name the new file otherwise)", *out))
+		}
 		if err := stop.guard(func() error { return atomicfile.Check(*out) }); err != nil {
 			return cli.Usage(fmt.Errorf("-o %s: %w", *out, err)) // a misspelt directory: bad input
 		}

@@ -137,6 +137,7 @@ func TestExportBadInput(t *testing.T) {
 		{[]string{"-checkpoint", ck}, 2, "-o PATH is missing"},
 		{[]string{"-o", o}, 2, "give -checkpoint FILE or -checkpoint-dir DIR"},
 		{[]string{"-checkpoint", ck, "-format", "onnx", "-o", ck}, 2, "-o " + ck + " is a checkpoint: export would write over it"},
+		{[]string{"-checkpoint", ck, "-format", "onnx", "-o", filepath.Join(filepath.Dir(ck), "ckpt-000000999999.hpck")}, 2, "ckpt-000000999999.hpck: a checkpoint's name (ckpt-STEP.hpck): a run resuming from that directory would take the export for a damaged checkpoint"},
 		{[]string{"-checkpoint", ck, "-format", "safetensors", "-o", future}, 2, "-o " + future + " is a checkpoint"},
 	} {
 		r := runCmd(exportCmd, c.args...)

@@ -22,6 +22,13 @@ func FileName(step int64) string {
 	return fmt.Sprintf("ckpt-%012d.hpck", step)
 }
 
+// IsFileName reports whether name (a base name) is one FileName gives:
+// the files Latest and Save's pruning take for checkpoints.
+func IsFileName(name string) bool {
+	_, ok := parseName(name)
+	return ok
+}
+
 // parseName returns the step of a checkpoint file name, or ok = false.
 func parseName(name string) (step int64, ok bool) {
 	digits, found := strings.CutPrefix(name, "ckpt-")
