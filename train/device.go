@@ -87,25 +87,10 @@ func (d *device) close() {
 // device, so that every rank sums gradients the same way.
 func (r *run) openDevice() (*device, error) {
 	cfg, c := r.cfg, r.c
-	var d *device
-	var err error
-	switch cfg.Device {
-	case "cuda":
-		d, err = openCUDA(r.pl.gpu, c.LocalRank(), c.LocalSize(), cfg)
-	case "auto":
-		// A GPU placement found, or a CUDA driver that loads and sees a
-		// device (a node without NVML): try it, else the CPU. Collective
-		// shm sums host memory: it asks for the CPU.
-		// -gpus none keeps the ranks off the GPUs.
-		if spec, _ := gpu.ParseSpec(cfg.GPUs, cfg.GPUShare); !spec.Off && cfg.Collective != "shm" && (r.pl.gpu >= 0 || cudaPresent()) {
-			d, err = openCUDA(r.pl.gpu, c.LocalRank(), c.LocalSize(), cfg)
-			if err != nil && !errors.As(err, new(cli.UsageError)) { // a bad request is refused, as -device cuda's
-				r.warn("hpctrain: warning: rank %d: -device auto: %v; training on the CPU", c.Rank(), err)
-				d, err = nil, nil
-			}
-		}
-	}
-	if err = agree(c, "opening the CUDA device", err); err != nil {
+	d, err := resolveDevice(cfg, r.pl.gpu, c, func(err error) {
+		r.warn("hpctrain: warning: rank %d: -device auto: %v; training on the CPU", c.Rank(), err)
+	})
+	if err != nil {
 		return nil, err
 	}
 	if cfg.Precision == "auto" {
@@ -168,6 +153,39 @@ func (r *run) openDevice() (*device, error) {
 			d.close()
 			return nil, err
 		}
+	}
+	return d, nil
+}
+
+// resolveDevice opens this rank's device for cfg.Device: cuda opens the
+// GPU of ordinal gpuOrdinal (placement's choice; -1: local rank mod the
+// devices CUDA sees), auto does the same when placement gave the rank a
+// GPU or a CUDA driver loads and sees a device, and falls back to the CPU
+// (nil), calling fallback with the reason, when the rest of CUDA does not
+// load; cpu is nil. Collective: every rank gets the same verdict ("opening
+// the CUDA device"); on failure no rank keeps a device open.
+func resolveDevice(cfg Config, gpuOrdinal int, c mpi.Comm, fallback func(error)) (*device, error) {
+	var d *device
+	var err error
+	switch cfg.Device {
+	case "cuda":
+		d, err = openCUDA(gpuOrdinal, c.LocalRank(), c.LocalSize(), cfg)
+	case "auto":
+		// A GPU placement found, or a CUDA driver that loads and sees a
+		// device (a node without NVML): try it, else the CPU. Collective
+		// shm sums host memory: it asks for the CPU.
+		// -gpus none keeps the ranks off the GPUs.
+		if spec, _ := gpu.ParseSpec(cfg.GPUs, cfg.GPUShare); !spec.Off && cfg.Collective != "shm" && (gpuOrdinal >= 0 || cudaPresent()) {
+			d, err = openCUDA(gpuOrdinal, c.LocalRank(), c.LocalSize(), cfg)
+			if err != nil && !errors.As(err, new(cli.UsageError)) { // a bad request is refused, as -device cuda's
+				fallback(err)
+				d, err = nil, nil
+			}
+		}
+	}
+	if err = agree(c, "opening the CUDA device", err); err != nil {
+		d.close()
+		return nil, err
 	}
 	return d, nil
 }
@@ -345,11 +363,17 @@ func buildReplica(d *device, cfg Config, in model.Shape, classes int, grads []fl
 	if err != nil {
 		return nil, err
 	}
-	p, err := cudanet.ParsePrecision(cfg.Precision)
+	return deviceNet(d, desc, in, classes, cfg.Batch, cfg.Seed, cfg.Precision)
+}
+
+// deviceNet builds desc on the CUDA device d (cudanet.New) for batches of
+// up to batch samples, its products in precision (fp32, tf32, bf16, fp16).
+func deviceNet(d *device, desc model.Desc, in model.Shape, classes, batch int, seed uint64, precision string) (*cudanet.Net, error) {
+	p, err := cudanet.ParsePrecision(precision)
 	if err != nil {
 		return nil, err
 	}
-	return cudanet.New(d.dev, desc, in, classes, cfg.Batch, cfg.Seed, p)
+	return cudanet.New(d.dev, desc, in, classes, batch, seed, p)
 }
 
 // CPUKernelsOf is the model's CPU kernels for the cpu_kernels and
