@@ -29,6 +29,15 @@ As in training, a collective that waits -collective-timeout (a rank dead
 or stuck) or a load or batch stuck -step-timeout on every rank aborts the
 job with exit 3 and a line naming the rank.
 
+-device cuda evaluates on a GPU per rank, chosen and opened as train
+chooses and opens it (local rank i takes GPU i of those CUDA_VISIBLE_DEVICES
+leaves, or -gpus'; several ranks on one GPU with -gpu-share); -device auto
+uses the GPU where placement finds one or a CUDA driver sees a device, else
+the CPU, warning where the rest of CUDA does not load. The forward passes
+run on the device in fp32 (the loss and the counts agree with the CPU's to
+fp32 rounding); the data is loaded, and the sums reduced over MPI, on the
+host as on the CPU. Every rank computes on the same kind of device.
+
 Flags:
 `
 
@@ -64,6 +73,8 @@ func evalCmd(args []string, stdout, stderr io.Writer) error {
 	ck.bind(fs)
 	testLimit := fs.Int("test-limit", 0, "evaluate the first `N` test samples only (0: all) (default: the training run's -test-limit)")
 	js := fs.Bool("json", false, "print one JSON object instead of text (messages go to stderr)")
+	var devc train.DeviceChoice
+	devc.Flags(fs, "each rank")
 	plotPath := fs.String("plot", "", "write the confusion matrix as a PNG heat map to `FILE`")
 	df := bindData(fs)
 	timeouts := train.DefaultTimeouts()
@@ -88,6 +99,9 @@ func evalCmd(args []string, stdout, stderr io.Writer) error {
 	if !given {
 		*testLimit = -1
 	}
+	if err := devc.Validate(); err != nil {
+		return err
+	}
 	if *plotPath != "" {
 		if err := atomicfile.Check(*plotPath); err != nil {
 			return cli.Usage(fmt.Errorf("-plot %s: %w", *plotPath, err)) // a misspelt directory: bad input
@@ -104,7 +118,7 @@ func evalCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	wt, err := train.NewWatch(comm, timeouts, stderr)
 	if err == nil {
-		err = evalRun(wt, &ck, df, *testLimit, *js, *plotPath, stdout, stderr)
+		err = evalRun(wt, &ck, df, devc, *testLimit, *js, *plotPath, stdout, stderr)
 		wt.Close()
 	}
 	if err != nil && comm.Size() > 1 {
@@ -120,10 +134,11 @@ func evalCmd(args []string, stdout, stderr io.Writer) error {
 }
 
 // evalRun is eval on the ranks wt watches: every rank loads the
-// checkpoint and opens the data, agreeing on failures, and evaluates its
-// shard; rank 0 reports. A rank dead or stuck, or a load or batch stuck
-// on every rank, ends the job at the watchdog's timeouts.
-func evalRun(wt *train.Watch, ck *ckptFlags, df *dataFlags, testLimit int, js bool, plotPath string, stdout, stderr io.Writer) error {
+// checkpoint, puts its network on the device devc chooses and opens the
+// data, agreeing on failures, and evaluates its shard; rank 0 reports. A
+// rank dead or stuck, or a load or batch stuck on every rank, ends the
+// job at the watchdog's timeouts.
+func evalRun(wt *train.Watch, ck *ckptFlags, df *dataFlags, devc train.DeviceChoice, testLimit int, js bool, plotPath string, stdout, stderr io.Writer) error {
 	comm := wt.Comm()
 	info := stdout
 	if js {
@@ -150,6 +165,17 @@ func evalRun(wt *train.Watch, ck *ckptFlags, df *dataFlags, testLimit int, js bo
 		return err
 	}
 	defer w.Close()
+	// The compute threads stay placed as for the CPU with -device cuda
+	// too (not near the GPU, as train's): this goroutine, their leader,
+	// drives the device, and the others wait.
+	net, err := t.OnDevice(comm, devc, "evaluating", func(m string) { say("%s", m) }, func(m string) { fmt.Fprintln(stderr, m) })
+	if err != nil {
+		return err
+	}
+	defer net.Close() // before the workers: their thread holds the device's context
+	if devc.Device != "cpu" {
+		say("hpctrain: device: %s", net.Ranks)
+	}
 
 	dc := df.over(t.Config.DataConfig, t.DataShape)
 	limit := t.Config.TestLimit
@@ -173,7 +199,7 @@ func evalRun(wt *train.Watch, ck *ckptFlags, df *dataFlags, testLimit int, js bo
 		ranks = fmt.Sprintf("%d ranks", comm.Size())
 	}
 	say("hpctrain: evaluating on %s; %s, batch %d", set.Desc, ranks, t.Batch)
-	ev, err := wt.Evaluate(t.Net, set.Loader, set.Test.Len())
+	ev, err := wt.Evaluate(net, set.Loader, set.Test.Len())
 	if err == nil {
 		err = set.Err()
 	}

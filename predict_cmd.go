@@ -50,6 +50,14 @@ An INPUT of - is standard input: one image or IDX file piped in
 output. A file name that is not UTF-8 has each byte outside a character
 written as \udcXX (Python's surrogateescape: os.fsencode gives it back).
 
+-device cuda runs the network on a GPU, chosen and opened as train chooses
+and opens it (the first of those CUDA_VISIBLE_DEVICES leaves, or -gpus');
+-device auto uses one where placement finds one or a CUDA driver sees a
+device, else the CPU, warning where the rest of CUDA does not load. The
+scores are computed in fp32 on the device: the same classes and
+probabilities as on the CPU, to fp32 rounding. The inputs are read and
+transformed on the CPU either way.
+
 Flags:
 `
 
@@ -101,6 +109,8 @@ func predictCmd(args []string, stdout, stderr io.Writer) error {
 	ck.bind(fs)
 	top := fs.Int("top", 5, "classes per input, most probable first (more than the network has: all of them)")
 	logits := fs.Bool("logits", false, "add each input's scores before softmax (\"logits\")")
+	var devc train.DeviceChoice
+	devc.Flags(fs, "the network")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), predictUsage)
 		fs.PrintDefaults()
@@ -116,6 +126,9 @@ func predictCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	if *top < 1 {
 		return cli.Usage(fmt.Errorf("-top %d: must be >= 1", *top))
+	}
+	if err := devc.Validate(); err != nil {
+		return err
 	}
 	if i := slices.Index(fs.Args(), "-"); i >= 0 && slices.Contains(fs.Args()[i+1:], "-") {
 		return cli.Usage(errors.New("input -: standard input is named more than once"))
@@ -186,10 +199,22 @@ func predictCmd(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer w.Close()
+	// The network on the device asked for; the compute threads stay
+	// placed as for the CPU (this goroutine, their leader, drives the
+	// device).
+	say := func(m string) { fmt.Fprintln(stderr, m) }
+	net, err := t.OnDevice(mpi.NewSingle(), devc, "predicting", say, say)
+	if err != nil {
+		return err
+	}
+	defer net.Close() // before the workers: their thread holds the device's context
+	if devc.Device != "cpu" {
+		say("hpctrain: device: " + net.Ranks)
+	}
 	// The loader goroutines get Ps of their own beside the compute
 	// threads' (placement set GOMAXPROCS for these alone), as in train.
 	runtime.GOMAXPROCS(data.Procs(w.Workers(), opts.Workers))
-	k := t.Net.Classes
+	k := net.Host().Classes
 	for _, u := range units {
 		ld, err := data.NewLoader(u.ds, nil, opts)
 		if err != nil {
@@ -205,8 +230,12 @@ func predictCmd(args []string, stdout, stderr io.Writer) error {
 				ld.Close()
 				return err
 			}
-			copy(t.Net.Input(), b.X)
-			z := t.Net.Forward(b.N)
+			copy(net.Input(), b.X)
+			z := net.Forward(b.N)
+			if err := net.Err(); err != nil { // a failed kernel leaves stale scores behind
+				ld.Close()
+				return fmt.Errorf("predict: %w", err)
+			}
 			for i := 0; i < b.N; i++ {
 				j := b.Step*t.Batch + i
 				p := prediction{Input: fileName(u.input(j)), Top: topK(z[i*k:(i+1)*k], *top, t.ClassNames)}
