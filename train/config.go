@@ -241,7 +241,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.CPUList, "cpu-list", c.CPUList, "this rank's cpus, e.g. 0-3,8 (overrides the automatic plan; must lie inside the allowed mask)")
 	fs.BoolVar(&c.UseSMT, "use-smt", c.UseSMT, "let a rank's threads use SMT siblings of its cores")
 	fs.StringVar(&c.GPUs, "gpus", c.GPUs, "GPU of each local rank, e.g. 0,1,2,3 (numbered as CUDA_VISIBLE_DEVICES leaves them), or none; empty: local rank mod GPUs, the best-linked GPUs when there are more GPUs than local ranks")
-	fs.BoolVar(&c.GPUShare, "gpu-share", c.GPUShare, "let several local ranks drive one GPU (e.g. under MPS); without it more local ranks than GPUs is an error")
+	fs.BoolVar(&c.GPUShare, "gpu-share", c.GPUShare, gpuShareHelp)
 	fs.StringVar(&c.Device, "device", c.Device, "where each rank computes: cpu, cuda (the rank's GPU: CUDA driver, cuBLAS, NVRTC and NCCL loaded at run time) or auto (cuda when placement gave the rank a GPU and CUDA loads, else cpu)")
 	fs.StringVar(&c.Precision, "precision", c.Precision, "arithmetic of convolutions and linear layers: fp32 or bf16, or on cuda also tf32 or fp16 (fp32 master weights, loss and all-reduce; fp16 with dynamic loss scaling; bf16 on the CPU needs AVX512-BF16 or AMX-BF16); auto: bf16 where every rank's CPU or GPU has bf16 products (a GPU from sm_80), else fp32, and says which")
 	fs.StringVar(&c.CPUKernels, "cpu-kernels", c.CPUKernels, "how convolutions and linear layers compute on the CPU: dnnl (oneDNN; 3x3 stride-1 convolutions with 32 or more channels, in 16s, run Winograd: oneDNN's F(4x4, 3x3) in fp32 where it has it, else and in bf16 hpctrain's F(2x2, 3x3)), dnnl-direct (as dnnl, without Winograd), dnnl-all (every convolution on oneDNN's direct primitives, none on hpctrain's own kernels: what bf16 gets where oneDNN runs AMX-BF16), blas (im2col and OpenBLAS; fp32 only) or auto (dnnl where linked in)")
@@ -258,7 +258,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.CheckEvery, "check-every", c.CheckEvery, "every `N` steps the ranks compare a checksum of their parameters and stop on divergence (0: never)")
 	fs.StringVar(&c.Timeline, "timeline", c.Timeline, "write a Chrome trace (chrome://tracing, Perfetto) of the step's phases per rank to `FILE` (rank inserted before the extension)")
 	fs.IntVar(&c.TimelineSteps, "timeline-steps", c.TimelineSteps, fmt.Sprintf("steps the timeline records, from the 10th step on (1 to %d)", MaxTimelineSteps))
-	fs.Var(seconds{&c.CollectiveTimeout}, "collective-timeout", "abort the whole job when a collective has not completed after this `duration` (integer seconds or a duration like 5m; 0: never)")
+	fs.Var(seconds{&c.CollectiveTimeout}, "collective-timeout", collectiveTimeoutHelp)
 	fs.Var(seconds{&c.StepTimeout}, "step-timeout", "abort the whole job when a training step or a batch of evaluation has gone this `duration` without finishing or reaching a collective, or the data's load without reading a file: stuck on every rank at once, or in a job of one rank, where no collective times out (integer seconds or a duration like 10m; 0: never)")
 	fs.StringVar(&c.Metrics, "metrics", c.Metrics, "rank 0 writes JSON lines (one per epoch and a final one) to `FILE`")
 	fs.StringVar(&c.LossLog, "loss-log", c.LossLog, "rank 0 writes every step's loss on its own batch to `FILE`, a line \"step loss\" each (to compare runs step by step)")
@@ -705,12 +705,10 @@ func (c *Config) Validate() error {
 		return bad("label_smoothing", c.LabelSmoothing, "in [0, 1)")
 	case c.TimelineSteps < 1 || c.TimelineSteps > MaxTimelineSteps:
 		return bad("timeline_steps", c.TimelineSteps, fmt.Sprintf("1 to %d", MaxTimelineSteps))
-	case c.CollectiveTimeout < 0 || c.CollectiveTimeout > 0 && c.CollectiveTimeout < time.Second:
-		// Below a second the watchdog would take start-up itself for a
-		// dead peer (and under 4 ns it had no interval to tick at).
-		return bad("collective_timeout", c.CollectiveTimeout, "0 (never) or at least 1s")
-	case c.StepTimeout < 0 || c.StepTimeout > 0 && c.StepTimeout < time.Second:
-		return bad("step_timeout", c.StepTimeout, "0 (never) or at least 1s")
+	case !timeoutOK(c.CollectiveTimeout):
+		return bad("collective_timeout", c.CollectiveTimeout, timeoutRange)
+	case !timeoutOK(c.StepTimeout):
+		return bad("step_timeout", c.StepTimeout, timeoutRange)
 	case c.Progress < 0:
 		return bad("progress", c.Progress, ">= 0")
 	}

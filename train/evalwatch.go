@@ -18,6 +18,17 @@ type Timeouts struct {
 	Collective, Step time.Duration
 }
 
+// collectiveTimeoutHelp is -collective-timeout's help, train's and eval's.
+const collectiveTimeoutHelp = "abort the whole job when a collective has not completed after this `duration` (integer seconds or a duration like 5m; 0: never)"
+
+// timeoutRange is what a watchdog limit may be (timeoutOK).
+const timeoutRange = "0 (never) or at least 1s"
+
+// timeoutOK reports whether d is a watchdog limit: 0 (never) or at least a
+// second. Below a second the watchdog would take start-up itself for a
+// dead peer (and under 4 ns it had no interval to tick at).
+func timeoutOK(d time.Duration) bool { return d == 0 || d >= time.Second }
+
 // DefaultTimeouts are train's defaults.
 func DefaultTimeouts() Timeouts {
 	c := Defaults()
@@ -26,7 +37,7 @@ func DefaultTimeouts() Timeouts {
 
 // Flags binds -collective-timeout and -step-timeout to fs.
 func (t *Timeouts) Flags(fs *flag.FlagSet) {
-	fs.Var(seconds{&t.Collective}, "collective-timeout", "abort the whole job when a collective has not completed after this `duration` (integer seconds or a duration like 5m; 0: never)")
+	fs.Var(seconds{&t.Collective}, "collective-timeout", collectiveTimeoutHelp)
 	fs.Var(seconds{&t.Step}, "step-timeout", "abort the whole job when a batch of evaluation has gone this `duration` without finishing or reaching a collective, or the data's load without reading a file: stuck on every rank at once, or in a job of one rank, where no collective times out (integer seconds or a duration like 10m; 0: never)")
 }
 
@@ -36,8 +47,8 @@ func (t Timeouts) Validate() error {
 		flag string
 		d    time.Duration
 	}{{"-collective-timeout", t.Collective}, {"-step-timeout", t.Step}} {
-		if l.d < 0 || l.d > 0 && l.d < time.Second {
-			return fmt.Errorf("%s %v: must be 0 (never) or at least 1s", l.flag, l.d)
+		if !timeoutOK(l.d) {
+			return fmt.Errorf("%s %v: must be %s", l.flag, l.d, timeoutRange)
 		}
 	}
 	return nil

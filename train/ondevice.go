@@ -38,8 +38,12 @@ func (d *DeviceChoice) Flags(fs *flag.FlagSet, what string) {
 	}
 	fs.StringVar(&d.Device, "device", d.Device, "where "+what+" computes: cpu, cuda (a GPU, chosen as train chooses it: local rank i takes GPU i of those CUDA_VISIBLE_DEVICES leaves, or -gpus'; the CUDA driver, cuBLAS and NVRTC loaded at run time; one missing is an error) or auto (cuda when placement finds a GPU or a CUDA driver sees a device, else cpu; the CPU, with a warning, when the rest of CUDA does not load)")
 	fs.StringVar(&d.GPUs, "gpus", d.GPUs, "GPU of each local rank, e.g. 0,1,2,3 (numbered as CUDA_VISIBLE_DEVICES leaves them), or none (-device auto: the CPU); empty: local rank mod GPUs, as train")
-	fs.BoolVar(&d.GPUShare, "gpu-share", d.GPUShare, "let several local ranks drive one GPU (e.g. under MPS); without it more local ranks than GPUs is an error")
+	fs.BoolVar(&d.GPUShare, "gpu-share", d.GPUShare, gpuShareHelp)
 }
+
+// gpuShareHelp is -gpu-share's help, train's and the trained network's
+// commands'.
+const gpuShareHelp = "let several local ranks drive one GPU (e.g. under MPS); without it more local ranks than GPUs is an error"
 
 // Validate checks the choice as train's configuration checks the same
 // keys; an error is a usage error naming the flag.
