@@ -128,19 +128,12 @@ func (t *Trained) OnDevice(c mpi.Comm, ch DeviceChoice, doing string, log, warn 
 		return nil, err
 	}
 	cfg := ch.config()
-	g, err := chooseGPU(cfg, c)
-	if err = agree(c, "choosing a GPU", cli.Usage(err)); err != nil {
+	g, err := chooseGPUSaid(cfg, c, func(f string, a ...any) { log(fmt.Sprintf(f, a...)) })
+	if err != nil {
 		return nil, err
 	}
 	ordinal := -1
 	if g.top != nil {
-		if g.top.Note != "" {
-			log("hpctrain: gpu: " + g.top.Note)
-		}
-		log("hpctrain: gpu: " + g.assign.Reason)
-		if g.assign.Warning != "" {
-			log("hpctrain: warning: " + g.assign.Warning)
-		}
 		ordinal = g.assign.GPUs[c.LocalRank()]
 	}
 	if cfg.Device != "cpu" {

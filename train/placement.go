@@ -42,18 +42,9 @@ type gpuChoice struct {
 func place(cfg Config, c mpi.Comm, log func(string, ...any)) (*placement, error) {
 	// A request this node cannot meet (cpus outside the mask, more local
 	// ranks than GPUs) is bad input, as a bad flag is: exit 2.
-	g, err := chooseGPU(cfg, c)
-	if err = agree(c, "choosing a GPU", cli.Usage(err)); err != nil {
+	g, err := chooseGPUSaid(cfg, c, log)
+	if err != nil {
 		return nil, err
-	}
-	if g.top != nil {
-		if g.top.Note != "" {
-			log("hpctrain: gpu: %s", g.top.Note)
-		}
-		log("hpctrain: gpu: %s", g.assign.Reason)
-		if g.assign.Warning != "" {
-			log("hpctrain: warning: %s", g.assign.Warning)
-		}
 	}
 	// The launcher may have bound each rank itself (Open MPI does unless
 	// given --bind-to none): a rank is planned among the ranks sharing its
@@ -202,6 +193,26 @@ func chooseGPU(cfg Config, c mpi.Comm) (gpuChoice, error) {
 		return gpuChoice{}, err
 	}
 	return gpuChoice{top: top, assign: a}, nil
+}
+
+// chooseGPUSaid is chooseGPU agreed on by every rank (a request the node
+// cannot meet is a usage error), with the choice said on log: the
+// topology's note, the reason, and a warning if any. Collective.
+func chooseGPUSaid(cfg Config, c mpi.Comm, log func(string, ...any)) (gpuChoice, error) {
+	g, err := chooseGPU(cfg, c)
+	if err = agree(c, "choosing a GPU", cli.Usage(err)); err != nil {
+		return gpuChoice{}, err
+	}
+	if g.top != nil {
+		if g.top.Note != "" {
+			log("hpctrain: gpu: %s", g.top.Note)
+		}
+		log("hpctrain: gpu: %s", g.assign.Reason)
+		if g.assign.Warning != "" {
+			log("hpctrain: warning: %s", g.assign.Warning)
+		}
+	}
+	return g, nil
 }
 
 // sysRoot is where planRank reads the node's topology (a variable, for
